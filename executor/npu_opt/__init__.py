@@ -1,0 +1,1 @@
+"""Ascend optimizations applied inside verl workers, one module each."""

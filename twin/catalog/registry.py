@@ -1,0 +1,70 @@
+"""Named models shipped with the twin, and loading of a user's config.json."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from twin.catalog.config import ModelConfig, parse_config
+from twin.catalog.inventory import Inventory, build_inventory
+from twin.errors import TwinError
+
+# Catalog name -> HuggingFace repository the architecture fields were taken from
+# (verbatim copies listed in ../shared/reference/models.md).
+CATALOG_SOURCES: dict[str, str] = {
+    "deepseek-r1": "deepseek-ai/DeepSeek-R1",
+    "deepseek-v3": "deepseek-ai/DeepSeek-V3",
+    "qwen2.5-1.5b": "Qwen/Qwen2.5-1.5B-Instruct",
+    "qwen2.5-7b": "Qwen/Qwen2.5-7B-Instruct",
+    "qwen2.5-32b": "Qwen/Qwen2.5-32B-Instruct",
+    "qwen3-8b": "Qwen/Qwen3-8B",
+    "qwen3-32b": "Qwen/Qwen3-32B",
+    "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
+    "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
+    "llama2-7b": "meta-llama/Llama-2-7b-hf",
+    "llama2-70b": "meta-llama/Llama-2-70b-hf",
+}
+
+
+def catalog_names() -> list[str]:
+    return sorted(CATALOG_SOURCES)
+
+
+def _read_json(path: Path | str, text: str, label: str) -> dict:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TwinError(f"{label}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+@lru_cache(maxsize=64)
+def _load_catalog(name: str) -> ModelConfig:
+    text = resources.files("twin.catalog").joinpath("configs", f"{name}.json").read_text()
+    return parse_config(_read_json(name, text, name), name)
+
+
+def load_config(model: str) -> ModelConfig:
+    """A catalog name, a path to a config.json, or a directory holding one."""
+    if model in CATALOG_SOURCES:
+        return _load_catalog(model)
+    path = Path(model)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.suffix == ".json" or path.exists():
+        if not path.is_file():
+            raise TwinError(f"model config {model}: no such file")
+        return parse_config(_read_json(path, path.read_text(), str(path)), path.parent.name or str(path))
+    raise TwinError(f"unknown model {model!r}; known models: {', '.join(catalog_names())} (or a config.json path)")
+
+
+@lru_cache(maxsize=64)
+def _inventory(cfg: ModelConfig) -> Inventory:
+    return build_inventory(cfg)
+
+
+def load_model(model: str | ModelConfig) -> Inventory:
+    """The tensor inventory of a catalog model or a config.json (cached)."""
+    cfg = model if isinstance(model, ModelConfig) else load_config(model)
+    return _inventory(cfg)

@@ -1,0 +1,1 @@
+"""Cost models: compute, memory, communication, rollout, reshard, offload."""

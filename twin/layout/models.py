@@ -1,0 +1,152 @@
+"""Pydantic models of the training layout (Megatron/MindSpeed or FSDP) and the rollout layout (vLLM).
+
+Only the fields a user chooses live here; derived sizes (DP, the expert partition) are properties that
+need the device count. Validity against a model and a cluster is checked in `twin.layout.rules`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Recompute(BaseModel):
+    """Activation recomputation: none, selective (attention core only) or full (whole layers)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    granularity: Literal["none", "selective", "full"] = "none"
+    method: Literal["uniform", "block"] = "uniform"
+    layers: int | None = Field(default=None, ge=1)  # full: layers per recompute unit (uniform) or count (block)
+
+
+class Offload(BaseModel):
+    """What lives in host memory outside the phase that needs it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    param: bool = False
+    grad: bool = False
+    # offload: optimizer state moved to host between updates; swap: MindSpeed's swap optimizer, which
+    # streams state to the device one bucket at a time during the step
+    optimizer: Literal["none", "offload", "swap"] = "none"
+
+
+class TrainLayout(BaseModel):
+    """How the actor (and reference) model is sharded for training."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    engine: Literal["megatron", "fsdp"] = "megatron"
+    tp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)
+    ep: int = Field(default=1, ge=1)
+    cp: int = Field(default=1, ge=1)  # context parallel (FSDP: Ulysses sequence parallel)
+    etp: int | None = Field(default=None, ge=1)  # expert tensor parallel; Megatron's default is TP
+    moe_tp_extend_ep: bool = False  # MindSpeed: experts split over TP x EP ranks, no expert TP
+    vpp: int | None = Field(default=None, ge=1)  # virtual pipeline chunks per stage
+    pp_layers: tuple[int, ...] | None = None  # decoder layers per pipeline stage
+    sequence_parallel: bool = True  # Megatron SP (only meaningful with TP > 1)
+    micro_batch: int = Field(default=1, ge=1)
+    recompute: Recompute = Recompute()
+    offload: Offload = Offload()
+
+    @model_validator(mode="after")
+    def _shape(self) -> TrainLayout:
+        if self.pp_layers is not None and len(self.pp_layers) != self.pp:
+            raise ValueError(f"pp_layers has {len(self.pp_layers)} entries for PP={self.pp}")
+        if self.pp_layers is not None and min(self.pp_layers) < 1:
+            raise ValueError(f"pp_layers {list(self.pp_layers)} has a stage without layers")
+        if self.moe_tp_extend_ep and self.etp not in (None, 1):
+            raise ValueError("moe_tp_extend_ep replaces expert TP: etp must be unset or 1")
+        return self
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tp * self.pp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        """TP degree inside each expert."""
+        if self.moe_tp_extend_ep:
+            return 1
+        return self.etp if self.etp is not None else self.tp
+
+    @property
+    def expert_partition(self) -> int:
+        """Ranks the routed experts of one layer are spread over (EP, or TP x EP with tp-extend-ep)."""
+        return self.ep * self.tp if self.moe_tp_extend_ep else self.ep
+
+    def dp(self, devices: int) -> int:
+        return devices // self.model_parallel
+
+    def stage_layers(self, num_layers: int) -> tuple[int, ...]:
+        """Decoder layers per pipeline stage: the explicit split, else as even as possible (extra first)."""
+        if self.pp_layers is not None:
+            return self.pp_layers
+        base, extra = divmod(num_layers, self.pp)
+        return tuple(base + (1 if s < extra else 0) for s in range(self.pp))
+
+    def short(self) -> str:
+        parts = [f"TP{self.tp}", f"PP{self.pp}"]
+        if self.ep > 1:
+            parts.append(f"EP{self.ep}" + ("x" if self.moe_tp_extend_ep else ""))
+        if self.cp > 1:
+            parts.append(f"CP{self.cp}")
+        if self.engine == "fsdp":
+            parts = ["FSDP"] + ([f"SP{self.cp}"] if self.cp > 1 else [])
+        rc = {"none": "", "selective": " rc-sel", "full": " rc-full"}[self.recompute.granularity]
+        off = self.offload
+        tags = [n for n, on in (("p", off.param), ("g", off.grad)) if on]
+        if off.optimizer != "none":
+            tags.append("o" if off.optimizer == "offload" else "swap")
+        return " ".join(parts) + rc + (f" off:{'+'.join(tags)}" if tags else "")
+
+
+class RolloutLayout(BaseModel):
+    """How the same devices are sharded for generation with vLLM(-Ascend).
+
+    `dp` counts attention data-parallel ranks over all devices (devices = TP x DP). With expert
+    parallelism, one vLLM instance spans `ep` devices (ep / tp DP ranks share the experts); without,
+    each TP group is its own instance.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tp: int = Field(default=1, ge=1)
+    dp: int = Field(default=1, ge=1)
+    ep: int = Field(default=1, ge=1)
+    max_num_seqs: int = Field(default=256, ge=1)
+    max_num_batched_tokens: int = Field(default=8192, ge=1)
+    gpu_memory_utilization: float = Field(default=0.8, gt=0, le=1)
+    graph_mode: bool = True
+    enable_chunked_prefill: bool = True
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.dp
+
+    @property
+    def instance_size(self) -> int:
+        """Devices in one vLLM engine instance."""
+        return self.ep if self.ep > 1 else self.tp
+
+    @property
+    def instances(self) -> int:
+        return self.devices // self.instance_size
+
+    def short(self) -> str:
+        s = f"TP{self.tp} DP{self.dp}"
+        if self.ep > 1:
+            s += f" EP{self.ep}"
+        return s + f" seqs{self.max_num_seqs}"
+
+
+class Layout(BaseModel):
+    """A training layout and a rollout layout on the same devices (colocated)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    train: TrainLayout
+    rollout: RolloutLayout

@@ -1,0 +1,162 @@
+"""Validity rules of training and rollout layouts, each failure naming the rule and the numbers.
+
+Sources of the rules: Megatron-LM core (parallel_state and TransformerConfig checks), MindSpeed
+(moe_tp_extend_ep), vLLM (tensor/expert parallel loaders and scheduler config) and verl (colocated
+hybrid engine: both layouts on the same devices).
+"""
+
+from __future__ import annotations
+
+from twin.catalog.config import ModelConfig
+from twin.errors import LayoutError
+from twin.layout.models import Layout, RolloutLayout, TrainLayout
+from twin.topology.clusters import ClusterKind
+
+
+def _devices_rules(devices: int, kind: ClusterKind | None) -> list[LayoutError]:
+    errs = []
+    if kind is not None:
+        per_node = kind.devices_per_node
+        if devices > per_node and devices % per_node:
+            errs.append(LayoutError(
+                "whole nodes",
+                f"{devices} devices is not a whole number of {kind.name} nodes of {per_node} devices",
+            ))
+    return errs
+
+
+def check_train(lay: TrainLayout, cfg: ModelConfig, devices: int,
+                kind: ClusterKind | None = None) -> list[LayoutError]:
+    """Every rule `lay` breaks for `cfg` on `devices` devices (empty when valid)."""
+    errs = _devices_rules(devices, kind)
+    mp = lay.model_parallel
+    if devices % mp:
+        errs.append(LayoutError("devices = TP x PP x CP x DP",
+                                f"{devices} devices are not divisible by TP{lay.tp} x PP{lay.pp} x CP{lay.cp} = {mp}"))
+        return errs
+    dp = devices // mp
+    if lay.engine == "fsdp":
+        if lay.tp > 1 or lay.pp > 1 or lay.ep > 1:
+            errs.append(LayoutError("FSDP shards over DP only",
+                                    f"TP{lay.tp} PP{lay.pp} EP{lay.ep} must all be 1 with the FSDP engine"))
+        if cfg.num_attention_heads % lay.cp:
+            errs.append(LayoutError("attention heads divisible by Ulysses SP",
+                                    f"{cfg.num_attention_heads} heads % SP{lay.cp} != 0"))
+        return errs
+    heads = cfg.num_attention_heads
+    if heads % lay.tp:
+        errs.append(LayoutError("attention heads divisible by TP", f"{heads} heads % TP{lay.tp} != 0"))
+    if cfg.attention == "gqa" and cfg.num_kv_heads % lay.tp:
+        errs.append(LayoutError("KV heads divisible by TP (Megatron num_query_groups)",
+                                f"{cfg.num_kv_heads} KV heads % TP{lay.tp} != 0"))
+    if cfg.intermediate_size % lay.tp:
+        errs.append(LayoutError("FFN size divisible by TP", f"{cfg.intermediate_size} % TP{lay.tp} != 0"))
+    if kind is not None and lay.tp > kind.devices_per_node:
+        errs.append(LayoutError("TP group within one node",
+                                f"TP{lay.tp} exceeds the {kind.devices_per_node} devices per {kind.name} node"))
+    layers = cfg.num_layers
+    if lay.pp > layers:
+        errs.append(LayoutError("layers over PP stages", f"PP{lay.pp} exceeds the {layers} layers"))
+    if lay.pp_layers is not None and sum(lay.pp_layers) != layers:
+        errs.append(LayoutError("layers over PP stages",
+                                f"pp_layers {list(lay.pp_layers)} sum to {sum(lay.pp_layers)}, the model has {layers}"))
+    if lay.vpp is not None and lay.vpp > 1:
+        if lay.pp < 2:
+            errs.append(LayoutError("virtual pipeline needs PP > 1", f"VPP{lay.vpp} with PP{lay.pp}"))
+        short = min(lay.stage_layers(layers)) if lay.pp <= layers else 0
+        if short and any(n % lay.vpp for n in lay.stage_layers(layers)):
+            errs.append(LayoutError("layers per stage divisible by VPP",
+                                    f"stage layers {list(lay.stage_layers(layers))} with VPP{lay.vpp}"))
+    if lay.cp > 1 and cfg.attention == "mla":
+        errs.append(LayoutError("context parallel with MLA", f"CP{lay.cp} is not supported for MLA attention"))
+    errs += _train_moe_rules(lay, cfg, dp)
+    if lay.recompute.granularity == "full" and lay.recompute.method == "uniform" and lay.recompute.layers:
+        per_stage = max(lay.stage_layers(layers)) if lay.pp <= layers else 0
+        if per_stage and lay.recompute.layers > per_stage:
+            errs.append(LayoutError("recompute layers per stage",
+                                    f"recompute_num_layers {lay.recompute.layers} exceeds {per_stage} layers in a stage"))
+    return errs
+
+
+def _train_moe_rules(lay: TrainLayout, cfg: ModelConfig, dp: int) -> list[LayoutError]:
+    errs = []
+    if cfg.moe is None:
+        if lay.ep > 1 or lay.moe_tp_extend_ep:
+            errs.append(LayoutError("EP needs an MoE model", f"EP{lay.ep} on dense {cfg.name}"))
+        return errs
+    experts = cfg.moe.num_experts
+    part = lay.expert_partition
+    if experts % part:
+        what = f"TP{lay.tp} x EP{lay.ep}" if lay.moe_tp_extend_ep else f"EP{lay.ep}"
+        errs.append(LayoutError("experts divisible by EP", f"{experts} experts % {what} = {part} != 0"))
+    etp = lay.expert_tp
+    if cfg.moe.expert_intermediate_size % etp:
+        errs.append(LayoutError("expert FFN size divisible by expert TP",
+                                f"{cfg.moe.expert_intermediate_size} % ETP{etp} != 0"))
+    group = lay.tp * lay.cp * dp
+    if group % (etp * part):
+        errs.append(LayoutError("expert TP x EP divides TP x CP x DP (Megatron expert-data-parallel)",
+                                f"ETP{etp} x EP{part} = {etp * part} does not divide {group}"))
+    return errs
+
+
+def check_rollout(lay: RolloutLayout, cfg: ModelConfig, devices: int,
+                  kind: ClusterKind | None = None) -> list[LayoutError]:
+    """Every rule the rollout layout breaks (vLLM's loaders and scheduler checks)."""
+    errs = _devices_rules(devices, kind)
+    if lay.devices != devices:
+        errs.append(LayoutError("devices = TP x DP (rollout)",
+                                f"TP{lay.tp} x DP{lay.dp} = {lay.devices}, the cluster has {devices} devices"))
+    heads, kv = cfg.num_attention_heads, cfg.num_kv_heads
+    if heads % lay.tp:
+        errs.append(LayoutError("attention heads divisible by TP", f"{heads} heads % TP{lay.tp} != 0"))
+    if cfg.attention == "gqa" and kv % lay.tp and lay.tp % kv:
+        errs.append(LayoutError("KV heads divide TP or TP divides KV heads (vLLM replicates KV heads)",
+                                f"{kv} KV heads vs TP{lay.tp}"))
+    if cfg.intermediate_size % lay.tp:
+        errs.append(LayoutError("FFN size divisible by TP", f"{cfg.intermediate_size} % TP{lay.tp} != 0"))
+    if kind is not None and lay.tp > kind.devices_per_node:
+        errs.append(LayoutError("TP group within one node",
+                                f"TP{lay.tp} exceeds the {kind.devices_per_node} devices per {kind.name} node"))
+    if lay.ep > 1:
+        if cfg.moe is None:
+            errs.append(LayoutError("EP needs an MoE model", f"rollout EP{lay.ep} on dense {cfg.name}"))
+        else:
+            if lay.ep % lay.tp or devices % lay.ep:
+                errs.append(LayoutError("rollout EP = TP x DP-per-instance",
+                                        f"EP{lay.ep} must be a multiple of TP{lay.tp} and divide {devices} devices"))
+            if cfg.moe.num_experts % lay.ep:
+                errs.append(LayoutError("experts divisible by EP",
+                                        f"{cfg.moe.num_experts} experts % rollout EP{lay.ep} != 0"))
+    elif cfg.moe is not None and cfg.moe.expert_intermediate_size % lay.tp:
+        errs.append(LayoutError("expert FFN size divisible by TP",
+                                f"{cfg.moe.expert_intermediate_size} % TP{lay.tp} != 0"))
+    if lay.max_num_batched_tokens < lay.max_num_seqs:
+        errs.append(LayoutError("max_num_batched_tokens >= max_num_seqs (vLLM scheduler)",
+                                f"{lay.max_num_batched_tokens} < {lay.max_num_seqs}"))
+    return errs
+
+
+def check_pair(lay: Layout, cfg: ModelConfig, directed_reshard: bool) -> list[LayoutError]:
+    """Rules that tie the two layouts together."""
+    errs = []
+    if directed_reshard and cfg.moe is not None and lay.rollout.ep > 1:
+        part = lay.train.expert_partition
+        if lay.rollout.ep % part:
+            errs.append(LayoutError("train EP divides rollout EP (directed reshard)",
+                                    f"training experts split {part} ways, rollout EP{lay.rollout.ep}"))
+    return errs
+
+
+def check_layout(lay: Layout, cfg: ModelConfig, devices: int, kind: ClusterKind | None = None,
+                 directed_reshard: bool = False) -> list[LayoutError]:
+    return (check_train(lay.train, cfg, devices, kind) + check_rollout(lay.rollout, cfg, devices, kind)
+            + check_pair(lay, cfg, directed_reshard))
+
+
+def validate_layout(lay: Layout, cfg: ModelConfig, devices: int, kind: ClusterKind | None = None,
+                    directed_reshard: bool = False) -> None:
+    """Raise the first broken rule."""
+    errs = check_layout(lay, cfg, devices, kind, directed_reshard)
+    if errs:
+        raise errs[0]
