@@ -48,7 +48,8 @@ class TrainLayout(BaseModel):
     vpp: int | None = Field(default=None, ge=1)  # virtual pipeline chunks per stage
     pp_layers: tuple[int, ...] | None = None  # decoder layers per pipeline stage
     sequence_parallel: bool = True  # Megatron SP (only meaningful with TP > 1)
-    micro_batch: int = Field(default=1, ge=1)
+    micro_batch: int = Field(default=1, ge=1)  # sequences per micro-batch in update_actor
+    log_prob_micro_batch: int = Field(default=1, ge=1)  # sequences per micro-batch in log-prob passes
     recompute: Recompute = Recompute()
     offload: Offload = Offload()
 

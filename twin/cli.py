@@ -1,0 +1,140 @@
+"""The `twin` command: inspect models, clusters and layouts; simulate a scenario; plan a layout."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from twin.clirun import make_console, run_app
+
+app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+    help="Digital twin of GRPO/DAPO post-training on Ascend A2/A3 clusters: predicts reshard traffic, "
+    "per-device memory and tokens/s per card for a parallel layout, and plans the best one.",
+)
+console = make_console()
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog name (see `twin models`) or a config.json path")]
+CardsOpt = Annotated[int, typer.Option("--cards", "-c", help="Cards as the recipes count them: 910B on A2, 910C on A3")]
+ClusterOpt = Annotated[str, typer.Option("--cluster", help="Cluster kind (see `twin clusters`)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table")]
+
+
+def _print_json(obj: object) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+
+
+@app.command("models")
+def models_cmd(as_json: JsonOpt = False) -> None:
+    """List the models of the embedded catalog with their exact parameter counts."""
+    from twin.catalog.registry import CATALOG_SOURCES, load_model
+
+    rows = []
+    for name in sorted(CATALOG_SOURCES):
+        inv = load_model(name)
+        cfg = inv.config
+        rows.append({
+            "name": name,
+            "source": CATALOG_SOURCES[name],
+            "model_type": cfg.model_type,
+            "total_params": inv.total_params(),
+            "active_params": inv.active_params(),
+            "mtp_params": inv.mtp_params(),
+            "layers": cfg.num_layers,
+            "hidden_size": cfg.hidden_size,
+            "attention": cfg.attention,
+            "heads": cfg.num_attention_heads,
+            "kv_heads": cfg.num_kv_heads,
+            "experts": cfg.moe.num_experts if cfg.moe else 0,
+            "experts_per_token": cfg.moe.experts_per_token if cfg.moe else 0,
+            "tensors": len(inv),
+        })
+    if as_json:
+        _print_json(rows)
+        return
+    table = Table(title="Model catalog (counts exact; active = per token, head counted, input embedding not)")
+    for col in ("name", "total", "active", "layers", "attention", "experts"):
+        table.add_column(col, justify="left" if col in ("name", "attention") else "right", no_wrap=True)
+    for r in rows:
+        experts = f"{r['experts']} (top-{r['experts_per_token']})" if r["experts"] else "-"
+        table.add_row(r["name"], f"{r['total_params']:,}", f"{r['active_params']:,}",
+                      str(r["layers"]), f"{r['attention']} {r['heads']}/{r['kv_heads']}", experts)
+    console.print(table)
+
+
+@app.command("clusters")
+def clusters_cmd(as_json: JsonOpt = False) -> None:
+    """List the cluster kinds: device, packaging and link tiers, each figure with its source."""
+    from twin.topology.clusters import CLUSTER_KINDS
+
+    rows = []
+    for kind in CLUSTER_KINDS.values():
+        dev = kind.device_spec
+        rows.append({
+            "name": kind.name,
+            "description": kind.description,
+            "device": dev.name,
+            "devices_per_card": kind.devices_per_card,
+            "devices_per_node": kind.devices_per_node,
+            "cards_per_pod": kind.cards_per_pod,
+            "peak_bf16_tflops": dev.peak_bf16_tflops.model_dump(),
+            "hbm_gb": dev.hbm_gb.model_dump(),
+            "hbm_bandwidth_gbs": dev.hbm_bandwidth_gbs.model_dump(),
+            "host_memory_gb_per_node": kind.host_memory_gb_per_node.model_dump(),
+            "tiers": [t.model_dump() for t in kind.tiers],
+        })
+    if as_json:
+        _print_json(rows)
+        return
+    table = Table(title="Cluster kinds (1 device = 1 rank; A3: 1 card = 2 dies)")
+    for col in ("kind", "device", "dev/card", "dev/node", "BF16 TFLOPS", "HBM GB", "HBM GB/s", "tiers GB/s"):
+        table.add_column(col)
+    for r in rows:
+        tiers = ", ".join(f"{t['name']} {t['bandwidth_gbs']['value']:g}" for t in r["tiers"])
+        table.add_row(r["name"], r["device"], str(r["devices_per_card"]), str(r["devices_per_node"]),
+                      f"{r['peak_bf16_tflops']['value']:g}", f"{r['hbm_gb']['value']:g}",
+                      f"{r['hbm_bandwidth_gbs']['value']:g}", tiers)
+    console.print(table)
+    console.print("Sources: `twin clusters --json`.")
+
+
+@app.command("layouts")
+def layouts_cmd(model: ModelOpt, cards: CardsOpt, cluster: ClusterOpt = "a3",
+                sample: Annotated[int, typer.Option(help="How many layouts of each kind to show")] = 8,
+                as_json: JsonOpt = False) -> None:
+    """Count the valid training and rollout layouts of a model on a cluster, and show a sample."""
+    from twin.catalog.registry import load_config
+    from twin.layout.enumerate import enumerate_rollout, enumerate_train
+    from twin.topology.clusters import cluster_kind
+
+    cfg = load_config(model)
+    kind = cluster_kind(cluster)
+    devices = cards * kind.devices_per_card
+    train = list(enumerate_train(cfg, devices, kind))
+    rollout = list(enumerate_rollout(cfg, devices, kind))
+    if as_json:
+        _print_json({
+            "model": cfg.name, "cluster": kind.name, "cards": cards, "devices": devices,
+            "train_layouts": len(train), "rollout_layouts": len(rollout),
+            "train_sample": [t.model_dump(exclude_defaults=True) for t in train[:sample]],
+            "rollout_sample": [r.model_dump(exclude_defaults=True) for r in rollout[:sample]],
+        })
+        return
+    console.print(f"{cfg.name} on {cards} {kind.name} cards = {devices} devices: "
+                  f"{len(train)} training layouts, {len(rollout)} rollout layouts, "
+                  f"{len(train) * len(rollout)} pairs")
+    step = max(1, len(train) // sample)
+    console.print("training (sample): " + "; ".join(t.short() for t in train[::step][:sample]))
+    step = max(1, len(rollout) // sample)
+    console.print("rollout (sample):  " + "; ".join(r.short() for r in rollout[::step][:sample]))
+
+
+def main() -> None:
+    """Console entry point."""
+    run_app(app, "twin")

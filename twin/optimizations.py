@@ -1,0 +1,124 @@
+"""The Ascend recipe optimizations (DESIGN section 6): ids, what each does, how the executor applies it.
+
+The ids are part of the scenario and plan formats. The twin models the effect of each; the executor
+applies each (executor/npu_opt/, one module per id).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+OptimizationId = Literal[
+    "skip_old_log_prob",
+    "directed_reshard",
+    "no_sleep_mode",
+    "late_kv_cache_init",
+    "dp_group_ports",
+    "vllm_ascend_patch_first",
+    "chunked_prefill",
+    "hccl_eos_sync",
+    "graph_mode",
+    "d2d_tensor_cache",
+    "math_reward",
+]
+
+
+class OptimizationInfo(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: OptimizationId
+    summary: str
+    mechanism: str  # how verl gets it: config, env, patch, native
+    twin_effect: str  # what the twin changes when it is on
+
+
+OPTIMIZATIONS: dict[str, OptimizationInfo] = {
+    o.id: o
+    for o in (
+        OptimizationInfo(
+            id="skip_old_log_prob",
+            summary="on-policy GRPO reuses the rollout's log-probs instead of a second forward",
+            mechanism="config: algorithm.rollout_correction.bypass_mode + rollout.calculate_log_probs",
+            twin_effect="old_log_prob stage takes 0 s",
+        ),
+        OptimizationInfo(
+            id="directed_reshard",
+            summary="experts sent by all-to-all-v only to the rollout rank that needs them; TP all-gather "
+            "before the PP all-to-all",
+            mechanism="patch of the weight-sync path (checkpoint engine)",
+            twin_effect="reshard method 'directed' instead of the baseline",
+        ),
+        OptimizationInfo(
+            id="no_sleep_mode",
+            summary="vLLM sleep/wake_up replaced by explicit onload/offload of weights and init/free of "
+            "the KV cache",
+            mechanism="config + patch",
+            twin_effect="no sleep-mode copies of the rollout weights; transitions move weights once",
+        ),
+        OptimizationInfo(
+            id="late_kv_cache_init",
+            summary="KV cache allocated after reshard and after the training weights are offloaded",
+            mechanism="patch",
+            twin_effect="the KV cache does not coexist with training weights in the transition peak",
+        ),
+        OptimizationInfo(
+            id="dp_group_ports",
+            summary="VLLM_DP_MASTER_IP/PORT per DP group",
+            mechanism="env per worker",
+            twin_effect="none (correctness on multi-node rollout)",
+        ),
+        OptimizationInfo(
+            id="vllm_ascend_patch_first",
+            summary="import the vllm-ascend patch before vllm",
+            mechanism="worker setup hook",
+            twin_effect="none (correctness)",
+        ),
+        OptimizationInfo(
+            id="chunked_prefill",
+            summary="max_num_batched_tokens 1024 with enable_chunked_prefill",
+            mechanism="config",
+            twin_effect="prefill runs in chunks of max_num_batched_tokens mixed with decode",
+        ),
+        OptimizationInfo(
+            id="hccl_eos_sync",
+            summary="DP end-of-sequence sync on HCCL instead of gloo",
+            mechanism="patch",
+            twin_effect="per-decode-step DP sync costs the HCCL latency instead of gloo's",
+        ),
+        OptimizationInfo(
+            id="graph_mode",
+            summary="TorchAir/ACL graph decode, HCCL_OP_EXPANSION_MODE=AIV, TASK_QUEUE_ENABLE=2",
+            mechanism="config + env",
+            twin_effect="decode launch overhead and host pre/post-processing of graph mode",
+        ),
+        OptimizationInfo(
+            id="d2d_tensor_cache",
+            summary="task inputs handed device-to-device instead of serialised through Ray one worker at "
+            "a time",
+            mechanism="native where verl has it, else patch",
+            twin_effect="task-dispatch skew before each worker task shrinks",
+        ),
+        OptimizationInfo(
+            id="math_reward",
+            summary="math_verify correctness 0.7 + format 0.2 + reasoning steps 0.1; 0 when wrong",
+            mechanism="custom reward function",
+            twin_effect="reward stage cost of rule-based scoring",
+        ),
+    )
+}
+
+RECIPE_OPTIMIZATIONS: tuple[OptimizationId, ...] = (
+    "skip_old_log_prob",
+    "directed_reshard",
+    "no_sleep_mode",
+    "late_kv_cache_init",
+    "dp_group_ports",
+    "vllm_ascend_patch_first",
+    "chunked_prefill",
+    "hccl_eos_sync",
+    "graph_mode",
+    "d2d_tensor_cache",
+    "math_reward",
+)

@@ -1,0 +1,74 @@
+"""The prediction for one scenario: the `twin simulate --json` object (DESIGN section 4.3)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+PHASES = ("update", "log_prob", "rollout", "transition")
+STAGES = ("rollout", "reward", "old_log_prob", "ref", "advantage", "update", "reshard", "offload")
+
+
+class MemoryBreakdown(BaseModel):
+    """GB (1e9 bytes) of one device in one phase."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    weights: float = 0.0
+    grads: float = 0.0
+    optimizer: float = 0.0
+    activations: float = 0.0
+    kv_cache: float = 0.0
+    reshard_buffer: float = 0.0
+    overhead: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return (self.weights + self.grads + self.optimizer + self.activations + self.kv_cache
+                + self.reshard_buffer + self.overhead)
+
+
+class ReshardFigures(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    bytes_total: int
+    bytes_per_device_max: int
+    extra_memory_gb_per_device_max: float
+    bytes_per_tier: dict[str, int] = {}
+
+
+class ReshardResult(ReshardFigures):
+    method: str
+    alternatives: dict[str, ReshardFigures] = {}
+
+
+class SimulationResult(BaseModel):
+    """Predictions for one scenario and layout."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scenario: str
+    model_kind: Literal["analytical", "simulation"]
+    cards: int
+    devices: int
+    step_s: float
+    tps_per_card: float
+    tps_per_device: float
+    stages_s: dict[str, float]
+    memory_peak_gb: dict[str, float]
+    memory_peak_gb_max: float
+    peak_phase: str
+    hbm_gb: float
+    fits: bool
+    memory_gb: dict[str, MemoryBreakdown]
+    host_memory_gb_per_node: float
+    host_memory_capacity_gb_per_node: float
+    host_fits: bool
+    kv_cache_bytes_per_token_per_device: int
+    kv_cache_tokens_per_device: int
+    reshard: ReshardResult
+    profile: str
+    twin_version: str
+    notes: list[str] = []
+    represented_ranks: dict[str, list[int]] = {}  # simulated rank -> the ranks it stands for

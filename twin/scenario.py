@@ -1,0 +1,142 @@
+"""Scenario files (YAML, schema version 1): model + cluster + workload (+ layout, + measured results)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from twin.errors import TwinError
+from twin.layout.models import Layout
+from twin.optimizations import RECIPE_OPTIMIZATIONS, OptimizationId
+
+SCENARIO_SCHEMA = 1
+
+
+class LengthDist(BaseModel):
+    """A token-length distribution: fixed at the mean, lognormal with the given mean, or an empirical file."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mean: float = Field(gt=0)
+    max: int = Field(ge=1)
+    dist: Literal["fixed", "lognormal", "empirical"] = "fixed"
+    sigma: float = Field(default=0.5, gt=0)  # lognormal shape
+    file: str | None = None  # empirical: a text file of lengths, one per line
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LengthDist:
+        if self.mean > self.max:
+            raise ValueError(f"mean {self.mean} exceeds max {self.max}")
+        if self.dist == "empirical" and not self.file:
+            raise ValueError("dist 'empirical' needs 'file'")
+        return self
+
+
+class Workload(BaseModel):
+    """One RL step's work: prompts, responses per prompt and their lengths."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    algorithm: Literal["grpo", "dapo"] = "grpo"
+    global_batch: int = Field(default=512, ge=1)  # prompts per step
+    n: int = Field(default=16, ge=1)  # responses per prompt
+    prompt_len: LengthDist = LengthDist(mean=75, max=1024)
+    response_len: LengthDist = LengthDist(mean=3039.8, max=3072)
+    mini_batch: int | None = Field(default=None, ge=1)  # prompts per optimizer step; default: global_batch
+    ppo_epochs: int = Field(default=1, ge=1)
+    use_kl_loss: bool = True  # a reference model is evaluated
+
+    @property
+    def responses(self) -> int:
+        return self.global_batch * self.n
+
+    @property
+    def optimizer_steps(self) -> int:
+        return -(-self.global_batch // (self.mini_batch or self.global_batch)) * self.ppo_epochs
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.prompt_len.max + self.response_len.max
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Prompt plus response tokens of one step (the TPS numerator)."""
+        return self.responses * (self.prompt_len.mean + self.response_len.mean)
+
+
+class ClusterRef(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str
+    cards: int = Field(ge=1)
+    host_memory_gb_per_node: float | None = Field(default=None, gt=0)  # overrides the kind's default
+
+
+class Measured(BaseModel):
+    """Published or logged results: seconds per stage and TPS per card."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    step_s: float | None = None
+    stages_s: dict[str, float] = {}
+    tps_per_card: float | None = None
+    rollout_tps_per_card: float | None = None
+    source: str | None = None
+
+
+class Scenario(BaseModel):
+    """The complete description of one case the twin simulates or plans for."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    schema_version: int = Field(default=SCENARIO_SCHEMA, alias="schema")
+    name: str
+    description: str | None = None
+    model: str
+    cluster: ClusterRef
+    workload: Workload = Workload()
+    layout: Layout | None = None
+    optimizations: tuple[OptimizationId, ...] = RECIPE_OPTIMIZATIONS
+    measured: Measured | None = None
+    profile: str | None = None  # a profile file; default: the cluster kind's embedded profile
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _schema(self) -> Scenario:
+        if self.schema_version != SCENARIO_SCHEMA:
+            raise ValueError(f"scenario schema {self.schema_version} is not supported (this twin reads {SCENARIO_SCHEMA})")
+        return self
+
+    def has(self, opt: OptimizationId) -> bool:
+        return opt in self.optimizations
+
+    def dump_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=False)
+
+
+def validation_message(exc: ValidationError, label: str) -> str:
+    """One line naming the first offending field and why."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    msg = err["msg"].removeprefix("Value error, ")
+    extra = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    return f"{label}: field '{where}': {msg}{extra}"
+
+
+def load_scenario(path: Path | str) -> Scenario:
+    path = Path(path)
+    if not path.is_file():
+        raise TwinError(f"scenario {path}: no such file")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise TwinError(f"scenario {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise TwinError(f"scenario {path}: expected a mapping at the top level")
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as exc:
+        raise TwinError(validation_message(exc, f"scenario {path}")) from None
