@@ -107,7 +107,8 @@ class Scenario(BaseModel):
     @model_validator(mode="after")
     def _schema(self) -> Scenario:
         if self.schema_version != SCENARIO_SCHEMA:
-            raise ValueError(f"scenario schema {self.schema_version} is not supported (this twin reads {SCENARIO_SCHEMA})")
+            raise ValueError(f"scenario schema {self.schema_version} is not supported (this twin reads "
+                             f"{SCENARIO_SCHEMA})")
         return self
 
     def has(self, opt: OptimizationId) -> bool:

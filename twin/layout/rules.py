@@ -74,7 +74,7 @@ def check_train(lay: TrainLayout, cfg: ModelConfig, devices: int,
         per_stage = max(lay.stage_layers(layers)) if lay.pp <= layers else 0
         if per_stage and lay.recompute.layers > per_stage:
             errs.append(LayoutError("recompute layers per stage",
-                                    f"recompute_num_layers {lay.recompute.layers} exceeds {per_stage} layers in a stage"))
+                                    f"recompute_num_layers {lay.recompute.layers} > {per_stage} layers in a stage"))
     return errs
 
 
