@@ -19,6 +19,7 @@ from twin.catalog.config import ModelConfig
 
 Group = Literal["embedding", "attention", "mlp", "shared_expert", "experts", "router", "norm", "head"]
 TpStyle = Literal["column", "row", "vocab"]
+Block = tuple[tuple[int, int], ...]  # a (start, stop) per dimension of a tensor
 
 
 class ShardRule(BaseModel):
@@ -80,54 +81,92 @@ class TensorSpec(BaseModel):
     def num_experts(self) -> int:
         return self.shape[self.shard.ep_dim] if self.shard.ep_dim is not None else 1
 
-    def shard_shape(self, tp: int = 1, ep: int = 1) -> tuple[int, ...]:
-        """Shape of one rank's shard under `tp`-way tensor and `ep`-way expert parallelism."""
+    def _tp_range(self, tp: int, tp_rank: int, vocab_multiple: int) -> tuple[int, int, int]:
+        """(start, stop, allocated) of the rank's part of one fused chunk of `tp_dim`.
+
+        `allocated` counts padding rows too: Megatron pads the vocabulary to a multiple of 128 x TP and
+        vLLM to a multiple of 64 before splitting it, so the last ranks may hold padding only.
+        """
+        rule = self.shard
+        assert rule.tp_dim is not None
+        chunk = self.shape[rule.tp_dim] // rule.tp_chunks
+        if rule.tp_style == "vocab":
+            padded = -(-chunk // vocab_multiple) * vocab_multiple
+            if padded % tp:
+                raise ValueError(f"{self.name}: padded vocabulary {padded} cannot be split over TP={tp}")
+            per = padded // tp
+            start = min(tp_rank * per, chunk)
+            return start, min(start + per, chunk) if tp_rank * per < chunk else start, per
+        unit = chunk // rule.tp_units
+        per_rank = rule.tp_units_per_rank(tp)
+        first_unit = (tp_rank * rule.tp_units // tp) if tp > rule.tp_units else tp_rank * per_rank
+        return first_unit * unit, (first_unit + per_rank) * unit, per_rank * unit
+
+    def shard_bytes(self, tp: int = 1, ep: int = 1, vocab_multiple: int = 1) -> int:
+        """Bytes one rank allocates for its shard (padding included) under `tp`-way TP and `ep`-way EP."""
         shape = list(self.shape)
         rule = self.shard
-        if rule.tp_dim is not None and tp > 1:
-            unit = shape[rule.tp_dim] // (rule.tp_units * rule.tp_chunks)
-            shape[rule.tp_dim] = unit * rule.tp_units_per_rank(tp) * rule.tp_chunks
+        if rule.tp_dim is not None and (tp > 1 or vocab_multiple > 1):
+            shape[rule.tp_dim] = self._tp_range(tp, 0, vocab_multiple)[2] * rule.tp_chunks
         if rule.ep_dim is not None and ep > 1:
             if shape[rule.ep_dim] % ep:
                 raise ValueError(f"{self.name}: {shape[rule.ep_dim]} experts cannot be split over EP={ep}")
             shape[rule.ep_dim] //= ep
-        return tuple(shape)
+        return math.prod(shape) * self.dtype_bytes
 
-    def shard_bytes(self, tp: int = 1, ep: int = 1) -> int:
-        return math.prod(self.shard_shape(tp, ep)) * self.dtype_bytes
+    def shard_blocks(self, tp: int = 1, tp_rank: int = 0, ep: int = 1, ep_rank: int = 0,
+                     vocab_multiple: int = 1) -> list[Block]:
+        """The blocks of the full tensor (a (start, stop) per dimension) that make up one rank's shard.
 
-    def shard_slices(self, tp: int, tp_rank: int, ep: int, ep_rank: int) -> tuple[slice, ...]:
-        """Index of rank (tp_rank, ep_rank)'s shard in the full tensor, one slice per dimension.
-
-        Fused chunks (gate and up) give a rank one piece of each chunk; those pieces are not contiguous,
-        so for tp_chunks > 1 use `shard_pieces`.
+        A fused gate/up projection gives a rank one block per chunk; a vocabulary rank that holds only
+        padding gets no block.
         """
-        pieces = self.shard_pieces(tp, tp_rank, ep, ep_rank)
-        if len(pieces) != 1:
-            raise ValueError(f"{self.name}: shard is {len(pieces)} pieces, use shard_pieces")
-        return pieces[0]
-
-    def shard_pieces(self, tp: int, tp_rank: int, ep: int, ep_rank: int) -> list[tuple[slice, ...]]:
-        """The contiguous blocks of the full tensor that make up one rank's shard, in order."""
-        full = [slice(0, n) for n in self.shape]
+        full = [(0, n) for n in self.shape]
         rule = self.shard
         if rule.ep_dim is not None and ep > 1:
             per = self.shape[rule.ep_dim] // ep
-            full[rule.ep_dim] = slice(ep_rank * per, (ep_rank + 1) * per)
-        if rule.tp_dim is None or tp == 1:
+            full[rule.ep_dim] = (ep_rank * per, (ep_rank + 1) * per)
+        if rule.tp_dim is None or (tp == 1 and vocab_multiple == 1):
             return [tuple(full)]
-        dim_size = self.shape[rule.tp_dim]
-        chunk = dim_size // rule.tp_chunks
-        unit = chunk // rule.tp_units
-        per_rank = rule.tp_units_per_rank(tp)
-        first_unit = (tp_rank * rule.tp_units // tp) if tp > rule.tp_units else tp_rank * per_rank
-        pieces = []
+        start, stop, _ = self._tp_range(tp, tp_rank, vocab_multiple)
+        if stop <= start:
+            return []
+        chunk = self.shape[rule.tp_dim] // rule.tp_chunks
+        blocks = []
         for c in range(rule.tp_chunks):
-            start = c * chunk + first_unit * unit
             block = list(full)
-            block[rule.tp_dim] = slice(start, start + per_rank * unit)
-            pieces.append(tuple(block))
-        return pieces
+            block[rule.tp_dim] = (c * chunk + start, c * chunk + stop)
+            blocks.append(tuple(block))
+        return blocks
+
+
+def block_numel(block: Block) -> int:
+    return math.prod(b - a for a, b in block)
+
+
+def block_slices(block: Block) -> tuple[slice, ...]:
+    """A block as an index into a tensor."""
+    return tuple(slice(a, b) for a, b in block)
+
+
+def block_is_contiguous(block: Block, shape: tuple[int, ...]) -> bool:
+    """True when the block is one contiguous run of a row-major tensor of `shape`."""
+    dims = [(a, b, n) for (a, b), n in zip(block, shape, strict=True)]
+    partial = [i for i, (a, b, n) in enumerate(dims) if (a, b) != (0, n)]
+    if not partial:
+        return True
+    first = partial[0]
+    return all(dims[i][1] - dims[i][0] == 1 for i in range(first)) and partial == [first]
+
+
+def block_intersection(a: Block, b: Block) -> Block | None:
+    out = []
+    for (a0, a1), (b0, b1) in zip(a, b, strict=True):
+        lo, hi = max(a0, b0), min(a1, b1)
+        if hi <= lo:
+            return None
+        out.append((lo, hi))
+    return tuple(out)
 
 
 class Inventory(BaseModel):

@@ -50,6 +50,8 @@ class ClusterKind(BaseModel):
     scaleout_tier: TierName  # between nodes (or pods)
     tiers: tuple[LinkTier, ...]
     host_memory_gb_per_node: Figure
+    # cann-recipes-train: on multi-node NPU, vLLM sleep mode does not release device memory
+    vllm_sleep_frees_memory: bool = True
 
     @property
     def devices_per_node(self) -> int:
@@ -102,6 +104,7 @@ CLUSTER_KINDS: dict[str, ClusterKind] = {
                       "PCIe DMA setup, order of 10 us", True),
             ),
             host_memory_gb_per_node=_HOST_MEM,
+            vllm_sleep_frees_memory=False,
         ),
         ClusterKind(
             name="a3",
@@ -126,6 +129,7 @@ CLUSTER_KINDS: dict[str, ClusterKind] = {
                       "effective assumed until calibrated", 10.0, "PCIe DMA setup, order of 10 us", True),
             ),
             host_memory_gb_per_node=_HOST_MEM,
+            vllm_sleep_frees_memory=False,
         ),
         *(
             ClusterKind(

@@ -26,7 +26,8 @@ class TierUse(BaseModel):
 
     tier: str
     domain: str  # card | node | pod | cluster
-    members_per_domain: int  # peers each device talks to on this tier, itself included
+    members_per_domain: int  # domains (or devices) one collective step spans on this tier, itself included
+    peers: int  # group devices first reached on this tier from one member (not reachable on inner tiers)
     domains: int  # how many such domains the group spans on this tier
     bandwidth_gbs: float  # per device, per direction, on this tier
     latency_us: float
@@ -108,18 +109,19 @@ class Cluster:
             size = len(inner)
             if size <= inner_size:
                 continue
+            peers = size - inner_size
             inner_size = size
             bw, lat = self._port_bandwidth(first, tier, [r for r in inner if r != first])
             if uses and uses[-1].tier == tier:
-                uses.pop()  # the same fabric serves both levels: keep the wider domain
+                peers += uses.pop().peers  # the same fabric serves both levels: keep the wider domain
             uses.append(TierUse(tier=tier, domain=domain, members_per_domain=size, domains=len(groups),
-                                bandwidth_gbs=bw, latency_us=lat))
+                                peers=peers, bandwidth_gbs=bw, latency_us=lat))
         top_idx = 2 if kind.pod_tier else 1
         top_domains = Counter(lo[top_idx] for lo in loc)
         if len(top_domains) > 1:
             bw, lat = self._port_bandwidth(first, kind.scaleout_tier, [])
             uses.append(TierUse(tier=kind.scaleout_tier, domain="cluster", members_per_domain=len(top_domains),
-                                domains=1, bandwidth_gbs=bw, latency_us=lat))
+                                domains=1, peers=len(key) - inner_size, bandwidth_gbs=bw, latency_us=lat))
         result = tuple(uses)
         self._cache[key] = result
         return result
@@ -128,6 +130,18 @@ class Cluster:
         """The slowest tier a collective over `ranks` crosses (None for a single device)."""
         uses = self.tiers(ranks)
         return min(uses, key=lambda u: u.bandwidth_gbs) if uses else None
+
+    def pair_tier(self, a: int, b: int) -> str:
+        """The tier a transfer between devices `a` and `b` crosses (its slowest hop)."""
+        la, lb = self._locality[a], self._locality[b]
+        kind = self.kind
+        if la[0] == lb[0] and kind.chip_tier:
+            return kind.chip_tier
+        if la[1] == lb[1]:
+            return kind.node_tier
+        if la[2] == lb[2] and kind.pod_tier:
+            return kind.pod_tier
+        return kind.scaleout_tier
 
     def host_link(self, rank: int) -> tuple[float, float]:
         """Bandwidth and latency of device `rank`'s link to its host."""

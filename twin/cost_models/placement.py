@@ -1,0 +1,113 @@
+"""Where every tensor block lives: in the training layout and in the rollout layout.
+
+Training (Megatron/MindSpeed): a tensor lives on the pipeline stage of its layer (embedding on the first,
+final norm and head on the last); TP-split tensors by TP rank, routed experts by expert partition and
+expert-TP rank, replicated over DP/CP (experts over expert-DP). The vocabulary is padded to a multiple of
+128 x TP (Megatron's make-vocab-size-divisible-by). FSDP: every tensor split along dimension 0 over all
+ranks (FSDP2 Shard(0), torch.chunk sizes).
+Rollout (vLLM): every rank holds every layer; TP splits as in training, the vocabulary padded to a
+multiple of 64; with expert parallelism each EP rank holds whole experts, otherwise experts are TP-split.
+DeepSeek's MTP layer is neither trained nor loaded by the rollout here, and a tied head is stored once.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from twin.catalog.inventory import Block, Inventory, TensorSpec
+from twin.layout.models import RolloutLayout, TrainLayout
+from twin.layout.ranks import RolloutCoord, TrainCoord, rollout_coord, train_coord
+
+MEGATRON_VOCAB_MULTIPLE = 128  # times TP: Megatron's make_vocab_size_divisible_by default
+VLLM_VOCAB_MULTIPLE = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE
+
+
+class Placement:
+    """Training and rollout placement of one model's tensors on `devices` devices."""
+
+    def __init__(self, inv: Inventory, train: TrainLayout, rollout: RolloutLayout, devices: int) -> None:
+        self.inv = inv
+        self.train = train
+        self.rollout = rollout
+        self.devices = devices
+        self.tensors: list[TensorSpec] = [
+            t for t in inv.tensors if not t.mtp and not (inv.tied_head and t.group == "head")
+        ]
+        self.stage_size = devices // train.pp if train.engine == "megatron" else devices
+
+    @cached_property
+    def train_coords(self) -> list[TrainCoord]:
+        return [train_coord(self.train, self.devices, r) for r in range(self.devices)]
+
+    @cached_property
+    def rollout_coords(self) -> list[RolloutCoord]:
+        return [rollout_coord(self.rollout, r) for r in range(self.devices)]
+
+    @cached_property
+    def _layer_stage(self) -> dict[int, int]:
+        out = {}
+        layer = 0
+        for stage, count in enumerate(self.train.stage_layers(self.inv.config.num_layers)):
+            for _ in range(count):
+                out[layer] = stage
+                layer += 1
+        return out
+
+    def stage(self, t: TensorSpec) -> int:
+        """Pipeline stage that holds `t` in training."""
+        if self.train.engine == "fsdp":
+            return 0
+        if t.layer is not None:
+            return self._layer_stage.get(t.layer, self.train.pp - 1)
+        return 0 if t.group == "embedding" else self.train.pp - 1
+
+    def device_stage(self, d: int) -> int:
+        return d // self.stage_size
+
+    def train_blocks(self, t: TensorSpec, d: int) -> list[Block]:
+        """Blocks of `t` device `d` holds in the training layout (empty off its stage)."""
+        lay = self.train
+        if lay.engine == "fsdp":
+            return _dim0_chunk(t, self.devices, d)
+        if self.device_stage(d) != self.stage(t):
+            return []
+        c = self.train_coords[d]
+        if t.shard.ep_dim is not None:
+            return t.shard_blocks(tp=lay.expert_tp, tp_rank=c.etp, ep=lay.expert_partition, ep_rank=c.ep)
+        return t.shard_blocks(tp=lay.tp, tp_rank=c.tp, vocab_multiple=self.train_vocab_multiple)
+
+    @property
+    def train_vocab_multiple(self) -> int:
+        return MEGATRON_VOCAB_MULTIPLE * self.train.tp if self.train.engine == "megatron" else 1
+
+    def rollout_blocks(self, t: TensorSpec, d: int) -> list[Block]:
+        """Blocks of `t` device `d` needs in the rollout layout."""
+        lay = self.rollout
+        c = self.rollout_coords[d]
+        if t.shard.ep_dim is not None and lay.ep > 1:
+            return t.shard_blocks(ep=lay.ep, ep_rank=c.ep)
+        return t.shard_blocks(tp=lay.tp, tp_rank=c.tp, vocab_multiple=VLLM_VOCAB_MULTIPLE)
+
+    def replica_key(self, t: TensorSpec, d: int) -> tuple[int, ...]:
+        """What tells apart the training replicas of the block `d` would be served from."""
+        c = self.train_coords[d]
+        if self.train.engine == "fsdp":
+            return ()
+        if t.shard.ep_dim is not None:
+            return (c.edp,)
+        if t.shard.tp_dim is None:
+            return (c.tp, c.cp, c.dp)
+        return (c.cp, c.dp)
+
+    def pp_peer(self, d: int, stage: int) -> int:
+        """The device at `d`'s position inside pipeline stage `stage`."""
+        return stage * self.stage_size + d % self.stage_size
+
+
+def _dim0_chunk(t: TensorSpec, world: int, rank: int) -> list[Block]:
+    rows = t.shape[0]
+    per = -(-rows // world)
+    start, stop = min(rank * per, rows), min((rank + 1) * per, rows)
+    if stop <= start:
+        return []
+    return [((start, stop), *((0, n) for n in t.shape[1:]))]

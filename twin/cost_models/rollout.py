@@ -1,0 +1,148 @@
+"""Time of vLLM generation: one decode step of one DP replica, prefill chunks, and the analytical rollout.
+
+A decode step reads the device's weights (every local expert that receives a token) and the KV cache of
+its running sequences once, computes at the roofline's pace, runs the TP collectives and the EP
+dispatch/combine of every MoE layer on the topology, and pays the host-side costs the recipes measured:
+pre/post-processing, vLLM scheduling, and the DP end-of-sequence synchronisation (two per step, on gloo
+or HCCL) when several DP ranks share one engine instance.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+from twin.cost_models.comm import collective_time
+from twin.cost_models.compute import attention_flops_per_ctx
+from twin.cost_models.memory import BF16, MemoryModel
+from twin.cost_models.placement import VLLM_VOCAB_MULTIPLE, Placement
+from twin.layout.ranks import rollout_groups
+from twin.profile import Profile
+from twin.scenario import Scenario
+from twin.topology.routing import Cluster
+
+EOS_SYNCS_PER_STEP = 2  # cann-recipes-train: two DP end-of-sequence syncs per decode step (C2)
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    """Seconds of one decode step of one DP replica, by component."""
+
+    forward_s: float  # device time: roofline of weights + KV reads and compute
+    comm_s: float  # TP collectives and EP dispatch/combine
+    launch_s: float  # eager kernel launches (0 in graph mode)
+    host_s: float  # pre/post-processing
+    schedule_s: float  # vLLM scheduler
+    sync_s: float  # DP end-of-sequence synchronisation
+
+    @property
+    def total(self) -> float:
+        return self.forward_s + self.comm_s + self.launch_s + self.host_s + self.schedule_s + self.sync_s
+
+
+class RolloutCost:
+    """Decode and prefill costs of one scenario's rollout layout."""
+
+    def __init__(self, pl: Placement, scenario: Scenario, cluster: Cluster, profile: Profile,
+                 memory: MemoryModel) -> None:
+        self.pl, self.sc, self.cluster, self.pf, self.mem = pl, scenario, cluster, profile, memory
+        self.cfg = pl.inv.config
+        self.ro = pl.rollout
+        spec = cluster.kind.device_spec
+        self.peak = spec.peak_bf16_tflops.value * 1e12
+        self.hbm = spec.hbm_bandwidth_gbs.value * 1e9
+
+    @cached_property
+    def _weights(self) -> tuple[int, int, float, float]:
+        """(non-expert bytes, expert bytes per local expert slot) per device, and matmul FLOPs per token
+        (non-expert and expert, per device share)."""
+        ro, cfg = self.ro, self.cfg
+        dense_bytes = expert_bytes = 0
+        dense_flops = expert_flops = 0.0
+        for t in self.pl.tensors:
+            if t.shard.ep_dim is not None:
+                expert_bytes += t.shard_bytes(ep=ro.ep) if ro.ep > 1 else t.shard_bytes(tp=ro.tp)
+                if cfg.moe is not None:
+                    expert_flops += 2 * t.numel / cfg.moe.num_experts * cfg.moe.experts_per_token
+            else:
+                b = t.shard_bytes(tp=ro.tp, vocab_multiple=VLLM_VOCAB_MULTIPLE)
+                dense_bytes += b if t.group != "embedding" else 0  # only the looked-up rows are read
+                if t.group != "embedding" and len(t.shape) >= 2:
+                    dense_flops += 2 * t.numel / ro.tp
+        return dense_bytes, expert_bytes, dense_flops, expert_flops
+
+    @cached_property
+    def _tp_group(self) -> list[int]:
+        return rollout_groups(self.ro, "tp")[0]
+
+    @cached_property
+    def _ep_group(self) -> list[int]:
+        return rollout_groups(self.ro, "ep")[0]
+
+    @property
+    def dp_per_instance(self) -> int:
+        return self.ro.instance_size // self.ro.tp
+
+    def decode_step(self, batch: float, context: float) -> DecodeStep:
+        """One decode step of a DP replica running `batch` sequences with mean context `context`."""
+        ro, cfg, pf = self.ro, self.cfg, self.pf
+        dense_b, expert_b, dense_f, expert_f = self._weights
+        local_experts = 1.0
+        if cfg.moe is not None:
+            dp_sharing = self.dp_per_instance if ro.ep > 1 else 1
+            per_expert = batch * dp_sharing * cfg.moe.experts_per_token / cfg.moe.num_experts
+            local_experts = 1 - math.exp(-per_expert)  # share of local experts that receive a token
+        kv_read = batch * context * self.mem.kv_bytes_per_token
+        mem_s = (dense_b + expert_b * local_experts + kv_read) / (self.hbm * pf["hbm_efficiency"])
+        heads_share = self.ro.tp
+        attn = attention_flops_per_ctx(cfg) / heads_share * batch * context
+        flops = dense_f * batch + expert_f * batch / max(ro.tp, 1) + attn
+        compute_s = flops / (self.peak * pf["decode_compute_efficiency"])
+        forward = max(mem_s, compute_s)
+        comm = self._decode_comm(batch)
+        launch = 0.0 if ro.graph_mode else pf["eager_launch_us_per_layer"] * 1e-6 * cfg.num_layers
+        host = pf["decode_host_ms_graph" if ro.graph_mode else "decode_host_ms_eager"] * 1e-3
+        schedule = pf["vllm_schedule_ms"] * 1e-3
+        sync = 0.0
+        if self.dp_per_instance > 1:
+            backend = "hccl" if self.sc.has("hccl_eos_sync") else "gloo"
+            sync = EOS_SYNCS_PER_STEP * pf[f"eos_sync_ms_{backend}"] * 1e-3
+        return DecodeStep(forward, comm, launch, host, schedule, sync)
+
+    def _decode_comm(self, batch: float) -> float:
+        ro, cfg, pf = self.ro, self.cfg, self.pf
+        h = cfg.hidden_size
+        t = 0.0
+        moe_layers = sum(1 for i in range(cfg.num_layers) if cfg.is_moe_layer(i))
+        dense_layers = cfg.num_layers - moe_layers
+        if ro.tp > 1:
+            ar = collective_time(self.cluster, pf, self._tp_group, "all_reduce", batch * h * BF16)
+            per_moe = 1 if ro.ep > 1 else 2  # with EP the MLP's all-reduce becomes dispatch/combine
+            t += ar * (2 * dense_layers + per_moe * moe_layers)
+        if ro.ep > 1 and cfg.moe is not None:
+            send = batch / ro.tp * cfg.moe.experts_per_token * h * BF16  # zero-redundancy TP -> EP
+            a2a = collective_time(self.cluster, pf, self._ep_group, "all_to_all", send)
+            t += 2 * a2a * moe_layers
+        return t
+
+    def prefill_time(self, tokens: float) -> float:
+        """Compute-bound prefill of `tokens` prompt tokens on one DP replica, in chunks of the token budget."""
+        ro, pf = self.ro, self.pf
+        _, _, dense_f, expert_f = self._weights
+        ctx = self.sc.workload.prompt_len.mean / 2
+        flops = tokens * (dense_f + expert_f / max(ro.tp, 1) + attention_flops_per_ctx(self.cfg) / ro.tp * ctx)
+        chunks = max(1.0, tokens / ro.max_num_batched_tokens)
+        per_chunk = (pf["vllm_schedule_ms"] + pf["decode_host_ms_graph" if ro.graph_mode else "decode_host_ms_eager"])
+        return flops / (self.peak * pf["prefill_compute_efficiency"]) + chunks * per_chunk * 1e-3
+
+    def concurrency(self, per_replica: float) -> float:
+        """Sequences a DP replica runs at once: max_num_seqs, bounded by its KV cache and by its work."""
+        wl = self.sc.workload
+        seq_tokens = wl.prompt_len.mean + wl.response_len.mean
+        by_kv = self.mem.kv_tokens / seq_tokens
+        return max(1.0, min(self.ro.max_num_seqs, per_replica, by_kv))
+
+    @property
+    def sequences_per_replica(self) -> float:
+        return self.sc.workload.responses / self.ro.dp

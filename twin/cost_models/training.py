@@ -1,0 +1,199 @@
+"""Time of the training-side passes: one micro-batch on one pipeline stage, forward or forward+backward,
+with its TP/SP, EP and CP communication; the pipeline schedule; gradient sync and the optimizer step.
+
+All efficiencies and latencies come from the profile; FLOPs and bytes from the inventory and layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from twin.cost_models.comm import collective_time, host_copy_time, p2p_time
+from twin.cost_models.compute import attention_flops_per_ctx
+from twin.cost_models.memory import ADAM_BYTES, BF16, FP32, MemoryModel
+from twin.cost_models.placement import Placement
+from twin.layout.ranks import train_groups
+from twin.profile import Profile
+from twin.scenario import Scenario
+from twin.topology.routing import Cluster
+
+
+@dataclass(frozen=True)
+class StageFlops:
+    """Per-token forward FLOPs of one pipeline stage's share of the model (whole stage, all TP ranks)."""
+
+    dense: float
+    expert: float
+    attention_per_ctx: float
+    moe_layers: int
+    layers: int
+
+
+@dataclass(frozen=True)
+class PassTime:
+    """One micro-batch on the slowest stage, split into compute and communication seconds."""
+
+    compute_s: float
+    comm_s: float
+
+    @property
+    def total(self) -> float:
+        return self.compute_s + self.comm_s
+
+
+class TrainCost:
+    """Costs of the actor/ref passes for one scenario on one cluster."""
+
+    def __init__(self, pl: Placement, scenario: Scenario, cluster: Cluster, profile: Profile,
+                 memory: MemoryModel) -> None:
+        self.pl, self.sc, self.cluster, self.pf, self.mem = pl, scenario, cluster, profile, memory
+        self.cfg = pl.inv.config
+        self.lay = pl.train
+        self.peak = cluster.kind.device_spec.peak_bf16_tflops.value * 1e12
+
+    @cached_property
+    def stage_flops(self) -> list[StageFlops]:
+        cfg = self.cfg
+        n = len(self.mem.stages)
+        dense = [0.0] * n
+        expert = [0.0] * n
+        for t in self.pl.tensors:
+            if t.group == "embedding" or len(t.shape) < 2:
+                continue
+            s = self.pl.stage(t)
+            if t.group == "experts" and cfg.moe is not None:
+                expert[s] += 2 * t.numel / cfg.moe.num_experts * cfg.moe.experts_per_token
+            else:
+                dense[s] += 2 * t.numel
+        per_layer_attn = attention_flops_per_ctx(cfg) / cfg.num_layers
+        out = []
+        first = 0
+        for s, st in enumerate(self.mem.stages):
+            moe_layers = sum(1 for i in range(first, first + st.layers) if cfg.is_moe_layer(i))
+            first += st.layers
+            out.append(StageFlops(dense[s], expert[s], per_layer_attn * st.layers, moe_layers, st.layers))
+        return out
+
+    @property
+    def mean_seq(self) -> float:
+        wl = self.sc.workload
+        return wl.prompt_len.mean + wl.response_len.mean
+
+    @cached_property
+    def _groups(self) -> dict[str, list[int]]:
+        """One representative rank group per dimension (stage 0)."""
+        devices = self.pl.devices
+        out = {}
+        for dim in ("tp", "cp", "dp", "ep", "pp"):
+            groups = train_groups(self.lay, devices, dim)
+            out[dim] = groups[0] if groups else [0]
+        return out
+
+    def _comm_per_layer(self, tokens: float, moe: bool, backward: bool) -> float:
+        """TP/SP, CP and EP communication of one layer for `tokens` tokens of a micro-batch."""
+        lay, h = self.lay, self.cfg.hidden_size
+        if lay.engine == "fsdp":
+            return 0.0
+        act = tokens / lay.cp * h * BF16
+        passes = 3 if backward else 1  # backward moves activations and their gradients twice
+        t = 0.0
+        if lay.tp > 1:
+            tp_group = self._groups["tp"]
+            if lay.sequence_parallel:
+                t += 2 * (collective_time(self.cluster, self.pf, tp_group, "all_gather", act)
+                          + collective_time(self.cluster, self.pf, tp_group, "reduce_scatter", act))
+            else:
+                t += 2 * collective_time(self.cluster, self.pf, tp_group, "all_reduce", act)
+            if moe and lay.moe_tp_extend_ep:
+                t /= 2  # the MLP half of the TP traffic is replaced by the expert all-to-all
+        if lay.cp > 1:
+            kv = tokens / lay.cp * 2 * self.cfg.num_kv_heads * self.cfg.head_dim / lay.tp * BF16
+            t += collective_time(self.cluster, self.pf, self._groups["cp"], "all_gather", kv * lay.cp)
+        if moe and self.cfg.moe is not None and lay.expert_partition > 1:
+            k = self.cfg.moe.experts_per_token
+            sp = lay.tp if lay.sequence_parallel else 1
+            send = tokens / lay.cp / sp * k * h * BF16
+            ep_group = self._ep_group
+            t += 2 * collective_time(self.cluster, self.pf, ep_group, "all_to_all", send)
+        return t * passes
+
+    @cached_property
+    def _ep_group(self) -> list[int]:
+        groups = train_groups(self.lay, self.pl.devices, "ep")
+        return groups[0] if groups else [0]
+
+    def microbatch(self, stage: int, sequences: int, backward: bool) -> PassTime:
+        """One micro-batch of `sequences` mean-length sequences through one stage."""
+        lay, pf = self.lay, self.pf
+        sf = self.stage_flops[stage]
+        tokens = sequences * self.mean_seq
+        # a micro-batch's work is split over its TP x CP group (FSDP: each rank runs its own sequences)
+        shard = lay.tp * lay.cp if lay.engine == "megatron" else 1
+        attn = sf.attention_per_ctx * tokens * (self.mean_seq / 2)  # causal: half the context on average
+        fwd = ((sf.dense * tokens) / (self.peak * pf["train_matmul_efficiency"])
+               + (sf.expert * tokens) / (self.peak * pf["train_expert_efficiency"])
+               + attn / (self.peak * pf["attention_efficiency"])) / shard
+        factor = 1.0
+        if backward:
+            factor = 3.0 + {"none": 0.0, "selective": 0.15, "full": 1.0}[lay.recompute.granularity]
+        comm = 0.0
+        dense_layers = sf.layers - sf.moe_layers
+        comm += dense_layers * self._comm_per_layer(tokens, False, backward)
+        comm += sf.moe_layers * self._comm_per_layer(tokens, True, backward)
+        comm *= 1 - pf["train_comm_overlap"]
+        if lay.engine == "megatron" and lay.pp > 1:
+            act = tokens / lay.cp / (lay.tp if lay.sequence_parallel else 1) * self.cfg.hidden_size * BF16
+            a, b = 0, self.pl.stage_size
+            comm += (2 if backward else 1) * p2p_time(self.cluster, pf, a, b, act)
+        return PassTime(compute_s=fwd * factor, comm_s=comm)
+
+    def sequences_per_dp_rank(self) -> float:
+        dp = self.lay.dp(self.pl.devices) if self.lay.engine == "megatron" else self.pl.devices
+        return self.sc.workload.responses / dp
+
+    def pipeline_time(self, micro: int, backward: bool) -> tuple[float, int]:
+        """(seconds, micro-batches) of one pass over the whole step's sequences with the 1F1B schedule."""
+        lay = self.lay
+        m = max(1, round(self.sequences_per_dp_rank() / micro))
+        slowest = max(self.microbatch(s, micro, backward).total for s in range(len(self.mem.stages)))
+        if lay.engine == "fsdp" or lay.pp == 1:
+            return m * slowest, m
+        vpp = lay.vpp or 1
+        steps = self.sc.workload.optimizer_steps if backward else 1
+        per_batch = max(1, m // steps)
+        bubble = (lay.pp - 1) / vpp
+        return steps * (per_batch + bubble) * slowest, m
+
+    def optimizer_time(self) -> float:
+        """Gradient sync (reduce-scatter + all-gather) and the Adam step, per optimizer step, summed."""
+        lay, pf = self.lay, self.pf
+        worst = 0.0
+        for st in self.mem.stages:
+            numel = st.dense_numel + st.expert_numel
+            if lay.engine == "fsdp":
+                sync = collective_time(self.cluster, pf, list(range(self.pl.devices)), "reduce_scatter",
+                                       numel * self.pl.devices * FP32)
+                step_bytes = numel * (ADAM_BYTES + FP32 + FP32)
+            else:
+                dp_group = self._groups["dp"]
+                sync = (collective_time(self.cluster, pf, dp_group, "reduce_scatter", st.dense_numel * FP32)
+                        + collective_time(self.cluster, pf, dp_group, "all_gather", st.dense_numel * BF16))
+                dp = len(dp_group) * lay.cp
+                edp = max(1, self.pl.devices // lay.pp // (lay.expert_partition * lay.expert_tp))
+                step_bytes = (st.dense_numel / dp + st.expert_numel / edp) * (2 * ADAM_BYTES + FP32 + BF16)
+            hbm = self.cluster.kind.device_spec.hbm_bandwidth_gbs.value * 1e9 * pf["hbm_efficiency"]
+            step = step_bytes / hbm
+            if lay.offload.optimizer == "swap":
+                state = step_bytes * ADAM_BYTES / (2 * ADAM_BYTES + FP32 + BF16)
+                step += 2 * host_copy_time(self.cluster, pf, state) * (1 - pf["swap_overlap"])
+            worst = max(worst, sync + step)
+        return worst * self.sc.workload.optimizer_steps
+
+    def update_time(self) -> float:
+        t, _ = self.pipeline_time(self.lay.micro_batch, backward=True)
+        return t * self.sc.workload.ppo_epochs + self.optimizer_time()
+
+    def log_prob_time(self) -> float:
+        t, _ = self.pipeline_time(self.lay.log_prob_micro_batch, backward=False)
+        return t

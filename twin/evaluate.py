@@ -1,0 +1,186 @@
+"""Everything the twin knows about one scenario with a fixed layout, and its analytical prediction.
+
+`Evaluation` builds the placement, topology, memory, reshard and cost models once; `analytical` turns
+them into the DESIGN 4.3 prediction with closed-form stage times (the discrete-event simulator in
+twin.sim refines the rollout and the schedule from the same cost models).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from twin import __version__
+from twin.catalog.inventory import Inventory
+from twin.catalog.registry import load_model
+from twin.cost_models.memory import GB, MemoryModel, MemoryReport
+from twin.cost_models.placement import Placement
+from twin.cost_models.reshard import RESHARD_METHODS, ReshardMethod, ReshardStats, reshard_stats
+from twin.cost_models.rollout import RolloutCost
+from twin.cost_models.training import TrainCost
+from twin.cost_models.transition import offload_time, reshard_time
+from twin.errors import TwinError
+from twin.layout.models import Layout
+from twin.layout.rules import validate_layout
+from twin.profile import Profile, resolve_profile
+from twin.results import ReshardFigures, ReshardResult, SimulationResult
+from twin.scenario import Scenario
+from twin.topology.clusters import cluster_kind
+from twin.topology.routing import Cluster
+from twin.workload import length_quantile
+
+LOG_PROB_INPUT_BYTES_PER_TOKEN = 24  # input_ids, attention_mask, position_ids (int64)
+UPDATE_INPUT_BYTES_PER_TOKEN = 48  # the above + old/ref log-probs, advantages (fp32), response mask (int64)
+
+
+def reshard_method(scenario: Scenario) -> ReshardMethod:
+    """The recipes' directed path when switched on, else what current verl does."""
+    return "directed" if scenario.has("directed_reshard") else "verl_bucketed"
+
+
+class Evaluation:
+    """One scenario with its layout on its cluster, with every cost model built lazily."""
+
+    def __init__(self, scenario: Scenario, profile: Profile | None = None, layout: Layout | None = None,
+                 base_dir: Path | None = None) -> None:
+        self.sc = scenario
+        layout = layout or scenario.layout
+        if layout is None:
+            raise TwinError(f"scenario {scenario.name} has no layout; use `twin plan --scenario` to search one")
+        self.layout = layout
+        self.kind = cluster_kind(scenario.cluster.kind)
+        self.inv: Inventory = load_model(scenario.model)
+        self.devices = scenario.cluster.cards * self.kind.devices_per_card
+        validate_layout(layout, self.inv.config, self.devices, self.kind, scenario.has("directed_reshard"))
+        self.profile = profile or resolve_profile(scenario.profile, self.kind.name, base_dir)
+        self.method = reshard_method(scenario)
+
+    @cached_property
+    def cluster(self) -> Cluster:
+        return Cluster(self.kind, self.sc.cluster.cards)
+
+    @cached_property
+    def placement(self) -> Placement:
+        return Placement(self.inv, self.layout.train, self.layout.rollout, self.devices)
+
+    def reshard(self, method: ReshardMethod | None = None) -> ReshardStats:
+        method = method or self.method
+        cache = self.__dict__.setdefault("_reshard", {})
+        if method not in cache:
+            cache[method] = reshard_stats(self.placement, self.cluster, method)
+        return cache[method]
+
+    @cached_property
+    def memory(self) -> MemoryModel:
+        host = self.sc.cluster.host_memory_gb_per_node or self.kind.host_memory_gb_per_node.value
+        return MemoryModel(self.placement, self.sc, self.profile, self.kind.device_spec.hbm_gb.value, host,
+                           self.kind.devices_per_node, self.reshard().extra_bytes_max,
+                           self.kind.vllm_sleep_frees_memory)
+
+    @cached_property
+    def memory_report(self) -> MemoryReport:
+        return self.memory.report()
+
+    @cached_property
+    def train_cost(self) -> TrainCost:
+        return TrainCost(self.placement, self.sc, self.cluster, self.profile, self.memory)
+
+    @cached_property
+    def rollout_cost(self) -> RolloutCost:
+        return RolloutCost(self.placement, self.sc, self.cluster, self.profile, self.memory)
+
+    def dispatch_s(self, bytes_per_token: int) -> float:
+        """Task-dispatch skew before a worker-group call (Ray one worker at a time, or device-to-device)."""
+        pf = self.profile
+        if self.sc.has("d2d_tensor_cache"):
+            return pf["dispatch_d2d_s"]
+        wl = self.sc.workload
+        lay = self.layout.train
+        dp = lay.dp(self.devices) if lay.engine == "megatron" else self.devices
+        per_worker_gb = wl.responses * (wl.prompt_len.mean + wl.response_len.mean) * bytes_per_token / dp / GB
+        return self.devices * (pf["dispatch_ray_s_per_worker"] + per_worker_gb * pf["dispatch_ray_s_per_gb"])
+
+    def rollout_analytical(self) -> float:
+        """Closed-form rollout: waves of continuous batching on one DP replica, the tail, and prefill."""
+        rc, wl = self.rollout_cost, self.sc.workload
+        per_replica = rc.sequences_per_replica
+        conc = rc.concurrency(per_replica)
+        mean = wl.response_len.mean
+        tail = response_tail(self.sc, per_replica)
+        steps = -(-per_replica // conc) * mean + max(0.0, tail - mean)
+        batch = per_replica * mean / steps
+        context = wl.prompt_len.mean + mean / 2
+        decode = steps * rc.decode_step(batch, context).total
+        prefill = rc.prefill_time(per_replica * wl.prompt_len.mean)
+        return decode + prefill + self.profile["rollout_fixed_s"]
+
+    def stage_times(self) -> dict[str, float]:
+        pf, wl, tc = self.profile, self.sc.workload, self.train_cost
+        log_prob = tc.log_prob_time() + self.dispatch_s(LOG_PROB_INPUT_BYTES_PER_TOKEN)
+        return {
+            "rollout": self.rollout_analytical(),
+            "reward": wl.responses * pf["reward_ms_per_response"] * 1e-3,
+            "old_log_prob": 0.0 if self.sc.has("skip_old_log_prob") else log_prob,
+            "ref": log_prob if wl.use_kl_loss else 0.0,
+            "advantage": wl.responses * pf["advantage_us_per_response"] * 1e-6,
+            "update": tc.update_time() + self.dispatch_s(UPDATE_INPUT_BYTES_PER_TOKEN),
+            "reshard": reshard_time(self.reshard(), self.cluster, pf),
+            "offload": offload_time(self.memory, self.sc, self.cluster, pf),
+        }
+
+    def reshard_result(self, alternatives: bool = True) -> ReshardResult:
+        def figures(st: ReshardStats) -> dict:
+            return {"bytes_total": st.bytes_total, "bytes_per_device_max": st.bytes_per_device_max,
+                    "extra_memory_gb_per_device_max": st.extra_bytes_max / GB,
+                    "bytes_per_tier": {k: int(v) for k, v in st.bytes_per_tier.items()}}
+
+        chosen = self.reshard()
+        alts = {}
+        if alternatives:
+            alts = {m: ReshardFigures(**figures(self.reshard(m))) for m in RESHARD_METHODS if m != self.method}
+        return ReshardResult(method=self.method, alternatives=alts, **figures(chosen))
+
+    def result(self, stages: dict[str, float], model_kind: str, notes: list[str] | None = None,
+               alternatives: bool = True, represented: dict[str, list[int]] | None = None) -> SimulationResult:
+        """The DESIGN 4.3 object for these stage times."""
+        mem = self.memory_report
+        step = sum(stages.values())
+        tokens = self.sc.workload.tokens_per_step
+        cards = self.sc.cluster.cards
+        return SimulationResult(
+            scenario=self.sc.name,
+            model_kind=model_kind,
+            cards=cards,
+            devices=self.devices,
+            step_s=step,
+            tps_per_card=tokens / step / cards,
+            tps_per_device=tokens / step / self.devices,
+            stages_s=stages,
+            memory_peak_gb=mem.peak_gb,
+            memory_peak_gb_max=mem.peak_gb_max,
+            peak_phase=mem.peak_phase,
+            hbm_gb=mem.hbm_gb,
+            fits=mem.fits,
+            memory_gb=mem.phases,
+            host_memory_gb_per_node=mem.host_gb_per_node,
+            host_memory_capacity_gb_per_node=mem.host_capacity_gb_per_node,
+            host_fits=mem.host_fits,
+            kv_cache_bytes_per_token_per_device=mem.kv_bytes_per_token,
+            kv_cache_tokens_per_device=mem.kv_tokens,
+            reshard=self.reshard_result(alternatives),
+            profile=self.profile.id,
+            twin_version=__version__,
+            notes=[*mem.notes, *(notes or [])],
+            represented_ranks=represented or {},
+        )
+
+    def analytical(self, alternatives: bool = True) -> SimulationResult:
+        return self.result(self.stage_times(), "analytical", alternatives=alternatives)
+
+
+def response_tail(scenario: Scenario, draws: float) -> float:
+    """Expected longest response among `draws` responses (the phase ends when it ends)."""
+    dist = scenario.workload.response_len
+    if dist.dist == "fixed" or draws <= 1:
+        return dist.mean
+    return min(dist.max, length_quantile(dist, 1 - 1 / (draws + 1)))

@@ -1,0 +1,138 @@
+"""Calibration profiles: every efficiency, overhead and bandwidth factor the cost models use.
+
+A profile is a versioned YAML file. Each parameter carries its value, unit, source and fitting bounds;
+fitted profiles add provenance (inputs, date, residuals) and name their parent. No constant of the cost
+models lives anywhere else: the cost models ask the profile by name and fail loudly for a missing one.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from twin.errors import TwinError
+from twin.fileio import refuse_overwrite, write_atomic
+from twin.scenario import validation_message
+
+PROFILE_SCHEMA = 1
+
+
+class Param(BaseModel):
+    """One calibrated quantity."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: float
+    unit: str
+    source: str
+    bounds: tuple[float, float] | None = None  # limits a fit may move it within
+    fitted: bool = False
+
+    @model_validator(mode="after")
+    def _in_bounds(self) -> Param:
+        if self.bounds is not None:
+            lo, hi = self.bounds
+            if not lo <= self.value <= hi:
+                raise ValueError(f"value {self.value} is outside its bounds [{lo}, {hi}]")
+        return self
+
+
+class Provenance(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    inputs: list[str] = []
+    fitted_on: date | None = None
+    cases: list[str] = []  # scenario names used for the fit (never used to judge it)
+    residuals: dict[str, float] = {}
+    notes: str = ""
+
+
+class Profile(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    schema_version: int = Field(default=PROFILE_SCHEMA, alias="schema")
+    id: str
+    cluster_kind: str
+    description: str = ""
+    parent: str | None = None
+    params: dict[str, Param]
+    provenance: Provenance = Provenance()
+
+    @model_validator(mode="after")
+    def _schema(self) -> Profile:
+        if self.schema_version != PROFILE_SCHEMA:
+            raise ValueError(f"profile schema {self.schema_version} is not supported (reads {PROFILE_SCHEMA})")
+        return self
+
+    def __getitem__(self, name: str) -> float:
+        try:
+            return self.params[name].value
+        except KeyError:
+            raise TwinError(f"profile {self.id} has no parameter {name!r}") from None
+
+    def with_values(self, values: dict[str, float], new_id: str, **provenance: Any) -> Profile:
+        """A child profile with some parameters replaced (marked fitted)."""
+        params = dict(self.params)
+        for name, v in values.items():
+            params[name] = params[name].model_copy(update={"value": float(v), "fitted": True})
+        return self.model_copy(update={"id": new_id, "parent": self.id, "params": params,
+                                       "provenance": Provenance(**provenance)})
+
+    def dump_yaml(self) -> str:
+        data = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return yaml.safe_dump(data, sort_keys=False, width=120)
+
+
+def _parse(text: str, label: str) -> Profile:
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise TwinError(f"profile {label}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise TwinError(f"profile {label}: expected a mapping at the top level")
+    try:
+        return Profile.model_validate(raw)
+    except ValidationError as exc:
+        raise TwinError(validation_message(exc, f"profile {label}")) from None
+
+
+EMBEDDED = {"a2": "a2.yaml", "a3": "a3.yaml", "a100": "gpu.yaml", "h100": "gpu.yaml", "h200": "gpu.yaml",
+            "h20": "gpu.yaml"}
+
+
+@lru_cache(maxsize=16)
+def embedded_profile(kind: str) -> Profile:
+    """The default profile shipped for a cluster kind."""
+    if kind not in EMBEDDED:
+        raise TwinError(f"no embedded profile for cluster kind {kind!r}; pass one with --profile")
+    text = resources.files("twin").joinpath("profiles", EMBEDDED[kind]).read_text()
+    return _parse(text, EMBEDDED[kind])
+
+
+def load_profile(path: Path | str) -> Profile:
+    path = Path(path)
+    if not path.is_file():
+        raise TwinError(f"profile {path}: no such file")
+    return _parse(path.read_text(), str(path))
+
+
+def resolve_profile(ref: str | None, kind: str, base_dir: Path | None = None) -> Profile:
+    """A profile path (relative to `base_dir` if given), else the kind's embedded one."""
+    if ref is None:
+        return embedded_profile(kind)
+    path = Path(ref)
+    if not path.is_absolute() and base_dir is not None and (base_dir / path).exists():
+        path = base_dir / path
+    return load_profile(path)
+
+
+def save_profile(profile: Profile, path: Path | str) -> None:
+    """Write a new profile; an existing file is never overwritten."""
+    refuse_overwrite(path, "a calibration profile")
+    write_atomic(path, profile.dump_yaml())
