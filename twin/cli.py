@@ -135,6 +135,40 @@ def layouts_cmd(model: ModelOpt, cards: CardsOpt, cluster: ClusterOpt = "a3",
     console.print("rollout (sample):  " + "; ".join(r.short() for r in rollout[::step][:sample]))
 
 
+def load_case(path: str):  # noqa: ANN201 - returns (Scenario, base dir)
+    """A scenario YAML, or a plan.json whose scenario carries the chosen layout."""
+    from pathlib import Path
+
+    from twin.plan import load_plan
+    from twin.scenario import load_scenario
+
+    p = Path(path)
+    if p.suffix == ".json":
+        return load_plan(p).scenario, p.parent
+    return load_scenario(p), p.parent
+
+
+@app.command("simulate")
+def simulate_cmd(
+    case: Annotated[str, typer.Argument(help="A scenario YAML (with a layout) or a plan.json")],
+    as_json: JsonOpt = False,
+    profile: Annotated[str | None, typer.Option(help="Calibration profile YAML (default: the scenario's, "
+                                                    "else the cluster kind's embedded one)")] = None,
+) -> None:
+    """Predict step time, stage times, per-device memory and reshard traffic of one scenario."""
+    from twin.evaluate import Evaluation
+    from twin.profile import load_profile
+    from twin.report import print_result
+
+    scenario, base = load_case(case)
+    ev = Evaluation(scenario, load_profile(profile) if profile else None, base_dir=base)
+    result = ev.analytical()
+    if as_json:
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+        return
+    print_result(console, result, scenario.measured)
+
+
 def main() -> None:
     """Console entry point."""
     run_app(app, "twin")

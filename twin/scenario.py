@@ -83,7 +83,9 @@ class Measured(BaseModel):
     step_s: float | None = None
     stages_s: dict[str, float] = {}
     tps_per_card: float | None = None
-    rollout_tps_per_card: float | None = None
+    tps_per_device: float | None = None  # as logged per die on A3 (verl's perf/throughput)
+    rollout_tps_per_card: float | None = None  # prompt + response tokens / rollout seconds / cards
+    reshard_extra_gib_per_device: dict[str, float] = {}  # reshard method -> extra memory, GiB
     source: str | None = None
 
 

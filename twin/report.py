@@ -1,0 +1,60 @@
+"""Human-readable views of a prediction: stage times, memory per phase, reshard figures."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from twin.results import SimulationResult
+from twin.scenario import Measured
+
+
+def _err(pred: float, meas: float | None) -> str:
+    if meas is None or meas == 0:
+        return ""
+    return f"{(pred - meas) / meas * 100:+.1f} %"
+
+
+def print_result(console: Console, r: SimulationResult, measured: Measured | None = None) -> None:
+    """Stage table (with measured values and errors where the scenario has them), memory and reshard."""
+    console.print(f"[bold]{r.scenario}[/]: {r.cards} cards = {r.devices} devices, {r.model_kind} model, "
+                  f"profile {r.profile}")
+    stages = Table(title="Step time")
+    for col in ("stage", "predicted s", "measured s", "error"):
+        stages.add_column(col, justify="left" if col == "stage" else "right")
+    meas = measured.stages_s if measured else {}
+    for name, sec in r.stages_s.items():
+        m = meas.get(name)
+        stages.add_row(name, f"{sec:.2f}", "" if m is None else f"{m:.2f}", _err(sec, m))
+    mstep = measured.step_s if measured else None
+    stages.add_row("[bold]step[/]", f"{r.step_s:.2f}", "" if mstep is None else f"{mstep:.2f}", _err(r.step_s, mstep))
+    mtps = measured.tps_per_card if measured else None
+    stages.add_row("[bold]TPS / card[/]", f"{r.tps_per_card:.1f}", "" if mtps is None else f"{mtps:.1f}",
+                   _err(r.tps_per_card, mtps))
+    console.print(stages)
+    mem = Table(title=f"Memory of the worst device, GB (HBM {r.hbm_gb:g} GB)")
+    cols = ("weights", "grads", "optimizer", "activations", "kv_cache", "reshard_buffer", "overhead")
+    mem.add_column("phase")
+    for c in (*cols, "total"):
+        mem.add_column(c, justify="right")
+    for phase, b in r.memory_gb.items():
+        style = "bold red" if b.total > r.hbm_gb else ("bold" if phase == r.peak_phase else "")
+        mem.add_row(phase, *(f"{getattr(b, c):.2f}" for c in cols), f"[{style}]{b.total:.2f}[/]" if style else
+                    f"{b.total:.2f}")
+    console.print(mem)
+    fit = "[green]fits[/]" if r.fits else "[red]does NOT fit[/]"
+    host = "[green]fits[/]" if r.host_fits else "[red]does NOT fit[/]"
+    console.print(f"peak {r.memory_peak_gb_max:.2f} GB in {r.peak_phase}: {fit}; host memory "
+                  f"{r.host_memory_gb_per_node:.0f} of {r.host_memory_capacity_gb_per_node:.0f} GB per node: {host}; "
+                  f"KV cache {r.kv_cache_tokens_per_device:,} tokens per device "
+                  f"({r.kv_cache_bytes_per_token_per_device:,} B per token)")
+    rs = Table(title="Weight reshard, training -> rollout")
+    for col in ("method", "bytes total", "max per device", "extra memory GiB/device"):
+        rs.add_column(col, justify="left" if col == "method" else "right")
+    rows = {r.reshard.method + " (chosen)": r.reshard, **r.reshard.alternatives}
+    for name, f in rows.items():
+        rs.add_row(name, f"{f.bytes_total:,}", f"{f.bytes_per_device_max:,}",
+                   f"{f.extra_memory_gb_per_device_max * 1e9 / 2**30:.4f}")
+    console.print(rs)
+    for note in r.notes:
+        console.print(f"note: {note}")
