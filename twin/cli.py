@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from twin.clirun import make_console, run_app
+
+if TYPE_CHECKING:
+    from twin.scenario import Scenario
 
 app = typer.Typer(
     add_completion=False,
@@ -135,10 +139,8 @@ def layouts_cmd(model: ModelOpt, cards: CardsOpt, cluster: ClusterOpt = "a3",
     console.print("rollout (sample):  " + "; ".join(r.short() for r in rollout[::step][:sample]))
 
 
-def load_case(path: str):  # noqa: ANN201 - returns (Scenario, base dir)
+def load_case(path: str) -> tuple[Scenario, Path]:
     """A scenario YAML, or a plan.json whose scenario carries the chosen layout."""
-    from pathlib import Path
-
     from twin.plan import load_plan
     from twin.scenario import load_scenario
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from twin import __version__
 from twin.catalog.inventory import Inventory
 from twin.catalog.registry import load_model
-from twin.cost_models.memory import GB, MemoryModel, MemoryReport
+from twin.cost_models.memory import GB, MemoryReport, RolloutMemory, TrainMemory, phase_memory
 from twin.cost_models.placement import Placement
 from twin.cost_models.reshard import RESHARD_METHODS, ReshardMethod, ReshardStats, reshard_stats
 from twin.cost_models.rollout import RolloutCost
@@ -71,23 +71,26 @@ class Evaluation:
         return cache[method]
 
     @cached_property
-    def memory(self) -> MemoryModel:
-        host = self.sc.cluster.host_memory_gb_per_node or self.kind.host_memory_gb_per_node.value
-        return MemoryModel(self.placement, self.sc, self.profile, self.kind.device_spec.hbm_gb.value, host,
-                           self.kind.devices_per_node, self.reshard().extra_bytes_max,
-                           self.kind.vllm_sleep_frees_memory)
+    def train_memory(self) -> TrainMemory:
+        return TrainMemory(self.inv, self.layout.train, self.devices, self.sc, self.profile)
+
+    @cached_property
+    def rollout_memory(self) -> RolloutMemory:
+        return RolloutMemory(self.inv, self.layout.rollout, self.profile, self.kind.device_spec.hbm_gb.value)
 
     @cached_property
     def memory_report(self) -> MemoryReport:
-        return self.memory.report()
+        host = self.sc.cluster.host_memory_gb_per_node or self.kind.host_memory_gb_per_node.value
+        return phase_memory(self.train_memory, self.rollout_memory, self.reshard().extra_bytes_max,
+                            self.kind.vllm_sleep_frees_memory, self.kind.devices_per_node, host)
 
     @cached_property
     def train_cost(self) -> TrainCost:
-        return TrainCost(self.placement, self.sc, self.cluster, self.profile, self.memory)
+        return TrainCost(self.inv, self.sc, self.cluster, self.profile, self.train_memory)
 
     @cached_property
     def rollout_cost(self) -> RolloutCost:
-        return RolloutCost(self.placement, self.sc, self.cluster, self.profile, self.memory)
+        return RolloutCost(self.inv, self.sc, self.cluster, self.profile, self.rollout_memory)
 
     def dispatch_s(self, bytes_per_token: int) -> float:
         """Task-dispatch skew before a worker-group call (Ray one worker at a time, or device-to-device)."""
@@ -104,7 +107,7 @@ class Evaluation:
         """Closed-form rollout: waves of continuous batching on one DP replica, the tail, and prefill."""
         rc, wl = self.rollout_cost, self.sc.workload
         per_replica = rc.sequences_per_replica
-        conc = rc.concurrency(per_replica)
+        conc = rc.concurrency(per_replica, self.memory_report.kv_tokens)
         mean = wl.response_len.mean
         tail = response_tail(self.sc, per_replica)
         steps = -(-per_replica // conc) * mean + max(0.0, tail - mean)
@@ -125,7 +128,7 @@ class Evaluation:
             "advantage": wl.responses * pf["advantage_us_per_response"] * 1e-6,
             "update": tc.update_time() + self.dispatch_s(UPDATE_INPUT_BYTES_PER_TOKEN),
             "reshard": reshard_time(self.reshard(), self.cluster, pf),
-            "offload": offload_time(self.memory, self.sc, self.cluster, pf),
+            "offload": offload_time(self.train_memory, self.rollout_memory, self.sc, self.cluster, pf),
         }
 
     def reshard_result(self, alternatives: bool = True) -> ReshardResult:

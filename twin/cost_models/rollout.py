@@ -13,10 +13,11 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
+from twin.catalog.inventory import Inventory
 from twin.cost_models.comm import collective_time
 from twin.cost_models.compute import attention_flops_per_ctx
-from twin.cost_models.memory import BF16, MemoryModel
-from twin.cost_models.placement import VLLM_VOCAB_MULTIPLE, Placement
+from twin.cost_models.memory import BF16, RolloutMemory
+from twin.cost_models.static import tensor_table
 from twin.layout.ranks import rollout_groups
 from twin.profile import Profile
 from twin.scenario import Scenario
@@ -44,33 +45,23 @@ class DecodeStep:
 class RolloutCost:
     """Decode and prefill costs of one scenario's rollout layout."""
 
-    def __init__(self, pl: Placement, scenario: Scenario, cluster: Cluster, profile: Profile,
-                 memory: MemoryModel) -> None:
-        self.pl, self.sc, self.cluster, self.pf, self.mem = pl, scenario, cluster, profile, memory
-        self.cfg = pl.inv.config
-        self.ro = pl.rollout
+    def __init__(self, inv: Inventory, scenario: Scenario, cluster: Cluster, profile: Profile,
+                 memory: RolloutMemory) -> None:
+        self.inv, self.sc, self.cluster, self.pf, self.mem = inv, scenario, cluster, profile, memory
+        self.cfg = inv.config
+        self.ro = memory.lay
         spec = cluster.kind.device_spec
         self.peak = spec.peak_bf16_tflops.value * 1e12
         self.hbm = spec.hbm_bandwidth_gbs.value * 1e9
 
     @cached_property
     def _weights(self) -> tuple[int, int, float, float]:
-        """(non-expert bytes, expert bytes per local expert slot) per device, and matmul FLOPs per token
-        (non-expert and expert, per device share)."""
-        ro, cfg = self.ro, self.cfg
-        dense_bytes = expert_bytes = 0
-        dense_flops = expert_flops = 0.0
-        for t in self.pl.tensors:
-            if t.shard.ep_dim is not None:
-                expert_bytes += t.shard_bytes(ep=ro.ep) if ro.ep > 1 else t.shard_bytes(tp=ro.tp)
-                if cfg.moe is not None:
-                    expert_flops += 2 * t.numel / cfg.moe.num_experts * cfg.moe.experts_per_token
-            else:
-                b = t.shard_bytes(tp=ro.tp, vocab_multiple=VLLM_VOCAB_MULTIPLE)
-                dense_bytes += b if t.group != "embedding" else 0  # only the looked-up rows are read
-                if t.group != "embedding" and len(t.shape) >= 2:
-                    dense_flops += 2 * t.numel / ro.tp
-        return dense_bytes, expert_bytes, dense_flops, expert_flops
+        """(non-expert, routed-expert) bytes a decode step may read on one device, and the matmul FLOPs
+        per token (non-expert share of one TP rank; routed experts of the whole model)."""
+        table = tensor_table(self.inv)
+        dense_b, expert_b = table.rollout_read_bytes(self.ro)
+        dense_f, expert_f = table.forward_flops()
+        return dense_b, expert_b, float(dense_f.sum()) / self.ro.tp, float(expert_f.sum())
 
     @cached_property
     def _tp_group(self) -> list[int]:
@@ -136,11 +127,11 @@ class RolloutCost:
         per_chunk = (pf["vllm_schedule_ms"] + pf["decode_host_ms_graph" if ro.graph_mode else "decode_host_ms_eager"])
         return flops / (self.peak * pf["prefill_compute_efficiency"]) + chunks * per_chunk * 1e-3
 
-    def concurrency(self, per_replica: float) -> float:
+    def concurrency(self, per_replica: float, kv_tokens: int) -> float:
         """Sequences a DP replica runs at once: max_num_seqs, bounded by its KV cache and by its work."""
         wl = self.sc.workload
         seq_tokens = wl.prompt_len.mean + wl.response_len.mean
-        by_kv = self.mem.kv_tokens / seq_tokens
+        by_kv = kv_tokens / seq_tokens
         return max(1.0, min(self.ro.max_num_seqs, per_replica, by_kv))
 
     @property

@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from twin.catalog.inventory import Inventory
 from twin.cost_models.comm import collective_time, host_copy_time, p2p_time
 from twin.cost_models.compute import attention_flops_per_ctx
-from twin.cost_models.memory import ADAM_BYTES, BF16, FP32, MemoryModel
-from twin.cost_models.placement import Placement
+from twin.cost_models.memory import ADAM_BYTES, BF16, FP32, TrainMemory
+from twin.cost_models.static import tensor_table
 from twin.layout.ranks import train_groups
 from twin.profile import Profile
 from twin.scenario import Scenario
@@ -45,34 +46,25 @@ class PassTime:
 class TrainCost:
     """Costs of the actor/ref passes for one scenario on one cluster."""
 
-    def __init__(self, pl: Placement, scenario: Scenario, cluster: Cluster, profile: Profile,
-                 memory: MemoryModel) -> None:
-        self.pl, self.sc, self.cluster, self.pf, self.mem = pl, scenario, cluster, profile, memory
-        self.cfg = pl.inv.config
-        self.lay = pl.train
+    def __init__(self, inv: Inventory, scenario: Scenario, cluster: Cluster, profile: Profile,
+                 memory: TrainMemory) -> None:
+        self.inv, self.sc, self.cluster, self.pf, self.mem = inv, scenario, cluster, profile, memory
+        self.cfg = inv.config
+        self.lay = memory.lay
+        self.devices = memory.devices
         self.peak = cluster.kind.device_spec.peak_bf16_tflops.value * 1e12
 
     @cached_property
     def stage_flops(self) -> list[StageFlops]:
         cfg = self.cfg
-        n = len(self.mem.stages)
-        dense = [0.0] * n
-        expert = [0.0] * n
-        for t in self.pl.tensors:
-            if t.group == "embedding" or len(t.shape) < 2:
-                continue
-            s = self.pl.stage(t)
-            if t.group == "experts" and cfg.moe is not None:
-                expert[s] += 2 * t.numel / cfg.moe.num_experts * cfg.moe.experts_per_token
-            else:
-                dense[s] += 2 * t.numel
+        dense, expert = tensor_table(self.inv).stage_flops(self.lay)
         per_layer_attn = attention_flops_per_ctx(cfg) / cfg.num_layers
         out = []
         first = 0
-        for s, st in enumerate(self.mem.stages):
-            moe_layers = sum(1 for i in range(first, first + st.layers) if cfg.is_moe_layer(i))
-            first += st.layers
-            out.append(StageFlops(dense[s], expert[s], per_layer_attn * st.layers, moe_layers, st.layers))
+        for s, layers in enumerate(int(n) for n in self.mem.stages.layers):
+            moe_layers = sum(1 for i in range(first, first + layers) if cfg.is_moe_layer(i))
+            first += layers
+            out.append(StageFlops(float(dense[s]), float(expert[s]), per_layer_attn * layers, moe_layers, layers))
         return out
 
     @property
@@ -83,7 +75,7 @@ class TrainCost:
     @cached_property
     def _groups(self) -> dict[str, list[int]]:
         """One representative rank group per dimension (stage 0)."""
-        devices = self.pl.devices
+        devices = self.devices
         out = {}
         for dim in ("tp", "cp", "dp", "ep", "pp"):
             groups = train_groups(self.lay, devices, dim)
@@ -120,7 +112,7 @@ class TrainCost:
 
     @cached_property
     def _ep_group(self) -> list[int]:
-        groups = train_groups(self.lay, self.pl.devices, "ep")
+        groups = train_groups(self.lay, self.devices, "ep")
         return groups[0] if groups else [0]
 
     def microbatch(self, stage: int, sequences: int, backward: bool) -> PassTime:
@@ -144,19 +136,18 @@ class TrainCost:
         comm *= 1 - pf["train_comm_overlap"]
         if lay.engine == "megatron" and lay.pp > 1:
             act = tokens / lay.cp / (lay.tp if lay.sequence_parallel else 1) * self.cfg.hidden_size * BF16
-            a, b = 0, self.pl.stage_size
+            a, b = 0, self.devices // lay.pp
             comm += (2 if backward else 1) * p2p_time(self.cluster, pf, a, b, act)
         return PassTime(compute_s=fwd * factor, comm_s=comm)
 
     def sequences_per_dp_rank(self) -> float:
-        dp = self.lay.dp(self.pl.devices) if self.lay.engine == "megatron" else self.pl.devices
-        return self.sc.workload.responses / dp
+        return self.sc.workload.responses / self.mem.dp
 
     def pipeline_time(self, micro: int, backward: bool) -> tuple[float, int]:
         """(seconds, micro-batches) of one pass over the whole step's sequences with the 1F1B schedule."""
         lay = self.lay
         m = max(1, round(self.sequences_per_dp_rank() / micro))
-        slowest = max(self.microbatch(s, micro, backward).total for s in range(len(self.mem.stages)))
+        slowest = max(self.microbatch(s, micro, backward).total for s in range(self.mem.n_stages))
         if lay.engine == "fsdp" or lay.pp == 1:
             return m * slowest, m
         vpp = lay.vpp or 1
@@ -167,26 +158,24 @@ class TrainCost:
 
     def optimizer_time(self) -> float:
         """Gradient sync (reduce-scatter + all-gather) and the Adam step, per optimizer step, summed."""
-        lay, pf = self.lay, self.pf
+        lay, pf, mem = self.lay, self.pf, self.mem
+        hbm = self.cluster.kind.device_spec.hbm_bandwidth_gbs.value * 1e9 * pf["hbm_efficiency"]
         worst = 0.0
-        for st in self.mem.stages:
-            numel = st.dense_numel + st.expert_numel
+        for s in range(mem.n_stages):
+            dense, expert = float(mem.stages.dense_numel[s]), float(mem.stages.expert_numel[s])
             if lay.engine == "fsdp":
-                sync = collective_time(self.cluster, pf, list(range(self.pl.devices)), "reduce_scatter",
-                                       numel * self.pl.devices * FP32)
-                step_bytes = numel * (ADAM_BYTES + FP32 + FP32)
+                sync = collective_time(self.cluster, pf, list(range(self.devices)), "reduce_scatter",
+                                       (dense + expert) * self.devices * FP32)
+                state_numel = dense + expert
             else:
                 dp_group = self._groups["dp"]
-                sync = (collective_time(self.cluster, pf, dp_group, "reduce_scatter", st.dense_numel * FP32)
-                        + collective_time(self.cluster, pf, dp_group, "all_gather", st.dense_numel * BF16))
-                dp = len(dp_group) * lay.cp
-                edp = max(1, self.pl.devices // lay.pp // (lay.expert_partition * lay.expert_tp))
-                step_bytes = (st.dense_numel / dp + st.expert_numel / edp) * (2 * ADAM_BYTES + FP32 + BF16)
-            hbm = self.cluster.kind.device_spec.hbm_bandwidth_gbs.value * 1e9 * pf["hbm_efficiency"]
-            step = step_bytes / hbm
+                sync = (collective_time(self.cluster, pf, dp_group, "reduce_scatter", dense * FP32)
+                        + collective_time(self.cluster, pf, dp_group, "all_gather", dense * BF16))
+                state_numel = dense / (mem.dp * lay.cp) + expert / mem.edp
+            # Adam reads and writes the fp32 state, reads the fp32 gradient and writes the bf16 weight
+            step = state_numel * (2 * ADAM_BYTES + FP32 + BF16) / hbm
             if lay.offload.optimizer == "swap":
-                state = step_bytes * ADAM_BYTES / (2 * ADAM_BYTES + FP32 + BF16)
-                step += 2 * host_copy_time(self.cluster, pf, state) * (1 - pf["swap_overlap"])
+                step += 2 * host_copy_time(self.cluster, pf, state_numel * ADAM_BYTES) * (1 - pf["swap_overlap"])
             worst = max(worst, sync + step)
         return worst * self.sc.workload.optimizer_steps
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from twin.cost_models.comm import host_copy_time
-from twin.cost_models.memory import GB, MemoryModel
+from twin.cost_models.memory import GB, RolloutMemory, TrainMemory
 from twin.cost_models.reshard import ReshardStats
 from twin.profile import Profile
 from twin.scenario import Scenario
@@ -24,23 +24,23 @@ def reshard_time(stats: ReshardStats, cluster: Cluster, profile: Profile) -> flo
     return seconds + rounds * profile["reshard_round_latency_us"] * 1e-6
 
 
-def offload_time(memory: MemoryModel, scenario: Scenario, cluster: Cluster, profile: Profile) -> float:
+def offload_time(tm: TrainMemory, rm: RolloutMemory, scenario: Scenario, cluster: Cluster,
+                 profile: Profile) -> float:
     """Host<->device traffic and cache releases around the phases ('offload and other' in the recipes)."""
-    lay = memory.pl.train
-    off = lay.offload
-    worst = max(memory.stages, key=lambda s: s.weight_bytes)
-    grads, opt = memory.grad_and_optimizer_bytes(worst)
+    off = tm.lay.offload
+    stage = max(range(tm.n_stages), key=tm.weight_bytes)
+    weights = tm.weight_bytes(stage)
     moved = 0.0
     if off.param:
-        moved += 2 * worst.weight_bytes  # actor out after update, in before the reshard
+        moved += 2 * weights  # actor out after the update, in before the reshard
         if scenario.workload.use_kl_loss:
-            moved += 2 * worst.weight_bytes  # ref in and out around its pass
+            moved += 2 * weights  # ref in and out around its pass
     if off.grad:
-        moved += 2 * grads
+        moved += 2 * tm.grads_bytes(stage)
     if off.optimizer == "offload":
-        moved += 2 * opt
+        moved += 2 * tm.optimizer_bytes(stage)
     if scenario.has("no_sleep_mode"):
-        moved += 2 * memory.rollout_weight_bytes  # rollout weights out after generation, back for the reshard
-    released = memory.kv_cache_bytes + memory.rollout_weight_bytes
+        moved += 2 * rm.weight_bytes  # rollout weights out after generation, back for the reshard
+    released = rm.kv_cache_bytes(rm.lay.gpu_memory_utilization) + rm.weight_bytes
     return (host_copy_time(cluster, profile, moved) + released / GB * profile["empty_cache_s_per_gb"]
             + profile["transition_fixed_s"])

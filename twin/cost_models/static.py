@@ -1,0 +1,162 @@
+"""Vectorised shard sizes of a whole inventory: the planner asks them for thousands of layouts.
+
+`TensorTable` holds one numpy row per tensor of the inventory (MTP layers and a tied head excluded, as in
+`Placement`) and computes, for a layout, the bytes every pipeline stage or rollout rank holds with the
+same rules as `TensorSpec.shard_bytes` (tests compare the two tensor by tensor).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from twin.catalog.inventory import Inventory
+from twin.cost_models.placement import MEGATRON_VOCAB_MULTIPLE, VLLM_VOCAB_MULTIPLE
+from twin.layout.models import RolloutLayout, TrainLayout
+
+
+@dataclass(frozen=True)
+class StageBytes:
+    """Per pipeline stage: bf16 weight bytes, non-expert and expert parameter counts of one device."""
+
+    weight_bytes: np.ndarray
+    dense_numel: np.ndarray
+    expert_numel: np.ndarray
+    has_head: np.ndarray  # bool per stage
+    layers: np.ndarray
+
+
+class TensorTable:
+    """Columns: numel, dtype bytes, tp size of the split dim, units, chunks, style, expert count, layer."""
+
+    def __init__(self, inv: Inventory) -> None:
+        ts = [t for t in inv.tensors if not t.mtp and not (inv.tied_head and t.group == "head")]
+        self.inv = inv
+        self.numel = np.array([t.numel for t in ts], dtype=np.int64)
+        self.dtype_bytes = np.array([t.dtype_bytes for t in ts], dtype=np.int64)
+        self.split = np.array([t.shard.tp_dim is not None for t in ts])
+        self.dim = np.array([t.shape[t.shard.tp_dim] if t.shard.tp_dim is not None else 1 for t in ts],
+                            dtype=np.int64)
+        self.units = np.array([t.shard.tp_units for t in ts], dtype=np.int64)
+        self.chunks = np.array([t.shard.tp_chunks for t in ts], dtype=np.int64)
+        self.vocab = np.array([t.shard.tp_style == "vocab" for t in ts])
+        self.expert = np.array([t.shard.ep_dim is not None for t in ts])
+        self.experts = np.array([t.num_experts for t in ts], dtype=np.int64)
+        self.layer = np.array([t.layer if t.layer is not None else -1 for t in ts], dtype=np.int64)
+        self.embedding = np.array([t.group == "embedding" for t in ts])
+        self.head = np.array([t.group == "head" for t in ts])
+        self.matrix = np.array([len(t.shape) >= 2 for t in ts])
+        self.rows = np.array([t.shape[0] for t in ts], dtype=np.int64)  # FSDP2 shards dimension 0
+        in_layer = self.layer >= 0
+        per_layer = np.bincount(self.layer[in_layer], weights=(self.numel * self.dtype_bytes)[in_layer])
+        self.largest_layer_bytes = int(per_layer.max()) if per_layer.size else 0
+
+    def _split_numel(self, tp: int, vocab_multiple: int, mask: np.ndarray) -> np.ndarray:
+        """Elements per rank of the tensors in `mask` under `tp`-way TP (padding included for vocab)."""
+        numel = self.numel.astype(np.float64)
+        out = numel.copy()
+        split = self.split & mask
+        per_row = numel / self.dim
+        chunk = self.dim // self.chunks
+        unit = chunk // self.units
+        if tp > 1:
+            regular = split & ~self.vocab
+            per_rank_units = np.where(self.units % tp == 0, self.units // tp, 1)
+            out = np.where(regular, per_row * unit * per_rank_units * self.chunks, out)
+        if tp > 1 or vocab_multiple > 1:
+            vocab = split & self.vocab
+            padded = -(-chunk // vocab_multiple) * vocab_multiple
+            out = np.where(vocab, per_row * (padded // tp) * self.chunks, out)
+        return out
+
+    def train_stage_bytes(self, lay: TrainLayout, devices: int) -> StageBytes:
+        """Weight bytes and parameter counts per pipeline stage of one training device."""
+        num_layers = self.inv.config.num_layers
+        if lay.engine == "fsdp":
+            rows = np.ceil(self.rows / devices)
+            numel = rows * (self.numel / self.rows)
+            stage = np.zeros(len(self.numel), dtype=np.int64)
+            n_stages = 1
+            layers = np.array([num_layers])
+        else:
+            numel = self._split_numel(lay.tp, MEGATRON_VOCAB_MULTIPLE * lay.tp, ~self.expert)
+            experts = self._split_numel(lay.expert_tp, 1, self.expert) / lay.expert_partition
+            numel = np.where(self.expert, experts, numel)
+            stage = self.stage_of(lay)
+            n_stages = lay.pp
+            layers = np.array(lay.stage_layers(num_layers))
+        nbytes = numel * self.dtype_bytes
+        weight = np.bincount(stage, weights=nbytes, minlength=n_stages)
+        dense = np.bincount(stage, weights=np.where(self.expert, 0, numel), minlength=n_stages)
+        expert = np.bincount(stage, weights=np.where(self.expert, numel, 0), minlength=n_stages)
+        has_head = np.bincount(stage, weights=self.head, minlength=n_stages) > 0
+        if self.inv.tied_head and lay.engine == "megatron" and lay.pp > 1:
+            emb = self.embedding
+            copy_numel = float(numel[emb].sum())
+            weight[-1] += copy_numel * float(self.dtype_bytes[emb][0])
+            dense[-1] += copy_numel
+            has_head[-1] = True
+        elif self.inv.tied_head:
+            has_head[:] = has_head | (np.arange(n_stages) == n_stages - 1)
+        return StageBytes(weight.astype(np.int64), dense, expert, has_head, layers)
+
+    def stage_of(self, lay: TrainLayout) -> np.ndarray:
+        """Pipeline stage of every tensor (embedding first, final norm and head last)."""
+        if lay.engine == "fsdp":
+            return np.zeros(len(self.numel), dtype=np.int64)
+        num_layers = self.inv.config.num_layers
+        layer_stage = _layer_stages(lay, num_layers)
+        return np.where(self.layer >= 0, layer_stage[np.clip(self.layer, 0, num_layers - 1)],
+                        np.where(self.embedding, 0, lay.pp - 1))
+
+    def forward_flops(self) -> tuple[np.ndarray, np.ndarray]:
+        """(non-expert, routed-expert) forward FLOPs per token of every tensor (2 per weight used)."""
+        moe = self.inv.config.moe
+        used = self.matrix & ~self.embedding
+        dense = np.where(used & ~self.expert, 2.0 * self.numel, 0.0)
+        k = moe.experts_per_token if moe else 0
+        expert = np.where(used & self.expert, 2.0 * self.numel / self.experts * k, 0.0)
+        return dense, expert
+
+    def stage_flops(self, lay: TrainLayout) -> tuple[np.ndarray, np.ndarray]:
+        """(non-expert, routed-expert) forward FLOPs per token of each pipeline stage's share."""
+        stage = self.stage_of(lay)
+        n = lay.pp if lay.engine == "megatron" else 1
+        dense, expert = self.forward_flops()
+        return np.bincount(stage, weights=dense, minlength=n), np.bincount(stage, weights=expert, minlength=n)
+
+    def _rollout_shard_bytes(self, lay: RolloutLayout) -> np.ndarray:
+        dense = self._split_numel(lay.tp, VLLM_VOCAB_MULTIPLE, ~self.expert)
+        experts = self.numel / lay.ep if lay.ep > 1 else self._split_numel(lay.tp, 1, self.expert)
+        return np.where(self.expert, experts, dense) * self.dtype_bytes
+
+    def rollout_bytes(self, lay: RolloutLayout) -> tuple[int, int]:
+        """(non-expert, routed-expert) weight bytes of one rollout rank."""
+        nbytes = self._rollout_shard_bytes(lay)
+        return int(nbytes[~self.expert].sum()), int(nbytes[self.expert].sum())
+
+    def rollout_read_bytes(self, lay: RolloutLayout) -> tuple[int, int]:
+        """(non-expert, routed-expert) bytes a decode step reads: the embedding is looked up, not read."""
+        nbytes = self._rollout_shard_bytes(lay)
+        return int(nbytes[~self.expert & ~self.embedding].sum()), int(nbytes[self.expert].sum())
+
+
+def _layer_stages(lay: TrainLayout, num_layers: int) -> np.ndarray:
+    out = np.empty(num_layers, dtype=np.int64)
+    first = 0
+    for s, count in enumerate(lay.stage_layers(num_layers)):
+        out[first:first + count] = s
+        first += count
+    return out
+
+
+_TABLES: dict[int, tuple[Inventory, TensorTable]] = {}
+
+
+def tensor_table(inv: Inventory) -> TensorTable:
+    """The table of `inv`, built once per inventory object."""
+    hit = _TABLES.get(id(inv))
+    if hit is None or hit[0] is not inv:
+        hit = _TABLES[id(inv)] = (inv, TensorTable(inv))
+    return hit[1]
