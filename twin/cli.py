@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from twin.clirun import make_console, run_app
+from twin.errors import TwinError
 
 if TYPE_CHECKING:
     from twin.scenario import Scenario
@@ -169,6 +170,92 @@ def simulate_cmd(
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
         return
     print_result(console, result, scenario.measured)
+
+
+@app.command("plan")
+def plan_cmd(
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Catalog name or config.json path")] = None,
+    cards: Annotated[int | None, typer.Option("--cards", "-c", help="Cards: 910B on A2, 910C on A3")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Cluster kind (default a3)")] = None,
+    scenario: Annotated[str | None, typer.Option(help="Scenario YAML: workload, optimizations, profile "
+                                                      "(its layout is ignored; --model/--cards override)")] = None,
+    top: Annotated[int, typer.Option("--top", "-k", min=1, help="Layouts to rank and show")] = 5,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the plan")] = Path("plan.json"),
+    profile: Annotated[str | None, typer.Option(help="Calibration profile YAML")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search every valid layout pair, rank those that fit by predicted step time, write plan.json."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from twin.plan import save_plan
+    from twin.planner import Planner, default_scenario, search
+    from twin.profile import load_profile
+
+    base = None
+    if scenario is not None:
+        sc, base = load_case(scenario)
+        updates = {"layout": None}
+        if model or cards or cluster:
+            updates["model"] = model or sc.model
+            updates["cluster"] = sc.cluster.model_copy(update={k: v for k, v in (("kind", cluster), ("cards", cards))
+                                                               if v is not None})
+        sc = sc.model_copy(update=updates)
+    else:
+        if model is None or cards is None:
+            raise TwinError("give --model and --cards, or --scenario")
+        sc = default_scenario(model, cluster or "a3", cards)
+        wl = sc.workload
+        err = make_console(stderr=True)
+        err.print(f"workload (recipes' defaults, C1): {wl.algorithm.upper()}, {wl.global_batch} prompts x n={wl.n}, "
+                  f"prompt mean {wl.prompt_len.mean:g} (max {wl.prompt_len.max}), response mean "
+                  f"{wl.response_len.mean:g} (max {wl.response_len.max}); all recipe optimizations on; "
+                  f"pass --scenario to change them")
+    planner = Planner(sc, load_profile(profile) if profile else None, base_dir=base)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=make_console(stderr=True), transient=True) as bar:
+        def progress(label: str, total: int):
+            task = bar.add_task(label, total=total)
+            return lambda: bar.advance(task)
+
+        outcome = search(planner, top, progress)
+    if outcome.plan is None:
+        raise TwinError(f"no layout of {planner.cfg.name} fits {sc.cluster.cards} {planner.kind.name} cards "
+                        f"({planner.devices} devices of {planner.hbm_gb:g} GB); closest: {outcome.best_unfit}; "
+                        f"rejected: {dict(outcome.summary.rejected)}")
+    save_plan(outcome.plan, output)
+    if as_json:
+        sys.stdout.write(outcome.plan.model_dump_json(by_alias=True, indent=2) + "\n")
+        return
+    print_plan_table(outcome, sc, planner.devices)
+    console.print(f"wrote {output}")
+
+
+def print_plan_table(outcome, sc, devices: int) -> None:
+    """The top-k layouts as a table, with the search summary."""
+    table = Table(title=f"Best layouts for {sc.model} on {sc.cluster.cards} {sc.cluster.kind} cards "
+                        f"({devices} devices)")
+    for col in ("#", "training", "rollout", "peak GB / HBM", "step s", "TPS/card", "reshard GB"):
+        table.add_column(col, justify="left" if col in ("training", "rollout") else "right")
+    for i, r in enumerate(outcome.ranked):
+        lay = outcome.plan.layout if i == 0 else outcome.plan.runner_ups[i - 1].layout
+        ro = lay.rollout
+        table.add_row(str(i + 1), lay.train.short(), f"{ro.short()} util{ro.gpu_memory_utilization:g}",
+                      f"{r.memory_peak_gb_max:.1f} / {r.hbm_gb:g} ({r.peak_phase})", f"{r.step_s:.1f}",
+                      f"{r.tps_per_card:.1f}", f"{r.reshard.bytes_total / 1e9:,.1f}")
+    console.print(table)
+    s = outcome.summary
+    rejected = ", ".join(f"{k}: {v}" for k, v in sorted(s.rejected.items(), key=lambda kv: -kv[1])) or "none"
+    console.print(f"searched {s.train_layouts} training x {s.rollout_layouts} rollout structures, "
+                  f"{s.pairs_evaluated:,} pairs with knobs, {s.pairs_fitting:,} fit; {s.simulated} evaluated in full "
+                  f"in {s.wall_s:.1f} s. Rejected: {rejected}")
+
+
+@app.command("schema")
+def schema_cmd() -> None:
+    """Print the JSON Schema of plan.json."""
+    from twin.plan import plan_json_schema
+
+    _print_json(plan_json_schema())
 
 
 def main() -> None:

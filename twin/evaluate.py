@@ -17,6 +17,12 @@ from twin.cost_models.memory import GB, MemoryReport, RolloutMemory, TrainMemory
 from twin.cost_models.placement import Placement
 from twin.cost_models.reshard import RESHARD_METHODS, ReshardMethod, ReshardStats, reshard_stats
 from twin.cost_models.rollout import RolloutCost
+from twin.cost_models.scheduling import (
+    LOG_PROB_INPUT_BYTES_PER_TOKEN,
+    UPDATE_INPUT_BYTES_PER_TOKEN,
+    dispatch_seconds,
+    driver_seconds,
+)
 from twin.cost_models.training import TrainCost
 from twin.cost_models.transition import offload_time, reshard_time
 from twin.errors import TwinError
@@ -27,10 +33,6 @@ from twin.results import ReshardFigures, ReshardResult, SimulationResult
 from twin.scenario import Scenario
 from twin.topology.clusters import cluster_kind
 from twin.topology.routing import Cluster
-from twin.workload import length_quantile
-
-LOG_PROB_INPUT_BYTES_PER_TOKEN = 24  # input_ids, attention_mask, position_ids (int64)
-UPDATE_INPUT_BYTES_PER_TOKEN = 48  # the above + old/ref log-probs, advantages (fp32), response mask (int64)
 
 
 def reshard_method(scenario: Scenario) -> ReshardMethod:
@@ -93,39 +95,18 @@ class Evaluation:
         return RolloutCost(self.inv, self.sc, self.cluster, self.profile, self.rollout_memory)
 
     def dispatch_s(self, bytes_per_token: int) -> float:
-        """Task-dispatch skew before a worker-group call (Ray one worker at a time, or device-to-device)."""
-        pf = self.profile
-        if self.sc.has("d2d_tensor_cache"):
-            return pf["dispatch_d2d_s"]
-        wl = self.sc.workload
-        lay = self.layout.train
-        dp = lay.dp(self.devices) if lay.engine == "megatron" else self.devices
-        per_worker_gb = wl.responses * (wl.prompt_len.mean + wl.response_len.mean) * bytes_per_token / dp / GB
-        return self.devices * (pf["dispatch_ray_s_per_worker"] + per_worker_gb * pf["dispatch_ray_s_per_gb"])
-
-    def rollout_analytical(self) -> float:
-        """Closed-form rollout: waves of continuous batching on one DP replica, the tail, and prefill."""
-        rc, wl = self.rollout_cost, self.sc.workload
-        per_replica = rc.sequences_per_replica
-        conc = rc.concurrency(per_replica, self.memory_report.kv_tokens)
-        mean = wl.response_len.mean
-        tail = response_tail(self.sc, per_replica)
-        steps = -(-per_replica // conc) * mean + max(0.0, tail - mean)
-        batch = per_replica * mean / steps
-        context = wl.prompt_len.mean + mean / 2
-        decode = steps * rc.decode_step(batch, context).total
-        prefill = rc.prefill_time(per_replica * wl.prompt_len.mean)
-        return decode + prefill + self.profile["rollout_fixed_s"]
+        return dispatch_seconds(self.sc, self.profile, self.layout.train, self.devices, bytes_per_token)
 
     def stage_times(self) -> dict[str, float]:
         pf, wl, tc = self.profile, self.sc.workload, self.train_cost
         log_prob = tc.log_prob_time() + self.dispatch_s(LOG_PROB_INPUT_BYTES_PER_TOKEN)
+        driver = driver_seconds(self.sc, pf)
         return {
-            "rollout": self.rollout_analytical(),
-            "reward": wl.responses * pf["reward_ms_per_response"] * 1e-3,
+            "rollout": self.rollout_cost.analytical_seconds(self.memory_report.kv_tokens),
+            "reward": driver["reward"],
             "old_log_prob": 0.0 if self.sc.has("skip_old_log_prob") else log_prob,
             "ref": log_prob if wl.use_kl_loss else 0.0,
-            "advantage": wl.responses * pf["advantage_us_per_response"] * 1e-6,
+            "advantage": driver["advantage"],
             "update": tc.update_time() + self.dispatch_s(UPDATE_INPUT_BYTES_PER_TOKEN),
             "reshard": reshard_time(self.reshard(), self.cluster, pf),
             "offload": offload_time(self.train_memory, self.rollout_memory, self.sc, self.cluster, pf),
@@ -179,11 +160,3 @@ class Evaluation:
 
     def analytical(self, alternatives: bool = True) -> SimulationResult:
         return self.result(self.stage_times(), "analytical", alternatives=alternatives)
-
-
-def response_tail(scenario: Scenario, draws: float) -> float:
-    """Expected longest response among `draws` responses (the phase ends when it ends)."""
-    dist = scenario.workload.response_len
-    if dist.dist == "fixed" or draws <= 1:
-        return dist.mean
-    return min(dist.max, length_quantile(dist, 1 - 1 / (draws + 1)))

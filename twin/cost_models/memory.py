@@ -101,11 +101,15 @@ class TrainMemory:
             mlp_bytes = local * 3 * c.intermediate_size / tp
         return BF16 * (local * (attn + norms_and_inputs) + mlp_bytes)
 
+    @cached_property
+    def moe_layers(self) -> int:
+        return sum(1 for i in range(self.cfg.num_layers) if self.cfg.is_moe_layer(i))
+
     def _layer_activations(self, tokens: float) -> tuple[float, float]:
         """(mean, largest) per-layer activation bytes over the model's layers for `tokens` tokens."""
         dense = self._layer_activation_bytes(tokens, moe=False)
         sparse = self._layer_activation_bytes(tokens, moe=True)
-        n_moe = sum(1 for i in range(self.cfg.num_layers) if self.cfg.is_moe_layer(i))
+        n_moe = self.moe_layers
         mean = (dense * (self.cfg.num_layers - n_moe) + sparse * n_moe) / self.cfg.num_layers
         return mean, max(dense, sparse if n_moe else dense)
 
@@ -264,48 +268,61 @@ def _gb(**parts: float) -> MemoryBreakdown:
     return MemoryBreakdown(**{k: v / GB for k, v in parts.items()})
 
 
-def stage_phases(tm: TrainMemory, rm: RolloutMemory, stage: int, reshard_extra: float,
-                 sleep_mode_frees: bool) -> dict[str, MemoryBreakdown]:
-    """Breakdown of one training stage's device in each phase."""
-    sc, pf, off = tm.sc, tm.pf, tm.lay.offload
-    util = rm.lay.gpu_memory_utilization
+def _add(a: MemoryBreakdown, b: MemoryBreakdown) -> MemoryBreakdown:
+    return MemoryBreakdown(**{k: getattr(a, k) + getattr(b, k) for k in MemoryBreakdown.model_fields})
+
+
+def train_parts(tm: TrainMemory, stage: int) -> dict[str, MemoryBreakdown]:
+    """What the training side puts on one device of `stage` in each phase (the rollout side excluded)."""
+    pf, off = tm.pf, tm.lay.offload
     overhead = pf["framework_overhead_gb"] * GB
     weights = tm.weight_bytes(stage)
     grads, opt = tm.grads_bytes(stage), tm.optimizer_bytes(stage)
-    kv = rm.kv_cache_bytes(util)
-    # vLLM sleep mode on Ascend does not release device memory (cann-recipes-train): without the explicit
-    # offload of no_sleep_mode the rollout weights and KV cache stay during training
-    ascend_sleep = not sc.has("no_sleep_mode") and not sleep_mode_frees
-    rollout_resident = (rm.weight_bytes + kv) if ascend_sleep else 0.0
     ref = tm.ref_resident(stage)
     idle = tm.resident_outside_training(stage)
     step_opt = pf["swap_optimizer_bucket_gb"] * GB if off.optimizer == "swap" else opt
-    fwd_bwd = _gb(weights=weights + ref + rollout_resident, grads=grads,
-                  optimizer=opt if off.optimizer == "none" else 0, activations=tm.update_activation_bytes(stage),
-                  overhead=overhead)
-    step = _gb(weights=weights + ref + rollout_resident, grads=grads, optimizer=step_opt, overhead=overhead)
-    actor_idle = 0 if off.param else weights
-    log_prob = _gb(weights=weights + actor_idle + rollout_resident, grads=idle["grads"], optimizer=idle["optimizer"],
-                   activations=tm.log_prob_activation_bytes(stage), overhead=overhead)
-    rollout = _gb(weights=rm.weight_bytes + idle["weights"], grads=idle["grads"], optimizer=idle["optimizer"],
-                  kv_cache=kv, activations=rm.activation_bytes,
-                  overhead=overhead + pf["vllm_overhead_gb"] * GB)
-    transition = _gb(weights=weights + rm.weight_bytes + ref, grads=idle["grads"], optimizer=idle["optimizer"],
-                     kv_cache=0 if sc.has("late_kv_cache_init") else kv, reshard_buffer=reshard_extra,
-                     overhead=overhead)
-    update = max((fwd_bwd, step), key=lambda b: b.total)
-    return {"update": update, "log_prob": log_prob, "rollout": rollout, "transition": transition}
+    fwd_bwd = _gb(weights=weights + ref, grads=grads, optimizer=opt if off.optimizer == "none" else 0,
+                  activations=tm.update_activation_bytes(stage), overhead=overhead)
+    step = _gb(weights=weights + ref, grads=grads, optimizer=step_opt, overhead=overhead)
+    actor_idle = 0 if off.param else weights  # the ref pass: the ref's weights plus the actor's unless offloaded
+    return {
+        "update": max((fwd_bwd, step), key=lambda b: b.total),
+        "log_prob": _gb(weights=weights + actor_idle, grads=idle["grads"], optimizer=idle["optimizer"],
+                        activations=tm.log_prob_activation_bytes(stage), overhead=overhead),
+        "rollout": _gb(weights=idle["weights"], grads=idle["grads"], optimizer=idle["optimizer"], overhead=overhead),
+        "transition": _gb(weights=weights + ref, grads=idle["grads"], optimizer=idle["optimizer"], overhead=overhead),
+    }
+
+
+def rollout_parts(sc: Scenario, rm: RolloutMemory, reshard_extra: float,
+                  sleep_mode_frees: bool) -> dict[str, MemoryBreakdown]:
+    """What the rollout side adds to every device in each phase (the same on every device)."""
+    kv = rm.kv_cache_bytes(rm.lay.gpu_memory_utilization)
+    # vLLM sleep mode on Ascend does not release device memory (cann-recipes-train): without the explicit
+    # offload of no_sleep_mode the rollout weights and KV cache stay during training
+    stays = not sc.has("no_sleep_mode") and not sleep_mode_frees
+    resident = _gb(weights=rm.weight_bytes, kv_cache=kv) if stays else MemoryBreakdown()
+    return {
+        "update": resident,
+        "log_prob": resident,
+        "rollout": _gb(weights=rm.weight_bytes, kv_cache=kv, activations=rm.activation_bytes,
+                       overhead=rm.pf["vllm_overhead_gb"] * GB),
+        "transition": _gb(weights=rm.weight_bytes, kv_cache=0 if sc.has("late_kv_cache_init") else kv,
+                          reshard_buffer=reshard_extra),
+    }
 
 
 def phase_memory(tm: TrainMemory, rm: RolloutMemory, reshard_extra: float, sleep_mode_frees: bool,
                  devices_per_node: int, host_capacity_gb: float) -> MemoryReport:
     """The worst device of every phase, host memory per node and the KV cache of the pair."""
+    pair = rollout_parts(tm.sc, rm, reshard_extra, sleep_mode_frees)
     phases: dict[str, MemoryBreakdown] = {}
     worst: dict[str, int] = {}
     for s in range(tm.n_stages):
-        for name, b in stage_phases(tm, rm, s, reshard_extra, sleep_mode_frees).items():
+        for name, b in train_parts(tm, s).items():
             if name not in phases or b.total > phases[name].total:
                 phases[name], worst[name] = b, s
+    phases = {name: _add(b, pair[name]) for name, b in phases.items()}
     util = rm.lay.gpu_memory_utilization
     rollout_on_host = rm.weight_bytes if (tm.sc.has("no_sleep_mode") or sleep_mode_frees) else 0
     per_device = max(max(tm.host_bytes(s), rollout_on_host + tm.host_bytes_in_training(s))

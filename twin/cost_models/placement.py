@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from functools import cached_property
 
+import numpy as np
+
 from twin.catalog.inventory import Block, Inventory, TensorSpec
 from twin.layout.models import RolloutLayout, TrainLayout
 from twin.layout.ranks import RolloutCoord, TrainCoord, rollout_coord, train_coord
@@ -98,6 +100,33 @@ class Placement:
         if t.shard.tp_dim is None:
             return (c.tp, c.cp, c.dp)
         return (c.cp, c.dp)
+
+    @cached_property
+    def replica_codes(self) -> dict[str, np.ndarray]:
+        """Per device, an integer code of `replica_key` for each kind of tensor (vectorised lookups)."""
+        c = self.train_coords
+        tp = np.array([x.tp for x in c])
+        cp = np.array([x.cp for x in c])
+        dp = np.array([x.dp for x in c])
+        edp = np.array([x.edp for x in c])
+        if self.train.engine == "fsdp":
+            zero = np.zeros(self.devices, dtype=np.int64)
+            return {"expert": zero, "split": zero, "replicated": zero}
+        return {"expert": edp, "split": cp + self.train.cp * dp,
+                "replicated": tp + self.train.tp * (cp + self.train.cp * dp)}
+
+    @staticmethod
+    def code_kind(t: TensorSpec) -> str:
+        if t.shard.ep_dim is not None:
+            return "expert"
+        return "replicated" if t.shard.tp_dim is None else "split"
+
+    @cached_property
+    def rollout_signature(self) -> dict[str, np.ndarray]:
+        """Per device, what decides its rollout blocks: the EP rank for experts, else the TP rank."""
+        c = self.rollout_coords
+        return {"expert": np.array([x.ep if self.rollout.ep > 1 else x.tp for x in c]),
+                "other": np.array([x.tp for x in c])}
 
     def pp_peer(self, d: int, stage: int) -> int:
         """The device at `d`'s position inside pipeline stage `stage`."""

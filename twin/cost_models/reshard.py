@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -125,7 +125,6 @@ class ReshardStats:
     extra_bytes: np.ndarray  # staging memory per device
     rounds: np.ndarray  # transfer rounds each device takes part in as a receiver
     transfers: int  # number of block transfers (before chunking)
-    pair_bytes: dict[tuple[int, int], int] = field(default_factory=dict)  # (src, dst) -> bytes
 
     @property
     def bytes_total(self) -> int:
@@ -149,51 +148,117 @@ def _class_key(pl: Placement, t: TensorSpec) -> tuple:
     return (pl.stage(t), t.shape, t.dtype_bytes, t.shard, t.group == "embedding")
 
 
-def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod,
-                  keep_pairs: bool = False) -> ReshardStats:
-    """Aggregate the exact transfer list of `method` per device, per tier and per (src, dst) pair."""
+class _Arrays:
+    """Per-device numpy views of the cluster's locality, for vectorised tier lookups."""
+
+    def __init__(self, pl: Placement, cluster: Cluster | None) -> None:
+        n = pl.devices
+        self.tier_names: list[str] = []
+        if cluster is None:
+            self.tier_of = None
+            return
+        loc = np.array([cluster.locality(d) for d in range(n)])
+        self.card, self.node, self.pod = loc[:, 0], loc[:, 1], loc[:, 2]
+        kind = cluster.kind
+        self.tier_names = [kind.chip_tier or kind.node_tier, kind.node_tier, kind.pod_tier or kind.scaleout_tier,
+                           kind.scaleout_tier]
+        self.has_chip = kind.chip_tier is not None
+        self.has_pod = kind.pod_tier is not None
+
+    def tiers(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Index into tier_names of the slowest tier between each (src, dst) pair (Cluster.pair_tier)."""
+        out = np.full(len(src), 3)
+        if self.has_pod:
+            out = np.where(self.pod[src] == self.pod[dst], 2, out)
+        out = np.where(self.node[src] == self.node[dst], 1, out)
+        if self.has_chip:
+            out = np.where(self.card[src] == self.card[dst], 0, out)
+        return out
+
+
+def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod) -> ReshardStats:
+    """Aggregate the exact transfer list of `method` per device and per tier, vectorised over devices.
+
+    The same sources, blocks and sizes as `transfers`; tests compare the two.
+    """
     n = pl.devices
-    received = [0] * n
-    rounds = [0] * n  # directed: chunks received; gathers: tensors gathered
-    sent = [0] * n
-    staged_in = [0] * n  # largest receive staging buffer
-    packed_out = [0] * n  # largest send buffer that needs packing
-    tiers: dict[str, int] = defaultdict(int)
-    pairs: dict[tuple[int, int], int] = defaultdict(int)
+    received = np.zeros(n, dtype=np.int64)
+    sent = np.zeros(n, dtype=np.int64)
+    rounds = np.zeros(n, dtype=np.int64)  # directed: chunks received; gathers: tensors gathered
+    staged_in = np.zeros(n, dtype=np.int64)  # largest receive staging buffer
+    packed_out = np.zeros(n, dtype=np.int64)  # largest send buffer that needs packing
+    arrays = _Arrays(pl, cluster)
+    tier_bytes = np.zeros(4, dtype=np.int64)
     chunk = directed_chunk_bytes(pl)
+    devices = np.arange(n)
+    stage_of_device = devices // pl.stage_size
     classes: dict[tuple, list[TensorSpec]] = defaultdict(list)
     for t in pl.tensors:
         classes[_class_key(pl, t)].append(t)
     count = 0
     for members in classes.values():
-        rep, mult = members[0], len(members)
-        packing: dict[tuple[Block, Block], bool] = {}
-        gathered: set[int] = set()
-        for tr, held in _tensor_transfers(pl, rep, method):
-            received[tr.dst] += tr.nbytes * mult
-            sent[tr.src] += tr.nbytes * mult
-            count += mult
-            if cluster is not None:
-                tiers[cluster.pair_tier(tr.src, tr.dst)] += tr.nbytes * mult
-            if keep_pairs:
-                pairs[(tr.src, tr.dst)] += tr.nbytes * mult
-            if method == "directed":
-                piece = min(tr.nbytes, chunk)
-                rounds[tr.dst] += -(-tr.nbytes // chunk) * mult
-                staged_in[tr.dst] = max(staged_in[tr.dst], piece)
-                key = (tr.block, held)
-                if key not in packing:
-                    packing[key] = needs_packing(tr.block, held)
-                if packing[key]:
-                    packed_out[tr.src] = max(packed_out[tr.src], piece)
-            else:
-                staged = rep.nbytes + (VERL_BUCKET_BYTES if method == "verl_bucketed" else 0)
-                staged_in[tr.dst] = max(staged_in[tr.dst], staged)
-                gathered.add(tr.dst)
-        for d in gathered:
-            rounds[d] += mult
+        t, mult = members[0], len(members)
+        holders = _holders(pl, t)
+        stage = pl.stage(t)
+        codes = pl.replica_codes[pl.code_kind(t)]
+        sig = pl.rollout_signature["expert" if t.shard.ep_dim is not None else "other"]
+        if method == "directed":
+            groups = [(devices[sig == v], pl.rollout_blocks(t, int(np.argmax(sig == v)))) for v in np.unique(sig)]
+        else:
+            groups = [(devices, [h.block for h in holders])]
+        got_any = np.zeros(n, dtype=bool)
+        lookups = [_HolderLookup(h, codes, n) for h in holders]
+        for dsts, needed in groups:
+            for nb in needed:
+                for h, look in zip(holders, lookups, strict=True):
+                    sub = block_intersection(nb, h.block)
+                    if sub is None:
+                        continue
+                    recv = dsts[~look.mask[dsts]]
+                    if recv.size == 0:
+                        continue
+                    src = look.sources(pl, codes, recv, stage, stage_of_device, method)
+                    piece = block_numel(sub) * t.dtype_bytes
+                    nbytes = piece * mult
+                    np.add.at(received, recv, nbytes)
+                    np.add.at(sent, src, nbytes)
+                    count += recv.size * mult
+                    if arrays.tier_names:
+                        tier_bytes += np.bincount(arrays.tiers(src, recv), minlength=4) * nbytes
+                    if method == "directed":
+                        np.add.at(rounds, recv, -(-piece // chunk) * mult)
+                        np.maximum.at(staged_in, recv, min(piece, chunk))
+                        if needs_packing(sub, h.block):
+                            np.maximum.at(packed_out, src, min(piece, chunk))
+                    else:
+                        staged = t.nbytes + (VERL_BUCKET_BYTES if method == "verl_bucketed" else 0)
+                        np.maximum.at(staged_in, recv, staged)
+                        got_any[recv] = True
+        rounds += got_any * mult
+    tiers: dict[str, int] = defaultdict(int)
+    for i, name in enumerate(arrays.tier_names):
+        if tier_bytes[i]:
+            tiers[name] += int(tier_bytes[i])
     # directed: a device sends one chunk and receives one in the same all-to-all-v round
-    return ReshardStats(method=method, received=np.array(received, dtype=np.int64),
-                        sent=np.array(sent, dtype=np.int64), bytes_per_tier=dict(tiers),
-                        extra_bytes=np.array(staged_in, dtype=np.int64) + np.array(packed_out, dtype=np.int64),
-                        rounds=np.array(rounds, dtype=np.int64), transfers=count, pair_bytes=dict(pairs))
+    return ReshardStats(method=method, received=received, sent=sent, bytes_per_tier=dict(tiers),
+                        extra_bytes=staged_in + packed_out, rounds=rounds, transfers=count)
+
+
+class _HolderLookup:
+    """Vectorised `_source` for the receivers of one holder block."""
+
+    def __init__(self, h: _Holders, codes: np.ndarray, n: int) -> None:
+        held = np.fromiter(h.devices, dtype=np.int64)
+        self.mask = np.zeros(n, dtype=bool)
+        self.mask[held] = True
+        self.lut = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
+        self.lut[codes[held]] = held
+
+    def sources(self, pl: Placement, codes: np.ndarray, recv: np.ndarray, stage: int,
+                stage_of_device: np.ndarray, method: str) -> np.ndarray:
+        peer = stage * pl.stage_size + recv % pl.stage_size
+        by_key = self.lut[codes[recv]]
+        if method != "directed":  # other stages got it by broadcast: take it from the same-stage peer
+            recv_stage = stage_of_device[recv]
+            by_key = np.where(recv_stage != stage, recv_stage * pl.stage_size + by_key % pl.stage_size, by_key)
+        return np.where(self.mask[peer], peer, by_key)

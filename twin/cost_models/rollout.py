@@ -18,10 +18,11 @@ from twin.cost_models.comm import collective_time
 from twin.cost_models.compute import attention_flops_per_ctx
 from twin.cost_models.memory import BF16, RolloutMemory
 from twin.cost_models.static import tensor_table
-from twin.layout.ranks import rollout_groups
+from twin.layout.ranks import rollout_group
 from twin.profile import Profile
 from twin.scenario import Scenario
 from twin.topology.routing import Cluster
+from twin.workload import length_quantile
 
 EOS_SYNCS_PER_STEP = 2  # cann-recipes-train: two DP end-of-sequence syncs per decode step (C2)
 
@@ -65,11 +66,11 @@ class RolloutCost:
 
     @cached_property
     def _tp_group(self) -> list[int]:
-        return rollout_groups(self.ro, "tp")[0]
+        return rollout_group(self.ro, "tp")
 
     @cached_property
     def _ep_group(self) -> list[int]:
-        return rollout_groups(self.ro, "ep")[0]
+        return rollout_group(self.ro, "ep")
 
     @property
     def dp_per_instance(self) -> int:
@@ -137,3 +138,22 @@ class RolloutCost:
     @property
     def sequences_per_replica(self) -> float:
         return self.sc.workload.responses / self.ro.dp
+
+    def analytical_seconds(self, kv_tokens: int) -> float:
+        """Closed-form rollout: waves of continuous batching on one DP replica, the tail, and prefill."""
+        wl = self.sc.workload
+        per_replica = self.sequences_per_replica
+        conc = self.concurrency(per_replica, kv_tokens)
+        mean = wl.response_len.mean
+        steps = -(-per_replica // conc) * mean + max(0.0, response_tail(self.sc, per_replica) - mean)
+        decode = steps * self.decode_step(per_replica * mean / steps, wl.prompt_len.mean + mean / 2).total
+        prefill = self.prefill_time(per_replica * wl.prompt_len.mean)
+        return decode + prefill + self.pf["rollout_fixed_s"]
+
+
+def response_tail(scenario: Scenario, draws: float) -> float:
+    """Expected longest response among `draws` responses (the phase ends when it ends)."""
+    dist = scenario.workload.response_len
+    if dist.dist == "fixed" or draws <= 1:
+        return dist.mean
+    return min(dist.max, length_quantile(dist, 1 - 1 / (draws + 1)))

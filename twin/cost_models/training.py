@@ -14,7 +14,7 @@ from twin.cost_models.comm import collective_time, host_copy_time, p2p_time
 from twin.cost_models.compute import attention_flops_per_ctx
 from twin.cost_models.memory import ADAM_BYTES, BF16, FP32, TrainMemory
 from twin.cost_models.static import tensor_table
-from twin.layout.ranks import train_groups
+from twin.layout.ranks import train_group
 from twin.profile import Profile
 from twin.scenario import Scenario
 from twin.topology.routing import Cluster
@@ -75,12 +75,7 @@ class TrainCost:
     @cached_property
     def _groups(self) -> dict[str, list[int]]:
         """One representative rank group per dimension (stage 0)."""
-        devices = self.devices
-        out = {}
-        for dim in ("tp", "cp", "dp", "ep", "pp"):
-            groups = train_groups(self.lay, devices, dim)
-            out[dim] = groups[0] if groups else [0]
-        return out
+        return {dim: train_group(self.lay, self.devices, dim) for dim in ("tp", "cp", "dp", "ep", "pp")}
 
     def _comm_per_layer(self, tokens: float, moe: bool, backward: bool) -> float:
         """TP/SP, CP and EP communication of one layer for `tokens` tokens of a micro-batch."""
@@ -106,14 +101,8 @@ class TrainCost:
             k = self.cfg.moe.experts_per_token
             sp = lay.tp if lay.sequence_parallel else 1
             send = tokens / lay.cp / sp * k * h * BF16
-            ep_group = self._ep_group
-            t += 2 * collective_time(self.cluster, self.pf, ep_group, "all_to_all", send)
+            t += 2 * collective_time(self.cluster, self.pf, self._groups["ep"], "all_to_all", send)
         return t * passes
-
-    @cached_property
-    def _ep_group(self) -> list[int]:
-        groups = train_groups(self.lay, self.devices, "ep")
-        return groups[0] if groups else [0]
 
     def microbatch(self, stage: int, sequences: int, backward: bool) -> PassTime:
         """One micro-batch of `sequences` mean-length sequences through one stage."""

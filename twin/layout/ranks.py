@@ -58,26 +58,26 @@ def rollout_rank(lay: RolloutLayout, tp: int, dp: int) -> int:
     return tp + lay.tp * dp
 
 
-def train_groups(lay: TrainLayout, devices: int, dim: str) -> list[list[int]]:
-    """The rank groups of one parallel dimension: tp, cp, dp, pp, ep (expert partition) or etp."""
-    groups: dict[tuple, list[int]] = {}
-    for r in range(devices):
-        c = train_coord(lay, devices, r)
-        if dim == "ep":
-            key = (c.pp, c.etp, c.edp)
-        elif dim == "etp":
-            key = (c.pp, c.ep, c.edp)
-        else:
-            key = tuple(v for k, v in c._asdict().items() if k in ("tp", "cp", "dp", "pp") and k != dim)
-        groups.setdefault(key, []).append(r)
-    return list(groups.values())
+def train_group(lay: TrainLayout, devices: int, dim: str, rank: int = 0) -> list[int]:
+    """The ranks of `rank`'s group along one dimension: tp, cp, dp, pp, ep (expert partition) or etp."""
+    c = train_coord(lay, devices, rank)
+    stage_size = devices // lay.pp
+    base = c.pp * stage_size
+    etp, part = lay.expert_tp, lay.expert_partition
+    if dim == "ep":
+        return [base + c.etp + etp * (j + part * c.edp) for j in range(part)]
+    if dim == "etp":
+        return [base + i + etp * (c.ep + part * c.edp) for i in range(etp)]
+    size = {"tp": lay.tp, "cp": lay.cp, "dp": lay.dp(devices), "pp": lay.pp}[dim]
+    coords = {"tp": c.tp, "cp": c.cp, "dp": c.dp, "pp": c.pp}
+    return [train_rank(lay, devices, **{**coords, dim: i}) for i in range(size)]
 
 
-def rollout_groups(lay: RolloutLayout, dim: str) -> list[list[int]]:
-    """Rank groups of the rollout layout: tp, ep (one per instance) or instance."""
-    groups: dict[tuple, list[int]] = {}
-    for r in range(lay.devices):
-        c = rollout_coord(lay, r)
-        key = {"tp": (c.dp,), "ep": (c.instance,), "instance": (c.instance,)}[dim]
-        groups.setdefault(key, []).append(r)
-    return list(groups.values())
+def rollout_group(lay: RolloutLayout, dim: str, rank: int = 0) -> list[int]:
+    """The ranks of `rank`'s rollout group: tp (its TP group) or ep (its engine instance)."""
+    if dim == "tp":
+        first = rank - rank % lay.tp
+        return list(range(first, first + lay.tp))
+    size = lay.instance_size
+    first = rank - rank % size
+    return list(range(first, first + size))
