@@ -204,12 +204,6 @@ def plan_cmd(
         if model is None or cards is None:
             raise TwinError("give --model and --cards, or --scenario")
         sc = default_scenario(model, cluster or "a3", cards)
-        wl = sc.workload
-        err = make_console(stderr=True)
-        err.print(f"workload (recipes' defaults, C1): {wl.algorithm.upper()}, {wl.global_batch} prompts x n={wl.n}, "
-                  f"prompt mean {wl.prompt_len.mean:g} (max {wl.prompt_len.max}), response mean "
-                  f"{wl.response_len.mean:g} (max {wl.response_len.max}); all recipe optimizations on; "
-                  f"pass --scenario to change them")
     planner = Planner(sc, load_profile(profile) if profile else None, base_dir=base)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=make_console(stderr=True), transient=True) as bar:
@@ -226,6 +220,11 @@ def plan_cmd(
     if as_json:
         sys.stdout.write(outcome.plan.model_dump_json(by_alias=True, indent=2) + "\n")
         return
+    wl = sc.workload
+    source = f"scenario {scenario}" if scenario else "the recipes' defaults (C1); pass --scenario to change them"
+    console.print(f"workload from {source}: {wl.algorithm.upper()}, {wl.global_batch} prompts x n={wl.n}, "
+                  f"prompt mean {wl.prompt_len.mean:g} (max {wl.prompt_len.max}), response mean "
+                  f"{wl.response_len.mean:g} (max {wl.response_len.max}); optimizations: {', '.join(sc.optimizations)}")
     print_plan_table(outcome, sc, planner.devices)
     console.print(f"wrote {output}")
 

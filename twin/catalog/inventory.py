@@ -150,13 +150,13 @@ def block_slices(block: Block) -> tuple[slice, ...]:
 
 
 def block_is_contiguous(block: Block, shape: tuple[int, ...]) -> bool:
-    """True when the block is one contiguous run of a row-major tensor of `shape`."""
-    dims = [(a, b, n) for (a, b), n in zip(block, shape, strict=True)]
-    partial = [i for i, (a, b, n) in enumerate(dims) if (a, b) != (0, n)]
+    """True when the block is one contiguous run of a row-major tensor of `shape`: every dimension after
+    the last partial one is whole, and every dimension before it has extent one."""
+    partial = [i for i, ((a, b), n) in enumerate(zip(block, shape, strict=True)) if (a, b) != (0, n)]
     if not partial:
         return True
-    first = partial[0]
-    return all(dims[i][1] - dims[i][0] == 1 for i in range(first)) and partial == [first]
+    last = partial[-1]
+    return all(block[i][1] - block[i][0] == 1 for i in range(last))
 
 
 def block_intersection(a: Block, b: Block) -> Block | None:

@@ -1,0 +1,103 @@
+"""The tensor inventory against real transformers modules, and shard arithmetic."""
+
+import math
+
+import pytest
+
+from twin.catalog.config import parse_config
+from twin.catalog.inventory import block_is_contiguous, build_inventory
+
+TINY = {
+    "qwen3": {"model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 256,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 96},
+    "qwen2": {"model_type": "qwen2", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 256,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+              "tie_word_embeddings": True},
+    "llama": {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 256,
+              "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 96},
+    "qwen3_moe": {"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 3, "vocab_size": 256,
+                  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 96,
+                  "moe_intermediate_size": 32, "num_experts": 8, "num_experts_per_tok": 2,
+                  "decoder_sparse_step": 1, "mlp_only_layers": [1]},
+    "deepseek_v3": {"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 3, "vocab_size": 256,
+                    "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 96,
+                    "moe_intermediate_size": 32, "n_routed_experts": 8, "num_experts_per_tok": 2,
+                    "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 2, "topk_group": 1,
+                    "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
+                    "v_head_dim": 8, "num_nextn_predict_layers": 1},
+}
+
+
+def _hf_state_dict(raw):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.AutoConfig.for_model(**raw)
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("family", sorted(TINY))
+def test_names_and_shapes_equal_the_real_module(family):
+    raw = TINY[family]
+    inv = build_inventory(parse_config(raw, family))
+    ours = {t.name: t.shape for t in inv.main()}
+    assert ours == _hf_state_dict(raw)
+    assert list(ours) == list(_hf_state_dict(raw))  # state_dict order too
+
+
+def test_deepseek_mtp_layer_is_listed_but_flagged():
+    inv = build_inventory(parse_config(TINY["deepseek_v3"], "ds"))
+    mtp = [t for t in inv if t.mtp]
+    assert {t.layer for t in mtp} == {3}
+    assert "model.layers.3.eh_proj.weight" in {t.name for t in mtp}
+    assert inv.total_params(include_mtp=True) - inv.total_params() == sum(t.numel for t in mtp)
+
+
+def test_qwen3_moe_dense_layer_from_mlp_only_layers():
+    cfg = parse_config(TINY["qwen3_moe"], "q")
+    assert [cfg.is_moe_layer(i) for i in range(3)] == [True, False, True]
+
+
+def test_tied_head_counted_once():
+    inv = build_inventory(parse_config(TINY["qwen2"], "q2"))
+    assert inv.tied_head
+    emb = inv.by_name["model.embed_tokens.weight"].numel
+    assert inv.total_params() == sum(t.numel for t in inv) - emb
+
+
+def test_distinct_shard_blocks_tile_each_tensor():
+    inv = build_inventory(parse_config(TINY["deepseek_v3"], "ds"))
+    for t in inv:
+        for tp in (1, 2, 4):
+            ep = 4 if t.shard.ep_dim is not None else 1
+            blocks = {b for r in range(tp) for e in range(ep)
+                      for b in t.shard_blocks(tp=tp, tp_rank=r, ep=ep, ep_rank=e)}
+            assert sum(math.prod(hi - lo for lo, hi in b) for b in blocks) == t.numel, (t.name, tp)
+
+
+def test_kv_heads_are_replicated_when_tp_exceeds_them():
+    inv = build_inventory(parse_config(TINY["qwen3"], "q3"))
+    k = inv.by_name["model.layers.0.self_attn.k_proj.weight"]  # 2 KV heads of 32
+    assert k.shard_blocks(tp=4, tp_rank=0) == k.shard_blocks(tp=4, tp_rank=1) == [((0, 32), (0, 64))]
+    assert k.shard_blocks(tp=4, tp_rank=3) == [((32, 64), (0, 64))]
+    assert k.shard_bytes(tp=4) == 32 * 64 * 2
+
+
+def test_vocab_padding_megatron_style():
+    inv = build_inventory(parse_config({**TINY["llama"], "vocab_size": 250}, "l"))
+    head = inv.by_name["lm_head.weight"]
+    # padded to a multiple of 128 x TP2 = 256 rows, 128 per rank; rank 1 holds 122 real rows
+    assert head.shard_bytes(tp=2, vocab_multiple=256) == 128 * 64 * 2
+    assert head.shard_blocks(tp=2, tp_rank=1, vocab_multiple=256) == [((128, 250), (0, 64))]
+
+
+def test_fused_gate_up_gives_one_block_per_chunk():
+    inv = build_inventory(parse_config(TINY["qwen3_moe"], "q"))
+    gu = inv.by_name["model.layers.0.mlp.experts.gate_up_proj"]  # (8, 64, 64): gate rows 0-31, up rows 32-63
+    assert gu.shard_blocks(tp=2, tp_rank=1, ep=2, ep_rank=1) == [((4, 8), (16, 32), (0, 64)),
+                                                                  ((4, 8), (48, 64), (0, 64))]
+
+
+def test_contiguity():
+    assert block_is_contiguous(((2, 3), (0, 4)), (5, 4))
+    assert block_is_contiguous(((1, 2), (1, 3)), (5, 4))
+    assert not block_is_contiguous(((0, 2), (1, 3)), (5, 4))

@@ -1,0 +1,85 @@
+"""Exact parameter counts of the embedded catalog (../shared/reference/models.md)."""
+
+import json
+
+import pytest
+
+from twin.catalog.registry import catalog_names, load_config, load_model
+from twin.errors import TwinError
+
+# model: (total, activated per token with the output head and without the input embedding)
+PUBLISHED = {
+    "deepseek-r1": (671_026_419_200, 36_625_618_432),
+    "deepseek-v3": (671_026_419_200, 36_625_618_432),
+    "qwen3-235b-a22b": (235_093_634_560, 21_568_433_664),
+    "qwen3-30b-a3b": (30_532_122_624, 3_041_867_776),
+    "qwen3-32b": (32_762_123_264, None),
+    "qwen3-8b": (8_190_735_360, None),
+    "qwen2.5-32b": (32_763_876_352, None),
+    "qwen2.5-7b": (7_615_616_512, None),
+    "qwen2.5-1.5b": (1_543_714_304, None),
+    "llama2-7b": (6_738_415_616, None),
+    "llama2-70b": (68_976_648_192, None),
+}
+
+
+def test_catalog_lists_every_published_model():
+    assert sorted(PUBLISHED) == catalog_names()
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_counts_are_exact(name):
+    inv = load_model(name)
+    total, active = PUBLISHED[name]
+    assert inv.total_params() == total
+    if active is not None:
+        assert inv.active_params() == active
+
+
+def test_activated_with_embedding_and_mtp():
+    assert load_model("qwen3-235b-a22b").active_params(include_embedding=True) == 22_190_763_520
+    assert load_model("qwen3-30b-a3b").active_params(include_embedding=True) == 3_353_032_704
+    dsr1 = load_model("deepseek-r1")
+    assert dsr1.mtp_params() == 11_610_068_224
+    assert dsr1.total_params(include_mtp=True) == 671_026_419_200 + 11_610_068_224
+
+
+def test_bf16_copy_of_deepseek_is_published_size():
+    assert load_model("deepseek-r1").total_params() * 2 == 1_342_052_838_400
+
+
+def test_routed_expert_w1_is_56_mib():
+    t = load_model("deepseek-r1").by_name["model.layers.3.mlp.experts.gate_up_proj"]
+    per_expert = t.nbytes // t.num_experts
+    assert per_expert == 2 * 2048 * 7168 * 2 == 58_720_256 == 56 * 2**20
+
+
+def test_user_config_path(tmp_path):
+    raw = json.loads(json.dumps(load_config("qwen3-8b").model_dump()))  # not a HF config: rejected below
+    assert raw["model_type"] == "qwen3"
+    hf = {"model_type": "qwen2", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 128,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96}
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    cfg = load_config(str(tmp_path))
+    assert cfg.qkv_bias and cfg.head_dim == 16 and cfg.num_layers == 2
+
+
+@pytest.mark.parametrize(("content", "fragment"), [
+    ("{not json", "not valid JSON"),
+    ('{"model_type": "gpt2"}', "model_type 'gpt2' is not supported"),
+    ('{"model_type": "qwen2", "hidden_size": 64}', "field 'num_attention_heads' is missing"),
+    ('{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 0, "vocab_size": 8, '
+     '"num_attention_heads": 4, "intermediate_size": 8}', "field 'num_layers'"),
+    ('{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1, "vocab_size": 8, '
+     '"num_attention_heads": 4, "num_key_value_heads": 3, "intermediate_size": 8}', "not a multiple"),
+])
+def test_malformed_config_names_the_field(tmp_path, content, fragment):
+    path = tmp_path / "config.json"
+    path.write_text(content)
+    with pytest.raises(TwinError, match=fragment):
+        load_config(str(path))
+
+
+def test_unknown_model_lists_known_ones():
+    with pytest.raises(TwinError, match="known models: deepseek-r1"):
+        load_config("gpt-5")

@@ -1,0 +1,76 @@
+"""Memory arithmetic checked against values derived by hand from the architecture."""
+
+import pytest
+
+from twin.catalog.registry import load_model
+from twin.cost_models.memory import RolloutMemory, TrainMemory
+from twin.layout import RolloutLayout, TrainLayout
+from twin.profile import embedded_profile
+from twin.scenario import ClusterRef, Scenario
+
+
+def _scenario(model: str) -> Scenario:
+    return Scenario(name="t", model=model, cluster=ClusterRef(kind="a2", cards=16))
+
+
+# Qwen3-8B, one decoder layer: q 4096x4096, k and v 1024x4096, o 4096x4096, MLP 3 x 12288x4096 (TP-split);
+# q_norm and k_norm (128 each) and two RMSNorms (4096 each) replicated.
+LAYER_TP2 = (4096 * 4096 * 2 + 1024 * 4096 * 2 + 3 * 12288 * 4096) // 2 + 2 * 128 + 2 * 4096
+VOCAB_TP2 = 152_064 // 2 * 4096  # 151,936 padded to a multiple of 128 x TP = 256, halved
+
+
+def test_qwen3_8b_tp2_pp2_static_bytes():
+    tm = TrainMemory(load_model("qwen3-8b"), TrainLayout(tp=2, pp=2), 16, _scenario("qwen3-8b"),
+                     embedded_profile("a2"))
+    stage0 = 18 * LAYER_TP2 + VOCAB_TP2
+    stage1 = 18 * LAYER_TP2 + 4096 + VOCAB_TP2
+    assert tm.weight_bytes(0) == stage0 * 2
+    assert tm.weight_bytes(1) == stage1 * 2
+    assert tm.grads_bytes(1) == stage1 * 4  # Megatron's fp32 gradient buffer
+    assert tm.optimizer_bytes(1) == pytest.approx(stage1 * 12 / 4)  # Adam sharded over DP = 16 / (2 x 2)
+
+
+def test_expert_optimizer_is_sharded_over_expert_dp():
+    inv = load_model("qwen3-30b-a3b")
+    lay = TrainLayout(tp=2, pp=1, ep=4, etp=1)  # 16 devices: DP 8, expert partition 4 -> expert-DP 4
+    tm = TrainMemory(inv, lay, 16, _scenario("qwen3-30b-a3b"), embedded_profile("a3"))
+    experts = 48 * 128 * 3 * 768 * 2048 // 4  # every layer's 128 experts over EP4, no expert TP
+    assert tm.stages.expert_numel[0] == experts
+    dense = float(tm.stages.dense_numel[0])
+    assert tm.optimizer_bytes(0) == pytest.approx(dense * 12 / 8 + experts * 12 / 4)
+
+
+@pytest.mark.parametrize(("model", "tp", "per_token"), [
+    ("deepseek-r1", 2, 61 * (512 + 64) * 2),  # MLA latent + rope key, not split by TP
+    ("qwen3-8b", 2, 36 * 2 * 4 * 128 * 2),  # 8 KV heads over TP2
+    ("qwen3-8b", 16, 36 * 2 * 1 * 128 * 2),  # TP16 > 8 KV heads: one (replicated) head per rank
+    ("qwen2.5-7b", 4, 28 * 2 * 1 * 128 * 2),
+])
+def test_kv_bytes_per_token(model, tp, per_token):
+    rm = RolloutMemory(load_model(model), RolloutLayout(tp=tp, dp=1), embedded_profile("a3"), 64)
+    assert rm.kv_bytes_per_token == per_token
+
+
+def test_kv_cache_is_the_budget_left_by_vllm():
+    pf = embedded_profile("a3")
+    rm = RolloutMemory(load_model("qwen3-8b"), RolloutLayout(tp=2, dp=8, max_num_seqs=64), pf, 64)
+    budget = 0.8 * 64e9
+    expected = budget - rm.weight_bytes - rm.activation_bytes - pf["vllm_overhead_gb"] * 1e9
+    assert rm.kv_cache_bytes(0.8) == int(expected)
+    assert rm.kv_tokens(0.8) == int(expected) // rm.kv_bytes_per_token
+    vocab = 151_936 // 2 * 4096  # divisible by 64: vLLM pads nothing
+    assert rm.weight_bytes == (36 * LAYER_TP2 + 4096 + 2 * vocab) * 2
+
+
+def test_recompute_and_offload_lower_the_update_peak():
+    from twin.cost_models.memory import train_parts
+    from twin.layout import Offload, Recompute
+
+    inv, sc, pf = load_model("qwen3-32b"), _scenario("qwen3-32b"), embedded_profile("a2")
+    def peak(lay):
+        tm = TrainMemory(inv, lay, 16, sc, pf)
+        return max(train_parts(tm, s)["update"].total for s in range(tm.n_stages))
+    base = TrainLayout(tp=8, pp=2)
+    full = base.model_copy(update={"recompute": Recompute(granularity="full", layers=1)})
+    off = full.model_copy(update={"offload": Offload(param=True, grad=True, optimizer="swap")})
+    assert peak(base) > peak(full) > peak(off)

@@ -1,0 +1,46 @@
+"""The vectorised shard table equals the per-tensor shard arithmetic for every enumerated layout."""
+
+import pytest
+
+from twin.catalog.registry import load_model
+from twin.cost_models.placement import MEGATRON_VOCAB_MULTIPLE, VLLM_VOCAB_MULTIPLE, Placement
+from twin.cost_models.static import tensor_table
+from twin.layout import RolloutLayout, enumerate_rollout, enumerate_train
+from twin.topology import cluster_kind
+
+
+def _per_tensor_train(pl: Placement) -> list[int]:
+    lay = pl.train
+    out = [0] * (lay.pp if lay.engine == "megatron" else 1)
+    for t in pl.tensors:
+        if lay.engine == "fsdp":
+            rows = -(-t.shape[0] // pl.devices)
+            out[0] += rows * (t.numel // t.shape[0]) * t.dtype_bytes
+        elif t.shard.ep_dim is not None:
+            out[pl.stage(t)] += t.shard_bytes(tp=lay.expert_tp, ep=lay.expert_partition)
+        else:
+            out[pl.stage(t)] += t.shard_bytes(tp=lay.tp, vocab_multiple=MEGATRON_VOCAB_MULTIPLE * lay.tp)
+    if pl.inv.tied_head and lay.engine == "megatron" and lay.pp > 1:
+        emb = next(t for t in pl.tensors if t.group == "embedding")
+        out[-1] += emb.shard_bytes(tp=lay.tp, vocab_multiple=MEGATRON_VOCAB_MULTIPLE * lay.tp)
+    return out
+
+
+@pytest.mark.parametrize(("model", "devices", "kind"), [
+    ("deepseek-r1", 256, "a3"), ("qwen3-30b-a3b", 16, "a3"), ("qwen2.5-1.5b", 8, "a2"), ("llama2-70b", 32, "a2"),
+])
+def test_table_equals_per_tensor_shards(model, devices, kind):
+    inv = load_model(model)
+    table = tensor_table(inv)
+    k = cluster_kind(kind)
+    rollouts = list(enumerate_rollout(inv.config, devices, k))
+    for lay in list(enumerate_train(inv.config, devices, k, include_fsdp=True))[:80]:
+        pl = Placement(inv, lay, RolloutLayout(tp=1, dp=devices), devices)
+        assert list(table.train_stage_bytes(lay, devices).weight_bytes) == _per_tensor_train(pl), lay.short()
+    for ro in rollouts:
+        dense, expert = table.rollout_bytes(ro)
+        per_tensor = sum(
+            t.shard_bytes(ep=ro.ep) if t.shard.ep_dim is not None and ro.ep > 1
+            else t.shard_bytes(tp=ro.tp, vocab_multiple=VLLM_VOCAB_MULTIPLE)
+            for t in Placement(inv, lay, ro, devices).tensors)
+        assert dense + expert == per_tensor, ro.short()

@@ -1,0 +1,65 @@
+"""Validity rules: the recipes' layouts pass, broken ones fail with the rule named."""
+
+import pytest
+
+from twin.catalog.registry import load_config
+from twin.errors import LayoutError
+from twin.layout import Layout, RolloutLayout, TrainLayout, check_layout, validate_layout
+from twin.topology import cluster_kind
+
+C1 = Layout(train=TrainLayout(tp=4, pp=8, ep=8, moe_tp_extend_ep=True, pp_layers=(7, 7, 8, 8, 8, 8, 8, 7)),
+            rollout=RolloutLayout(tp=2, dp=128, ep=256, max_num_seqs=64, max_num_batched_tokens=1024))
+QWEN235 = Layout(train=TrainLayout(tp=4, pp=8, ep=4), rollout=RolloutLayout(tp=8, dp=16, ep=64))
+
+
+def test_recipe_layouts_are_valid():
+    assert check_layout(C1, load_config("deepseek-r1"), 256, cluster_kind("a3"), directed_reshard=True) == []
+    assert check_layout(QWEN235, load_config("qwen3-235b-a22b"), 128, cluster_kind("a2"), True) == []
+
+
+@pytest.mark.parametrize(("layout", "devices", "rule"), [
+    (Layout(train=TrainLayout(tp=3, pp=8), rollout=RolloutLayout(tp=2, dp=128)), 256, "devices = TP x PP x CP x DP"),
+    (Layout(train=TrainLayout(tp=16, pp=16, ep=256), rollout=RolloutLayout(tp=2, dp=128)), 256,
+     "expert TP x EP divides TP x CP x DP"),
+    (Layout(train=TrainLayout(tp=4, pp=8, ep=3), rollout=RolloutLayout(tp=2, dp=128)), 256,
+     "experts divisible by EP"),
+    (Layout(train=TrainLayout(tp=4, pp=8, ep=8), rollout=RolloutLayout(tp=2, dp=128, ep=12)), 256,
+     "rollout EP = TP x DP-per-instance"),
+    (Layout(train=TrainLayout(tp=4, pp=8, ep=8, moe_tp_extend_ep=True), rollout=RolloutLayout(tp=2, dp=128, ep=16)),
+     256, "train EP divides rollout EP (directed reshard)"),
+    (Layout(train=TrainLayout(tp=32, pp=8), rollout=RolloutLayout(tp=2, dp=128)), 256, "TP group within one node"),
+    (Layout(train=TrainLayout(tp=4, pp=8, pp_layers=(8,) * 8), rollout=RolloutLayout(tp=2, dp=128)), 256,
+     "layers over PP stages"),
+    (Layout(train=TrainLayout(tp=4, pp=8, cp=2), rollout=RolloutLayout(tp=2, dp=128)), 256,
+     "context parallel with MLA"),
+    (Layout(train=TrainLayout(tp=4, pp=8), rollout=RolloutLayout(tp=2, dp=64)), 256, "devices = TP x DP (rollout)"),
+    (Layout(train=TrainLayout(tp=4, pp=8), rollout=RolloutLayout(tp=2, dp=128, max_num_seqs=64,
+                                                                  max_num_batched_tokens=32)), 256,
+     "max_num_batched_tokens >= max_num_seqs"),
+    (Layout(train=TrainLayout(tp=4, pp=8), rollout=RolloutLayout(tp=2, dp=124)), 248, "whole nodes"),
+])
+def test_broken_layouts_name_the_rule(layout, devices, rule):
+    errs = check_layout(layout, load_config("deepseek-r1"), devices, cluster_kind("a3"), directed_reshard=True)
+    assert any(e.rule.startswith(rule) for e in errs), [e.rule for e in errs]
+    with pytest.raises(LayoutError) as info:
+        validate_layout(layout, load_config("deepseek-r1"), devices, cluster_kind("a3"), directed_reshard=True)
+    assert str(info.value).startswith(errs[0].rule)
+
+
+def test_gqa_rules():
+    cfg = load_config("qwen3-8b")  # 32 heads, 8 KV heads
+    kind = cluster_kind("a2")
+    train_bad = Layout(train=TrainLayout(tp=16), rollout=RolloutLayout(tp=1, dp=16))
+    assert "KV heads divisible by TP (Megatron num_query_groups)" in [e.rule for e in check_layout(train_bad, cfg, 16)]
+    ok_rollout = Layout(train=TrainLayout(tp=8, pp=2), rollout=RolloutLayout(tp=16, dp=1))
+    rules = [e.rule for e in check_layout(ok_rollout, cfg, 16, kind)]
+    assert "TP group within one node" in rules  # vLLM may replicate KV heads, but TP16 spans two A2 nodes
+    assert "EP needs an MoE model" in [e.rule for e in check_layout(
+        Layout(train=TrainLayout(tp=2, ep=2), rollout=RolloutLayout(tp=1, dp=16)), cfg, 16)]
+
+
+def test_layout_model_rejects_inconsistent_fields():
+    with pytest.raises(ValueError, match="pp_layers has 2 entries"):
+        TrainLayout(pp=4, pp_layers=(30, 31))
+    with pytest.raises(ValueError, match="etp must be unset"):
+        TrainLayout(tp=4, ep=8, moe_tp_extend_ep=True, etp=2)

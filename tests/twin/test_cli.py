@@ -1,0 +1,93 @@
+"""The `twin` command as a user runs it: outputs, plan.json against its schema, one-line errors."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
+DESIGN_KEYS = {"scenario", "cards", "devices", "step_s", "tps_per_card", "tps_per_device", "stages_s",
+               "memory_peak_gb", "memory_peak_gb_max", "hbm_gb", "fits", "memory_gb",
+               "kv_cache_bytes_per_token_per_device", "reshard", "profile", "twin_version"}
+
+
+def twin(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "twin", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=300)
+
+
+def test_models_json_counts():
+    out = twin("models", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = {r["name"]: r for r in json.loads(out.stdout)}
+    assert rows["deepseek-r1"]["total_params"] == 671_026_419_200
+    assert rows["deepseek-r1"]["active_params"] == 36_625_618_432
+    assert rows["deepseek-r1"]["experts"] == 256 and rows["deepseek-r1"]["layers"] == 61
+    assert rows["llama2-7b"]["experts"] == 0
+
+
+def test_clusters_and_layouts():
+    assert json.loads(twin("clusters", "--json").stdout)[1]["devices_per_card"] == 2
+    out = twin("layouts", "--model", "deepseek-r1", "--cards", "128", "--json")
+    data = json.loads(out.stdout)
+    assert data["devices"] == 256 and data["train_layouts"] > 0 and data["rollout_layouts"] > 0
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_simulate_every_scenario(path):
+    out = twin("simulate", str(path), "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert set(result) >= DESIGN_KEYS
+    assert set(result["memory_peak_gb"]) == {"update", "log_prob", "rollout", "transition"}
+    assert {"method", "bytes_total", "bytes_per_device_max", "extra_memory_gb_per_device_max",
+            "alternatives"} <= set(result["reshard"])
+    assert result["step_s"] == pytest.approx(sum(result["stages_s"].values()))
+
+
+def test_plan_writes_a_schema_valid_plan(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    out = twin("plan", "--model", "deepseek-r1", "--cards", "128", "-o", "plan.json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "512 prompts x n=16" in out.stdout  # the recipes' defaults are printed
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    schema = json.loads(twin("schema").stdout)
+    jsonschema.validate(plan, schema)
+    assert plan["schema"] == 1 and plan["predictions"]["fits"]
+    assert plan["runner_ups"] and all(r["why_lost"] for r in plan["runner_ups"])
+    again = twin("simulate", str(tmp_path / "plan.json"), "--json")
+    assert json.loads(again.stdout)["step_s"] == pytest.approx(plan["predictions"]["step_s"])
+
+
+def _one_line_error(out: subprocess.CompletedProcess, fragment: str) -> None:
+    assert out.returncode != 0
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert fragment in lines[0]
+    assert "Traceback" not in out.stderr
+
+
+def test_bad_inputs_get_one_line(tmp_path):
+    _one_line_error(twin("layouts", "--model", "gpt-9", "--cards", "8"), "unknown model 'gpt-9'")
+    bad_cfg = tmp_path / "config.json"
+    bad_cfg.write_text('{"model_type": "qwen2", "hidden_size": 64}')
+    _one_line_error(twin("layouts", "--model", str(bad_cfg), "--cards", "8"), "field 'num_attention_heads'")
+    _one_line_error(twin("layouts", "--model", "qwen3-8b"), "Missing option '--cards'")
+    _one_line_error(twin("layouts", "--model", "qwen3-8b", "--cards", "8", "--cluster", "tpu"),
+                    "unknown cluster kind")
+    broken = (ROOT / "scenarios" / "c1-dsr1-a3-128.yaml").read_text().replace("tp: 4, pp: 8", "tp: 3, pp: 8")
+    (tmp_path / "broken.yaml").write_text(broken)
+    _one_line_error(twin("simulate", str(tmp_path / "broken.yaml")), "devices = TP x PP x CP x DP")
+    (tmp_path / "garbage.yaml").write_text("schema: 1\nname: [unclosed\n")
+    _one_line_error(twin("simulate", str(tmp_path / "garbage.yaml")), "not valid YAML")
+    (tmp_path / "typo.yaml").write_text("schema: 1\nname: x\nmodel: qwen3-8b\ncluster: {kind: a2, cards: 8}\n"
+                                        "worklod: {}\n")
+    _one_line_error(twin("simulate", str(tmp_path / "typo.yaml")), "field 'worklod'")
+    (tmp_path / "old.json").write_text('{"schema": 99}')
+    _one_line_error(twin("simulate", str(tmp_path / "old.json")), "schema version 99 is not supported")
+    _one_line_error(twin("simulate", str(tmp_path / "missing.yaml")), "no such file")
+    _one_line_error(twin("plan", "--model", "llama2-70b", "--cards", "1", "--cluster", "a2", "-o",
+                         str(tmp_path / "p.json")), "no layout of llama2-70b fits")
