@@ -9,9 +9,11 @@ or HCCL) when several DP ranks share one engine instance.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
+
+import numpy as np
+from numpy.typing import ArrayLike
 
 from twin.catalog.inventory import Inventory
 from twin.cost_models.comm import collective_time
@@ -31,15 +33,15 @@ EOS_SYNCS_PER_STEP = 2  # cann-recipes-train: two DP end-of-sequence syncs per d
 class DecodeStep:
     """Seconds of one decode step of one DP replica, by component."""
 
-    forward_s: float  # device time: roofline of weights + KV reads and compute
-    comm_s: float  # TP collectives and EP dispatch/combine
+    forward_s: ArrayLike  # device time: roofline of weights + KV reads and compute
+    comm_s: ArrayLike  # TP collectives and EP dispatch/combine
     launch_s: float  # eager kernel launches (0 in graph mode)
     host_s: float  # pre/post-processing
     schedule_s: float  # vLLM scheduler
     sync_s: float  # DP end-of-sequence synchronisation
 
     @property
-    def total(self) -> float:
+    def total(self) -> ArrayLike:
         return self.forward_s + self.comm_s + self.launch_s + self.host_s + self.schedule_s + self.sync_s
 
 
@@ -76,31 +78,43 @@ class RolloutCost:
     def dp_per_instance(self) -> int:
         return self.ro.instance_size // self.ro.tp
 
-    def decode_step(self, batch: float, context: float) -> DecodeStep:
-        """One decode step of a DP replica running `batch` sequences with mean context `context`."""
+    def decode_step(self, batch: ArrayLike, context: ArrayLike) -> DecodeStep:
+        """One decode step of a DP replica running `batch` sequences with mean context `context` (scalars
+        or numpy arrays)."""
         ro, cfg, pf = self.ro, self.cfg, self.pf
+        batch = np.asarray(batch, dtype=float)
+        context = np.asarray(context, dtype=float)
         dense_b, expert_b, dense_f, expert_f = self._weights
         local_experts = 1.0
         if cfg.moe is not None:
             dp_sharing = self.dp_per_instance if ro.ep > 1 else 1
             per_expert = batch * dp_sharing * cfg.moe.experts_per_token / cfg.moe.num_experts
-            local_experts = 1 - math.exp(-per_expert)  # share of local experts that receive a token
+            local_experts = 1 - np.exp(-per_expert)  # share of local experts that receive a token
         kv_read = batch * context * self.mem.kv_bytes_per_token
         mem_s = (dense_b + expert_b * local_experts + kv_read) / (self.hbm * pf["hbm_efficiency"])
-        heads_share = self.ro.tp
-        attn = attention_flops_per_ctx(cfg) / heads_share * batch * context
-        flops = dense_f * batch + expert_f * batch / max(ro.tp, 1) + attn
+        attn = attention_flops_per_ctx(cfg) / ro.tp * batch * context
+        flops = dense_f * batch + expert_f * batch / ro.tp + attn
         compute_s = flops / (self.peak * pf["decode_compute_efficiency"])
-        forward = max(mem_s, compute_s)
-        comm = self._decode_comm(batch)
+        intercept, slope = self._comm_coefficients
+        comm = intercept + slope * np.maximum(batch, 1.0)  # idle ranks still join the collectives
         launch = 0.0 if ro.graph_mode else pf["eager_launch_us_per_layer"] * 1e-6 * cfg.num_layers
         host = pf["decode_host_ms_graph" if ro.graph_mode else "decode_host_ms_eager"] * 1e-3
         schedule = pf["vllm_schedule_ms"] * 1e-3
         sync = 0.0
         if self.dp_per_instance > 1:
-            backend = "hccl" if self.sc.has("hccl_eos_sync") else "gloo"
-            sync = EOS_SYNCS_PER_STEP * pf[f"eos_sync_ms_{backend}"] * 1e-3
-        return DecodeStep(forward, comm, launch, host, schedule, sync)
+            sync = EOS_SYNCS_PER_STEP * pf[f"eos_sync_ms_{self.eos_backend}"] * 1e-3
+        return DecodeStep(np.maximum(mem_s, compute_s), comm, launch, host, schedule, sync)
+
+    @property
+    def eos_backend(self) -> str:
+        return "hccl" if self.sc.has("hccl_eos_sync") else "gloo"
+
+    @cached_property
+    def _comm_coefficients(self) -> tuple[float, float]:
+        """Seconds of a step's TP collectives and EP dispatch/combine as intercept + slope x batch (both are
+        linear in the bytes moved)."""
+        one, two = self._decode_comm(1.0), self._decode_comm(2.0)
+        return one - (two - one), two - one
 
     def _decode_comm(self, batch: float) -> float:
         ro, cfg, pf = self.ro, self.cfg, self.pf
@@ -118,15 +132,18 @@ class RolloutCost:
             t += 2 * a2a * moe_layers
         return t
 
-    def prefill_time(self, tokens: float) -> float:
-        """Compute-bound prefill of `tokens` prompt tokens on one DP replica, in chunks of the token budget."""
-        ro, pf = self.ro, self.pf
+    def prefill_compute_s(self, tokens: ArrayLike, context: ArrayLike) -> ArrayLike:
+        """Compute of `tokens` prompt tokens attending over `context` tokens on average."""
         _, _, dense_f, expert_f = self._weights
-        ctx = self.sc.workload.prompt_len.mean / 2
-        flops = tokens * (dense_f + expert_f / max(ro.tp, 1) + attention_flops_per_ctx(self.cfg) / ro.tp * ctx)
+        per_token = dense_f + expert_f / self.ro.tp + attention_flops_per_ctx(self.cfg) / self.ro.tp * context
+        return tokens * per_token / (self.peak * self.pf["prefill_compute_efficiency"])
+
+    def prefill_time(self, tokens: float) -> float:
+        """Prefill of `tokens` prompt tokens on one DP replica, in chunks of the token budget."""
+        ro, pf = self.ro, self.pf
         chunks = max(1.0, tokens / ro.max_num_batched_tokens)
-        per_chunk = (pf["vllm_schedule_ms"] + pf["decode_host_ms_graph" if ro.graph_mode else "decode_host_ms_eager"])
-        return flops / (self.peak * pf["prefill_compute_efficiency"]) + chunks * per_chunk * 1e-3
+        per_chunk = pf["vllm_schedule_ms"] + pf["decode_host_ms_graph" if ro.graph_mode else "decode_host_ms_eager"]
+        return float(self.prefill_compute_s(tokens, self.sc.workload.prompt_len.mean / 2)) + chunks * per_chunk * 1e-3
 
     def concurrency(self, per_replica: float, kv_tokens: int) -> float:
         """Sequences a DP replica runs at once: max_num_seqs, bounded by its KV cache and by its work."""
@@ -146,7 +163,7 @@ class RolloutCost:
         conc = self.concurrency(per_replica, kv_tokens)
         mean = wl.response_len.mean
         steps = -(-per_replica // conc) * mean + max(0.0, response_tail(self.sc, per_replica) - mean)
-        decode = steps * self.decode_step(per_replica * mean / steps, wl.prompt_len.mean + mean / 2).total
+        decode = steps * float(self.decode_step(per_replica * mean / steps, wl.prompt_len.mean + mean / 2).total)
         prefill = self.prefill_time(per_replica * wl.prompt_len.mean)
         return decode + prefill + self.pf["rollout_fixed_s"]
 

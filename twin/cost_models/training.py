@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
+from numpy.typing import ArrayLike
+
 from twin.catalog.inventory import Inventory
 from twin.cost_models.comm import collective_time, host_copy_time, p2p_time
 from twin.cost_models.compute import attention_flops_per_ctx
@@ -35,11 +38,11 @@ class StageFlops:
 class PassTime:
     """One micro-batch on the slowest stage, split into compute and communication seconds."""
 
-    compute_s: float
-    comm_s: float
+    compute_s: ArrayLike
+    comm_s: ArrayLike
 
     @property
-    def total(self) -> float:
+    def total(self) -> ArrayLike:
         return self.compute_s + self.comm_s
 
 
@@ -104,30 +107,51 @@ class TrainCost:
             t += 2 * collective_time(self.cluster, self.pf, self._groups["ep"], "all_to_all", send)
         return t * passes
 
-    def microbatch(self, stage: int, sequences: int, backward: bool) -> PassTime:
-        """One micro-batch of `sequences` mean-length sequences through one stage."""
+    def microbatch_time(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike, backward: bool) -> PassTime:
+        """A micro-batch of `tokens` tokens whose sequence lengths square-sum to `tokens_sq` through one stage
+        (scalars or numpy arrays: compute and communication are linear in them)."""
         lay, pf = self.lay, self.pf
         sf = self.stage_flops[stage]
-        tokens = sequences * self.mean_seq
+        tokens = np.asarray(tokens, dtype=float)
         # a micro-batch's work is split over its TP x CP group (FSDP: each rank runs its own sequences)
         shard = lay.tp * lay.cp if lay.engine == "megatron" else 1
-        attn = sf.attention_per_ctx * tokens * (self.mean_seq / 2)  # causal: half the context on average
+        attn = sf.attention_per_ctx * np.asarray(tokens_sq, dtype=float) / 2  # causal: half the context
         fwd = ((sf.dense * tokens) / (self.peak * pf["train_matmul_efficiency"])
                + (sf.expert * tokens) / (self.peak * pf["train_expert_efficiency"])
                + attn / (self.peak * pf["attention_efficiency"])) / shard
         factor = 1.0
         if backward:
             factor = 3.0 + {"none": 0.0, "selective": 0.15, "full": 1.0}[lay.recompute.granularity]
-        comm = 0.0
-        dense_layers = sf.layers - sf.moe_layers
-        comm += dense_layers * self._comm_per_layer(tokens, False, backward)
+        else:
+            fwd = fwd / pf["log_prob_efficiency_scale"]
+        intercept, slope = self._comm_coefficients(stage, backward)
+        return PassTime(compute_s=fwd * factor, comm_s=intercept + slope * tokens)
+
+    def _comm_coefficients(self, stage: int, backward: bool) -> tuple[float, float]:
+        """A micro-batch's communication seconds as intercept + slope x tokens (linear in bytes moved)."""
+        key = (stage, backward)
+        cache = self.__dict__.setdefault("_comm_cache", {})
+        if key not in cache:
+            one, two = self._comm_total(stage, 1024.0, backward), self._comm_total(stage, 2048.0, backward)
+            slope = (two - one) / 1024.0
+            cache[key] = (one - slope * 1024.0, slope)
+        return cache[key]
+
+    def _comm_total(self, stage: int, tokens: float, backward: bool) -> float:
+        lay, pf = self.lay, self.pf
+        sf = self.stage_flops[stage]
+        comm = (sf.layers - sf.moe_layers) * self._comm_per_layer(tokens, False, backward)
         comm += sf.moe_layers * self._comm_per_layer(tokens, True, backward)
         comm *= 1 - pf["train_comm_overlap"]
         if lay.engine == "megatron" and lay.pp > 1:
             act = tokens / lay.cp / (lay.tp if lay.sequence_parallel else 1) * self.cfg.hidden_size * BF16
-            a, b = 0, self.devices // lay.pp
-            comm += (2 if backward else 1) * p2p_time(self.cluster, pf, a, b, act)
-        return PassTime(compute_s=fwd * factor, comm_s=comm)
+            comm += (2 if backward else 1) * p2p_time(self.cluster, pf, 0, self.devices // lay.pp, act)
+        return comm
+
+    def microbatch(self, stage: int, sequences: int, backward: bool) -> PassTime:
+        """One micro-batch of `sequences` mean-length sequences through one stage."""
+        mean = self.mean_seq
+        return self.microbatch_time(stage, sequences * mean, sequences * mean * mean, backward)
 
     def sequences_per_dp_rank(self) -> float:
         return self.sc.workload.responses / self.mem.dp
@@ -136,7 +160,7 @@ class TrainCost:
         """(seconds, micro-batches) of one pass over the whole step's sequences with the 1F1B schedule."""
         lay = self.lay
         m = max(1, round(self.sequences_per_dp_rank() / micro))
-        slowest = max(self.microbatch(s, micro, backward).total for s in range(self.mem.n_stages))
+        slowest = max(float(self.microbatch(s, micro, backward).total) for s in range(self.mem.n_stages))
         if lay.engine == "fsdp" or lay.pp == 1:
             return m * slowest, m
         vpp = lay.vpp or 1
