@@ -155,6 +155,12 @@ def load_case(path: str) -> tuple[Scenario, Path]:
 def simulate_cmd(
     case: Annotated[str, typer.Argument(help="A scenario YAML (with a layout) or a plan.json")],
     as_json: JsonOpt = False,
+    trace: Annotated[Path | None, typer.Option(help="Write a Chrome/Perfetto trace (JSON) of the step")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write PNG plots (memory timeline, stage breakdown) here")] = None,
+    steps: Annotated[int, typer.Option(min=1, help="Steps to simulate (stage times are their mean)")] = 1,
+    seed: Annotated[int | None, typer.Option(help="Seed of the length draws (default: the scenario's)")] = None,
+    analytical: Annotated[bool, typer.Option("--analytical", help="Closed-form model instead of the "
+                                                                  "discrete-event simulation")] = False,
     profile: Annotated[str | None, typer.Option(help="Calibration profile YAML (default: the scenario's, "
                                                     "else the cluster kind's embedded one)")] = None,
 ) -> None:
@@ -165,11 +171,29 @@ def simulate_cmd(
 
     scenario, base = load_case(case)
     ev = Evaluation(scenario, load_profile(profile) if profile else None, base_dir=base)
-    result = ev.analytical()
+    if analytical:
+        if trace or plot:
+            raise TwinError("--trace and --plot need the simulation; drop --analytical")
+        result = ev.analytical()
+    else:
+        from twin.sim.step import simulate
+
+        result, sim = simulate(ev, steps=steps, seed=seed)
+        result = result.model_copy(update={"reshard": ev.reshard_result(alternatives=True)})
+        if trace:
+            sim.trace.write(trace)
+        if plot:
+            from twin.sim.plots import memory_timeline, stage_breakdown
+
+            memory_timeline(sim.trace, result, plot / "memory_timeline.png")
+            stage_breakdown(result, scenario.measured, plot / "stages.png")
     if as_json:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
         return
     print_result(console, result, scenario.measured)
+    for path, what in ((trace, "trace"), (plot, "plots")):
+        if path:
+            console.print(f"wrote {what}: {path}")
 
 
 @app.command("plan")

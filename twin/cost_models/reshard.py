@@ -125,6 +125,7 @@ class ReshardStats:
     extra_bytes: np.ndarray  # staging memory per device
     rounds: np.ndarray  # transfer rounds each device takes part in as a receiver
     transfers: int  # number of block transfers (before chunking)
+    tier_bytes: dict[str, np.ndarray]  # tier -> per device, the larger of bytes sent and received on it
 
     @property
     def bytes_total(self) -> int:
@@ -189,6 +190,8 @@ def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod)
     packed_out = np.zeros(n, dtype=np.int64)  # largest send buffer that needs packing
     arrays = _Arrays(pl, cluster)
     tier_bytes = np.zeros(4, dtype=np.int64)
+    port_in = np.zeros((4, n), dtype=np.int64)
+    port_out = np.zeros((4, n), dtype=np.int64)
     chunk = directed_chunk_bytes(pl)
     devices = np.arange(n)
     stage_of_device = devices // pl.stage_size
@@ -224,7 +227,10 @@ def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod)
                     np.add.at(sent, src, nbytes)
                     count += recv.size * mult
                     if arrays.tier_names:
-                        tier_bytes += np.bincount(arrays.tiers(src, recv), minlength=4) * nbytes
+                        tier = arrays.tiers(src, recv)
+                        tier_bytes += np.bincount(tier, minlength=4) * nbytes
+                        np.add.at(port_in, (tier, recv), nbytes)
+                        np.add.at(port_out, (tier, src), nbytes)
                     if method == "directed":
                         np.add.at(rounds, recv, -(-piece // chunk) * mult)
                         np.maximum.at(staged_in, recv, min(piece, chunk))
@@ -236,12 +242,17 @@ def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod)
                         got_any[recv] = True
         rounds += got_any * mult
     tiers: dict[str, int] = defaultdict(int)
+    into: dict[str, np.ndarray] = {}
+    out_of: dict[str, np.ndarray] = {}
     for i, name in enumerate(arrays.tier_names):
         if tier_bytes[i]:
             tiers[name] += int(tier_bytes[i])
+            into[name] = into.get(name, 0) + port_in[i]
+            out_of[name] = out_of.get(name, 0) + port_out[i]
+    ports = {name: np.maximum(into[name], out_of[name]) for name in into}
     # directed: a device sends one chunk and receives one in the same all-to-all-v round
     return ReshardStats(method=method, received=received, sent=sent, bytes_per_tier=dict(tiers),
-                        extra_bytes=staged_in + packed_out, rounds=rounds, transfers=count)
+                        extra_bytes=staged_in + packed_out, rounds=rounds, transfers=count, tier_bytes=ports)
 
 
 class _HolderLookup:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -21,6 +22,8 @@ from twin.layout.ranks import train_group
 from twin.profile import Profile
 from twin.scenario import Scenario
 from twin.topology.routing import Cluster
+
+PassKind = Literal["forward", "backward", "log_prob"]
 
 
 @dataclass(frozen=True)
@@ -80,13 +83,12 @@ class TrainCost:
         """One representative rank group per dimension (stage 0)."""
         return {dim: train_group(self.lay, self.devices, dim) for dim in ("tp", "cp", "dp", "ep", "pp")}
 
-    def _comm_per_layer(self, tokens: float, moe: bool, backward: bool) -> float:
+    def _comm_per_layer(self, tokens: float, moe: bool, passes: int) -> float:
         """TP/SP, CP and EP communication of one layer for `tokens` tokens of a micro-batch."""
         lay, h = self.lay, self.cfg.hidden_size
         if lay.engine == "fsdp":
             return 0.0
         act = tokens / lay.cp * h * BF16
-        passes = 3 if backward else 1  # backward moves activations and their gradients twice
         t = 0.0
         if lay.tp > 1:
             tp_group = self._groups["tp"]
@@ -107,9 +109,10 @@ class TrainCost:
             t += 2 * collective_time(self.cluster, self.pf, self._groups["ep"], "all_to_all", send)
         return t * passes
 
-    def microbatch_time(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike, backward: bool) -> PassTime:
+    def microbatch_time(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike, kind: PassKind) -> PassTime:
         """A micro-batch of `tokens` tokens whose sequence lengths square-sum to `tokens_sq` through one stage
-        (scalars or numpy arrays: compute and communication are linear in them)."""
+        (scalars or numpy arrays: compute and communication are linear in them). `kind`: the forward or the
+        backward half of a training pass (backward includes the recompute), or a forward-only log-prob pass."""
         lay, pf = self.lay, self.pf
         sf = self.stage_flops[stage]
         tokens = np.asarray(tokens, dtype=float)
@@ -119,39 +122,52 @@ class TrainCost:
         fwd = ((sf.dense * tokens) / (self.peak * pf["train_matmul_efficiency"])
                + (sf.expert * tokens) / (self.peak * pf["train_expert_efficiency"])
                + attn / (self.peak * pf["attention_efficiency"])) / shard
-        factor = 1.0
-        if backward:
-            factor = 3.0 + {"none": 0.0, "selective": 0.15, "full": 1.0}[lay.recompute.granularity]
-        else:
+        if kind == "log_prob":
             fwd = fwd / pf["log_prob_efficiency_scale"]
-        intercept, slope = self._comm_coefficients(stage, backward)
-        return PassTime(compute_s=fwd * factor, comm_s=intercept + slope * tokens)
+        elif kind == "backward":  # twice the forward, plus the recomputed forward
+            fwd = fwd * (2.0 + {"none": 0.0, "selective": 0.15, "full": 1.0}[lay.recompute.granularity])
+        intercept, slope = self._comm_coefficients(stage, 2 if kind == "backward" else 1)
+        return PassTime(compute_s=fwd, comm_s=intercept + slope * tokens)
 
-    def _comm_coefficients(self, stage: int, backward: bool) -> tuple[float, float]:
+    def _comm_coefficients(self, stage: int, passes: int) -> tuple[float, float]:
         """A micro-batch's communication seconds as intercept + slope x tokens (linear in bytes moved)."""
-        key = (stage, backward)
+        key = (stage, passes)
         cache = self.__dict__.setdefault("_comm_cache", {})
         if key not in cache:
-            one, two = self._comm_total(stage, 1024.0, backward), self._comm_total(stage, 2048.0, backward)
+            one, two = self._comm_total(stage, 1024.0, passes), self._comm_total(stage, 2048.0, passes)
             slope = (two - one) / 1024.0
             cache[key] = (one - slope * 1024.0, slope)
         return cache[key]
 
-    def _comm_total(self, stage: int, tokens: float, backward: bool) -> float:
+    def _comm_total(self, stage: int, tokens: float, passes: int) -> float:
+        """TP/SP, CP, EP traffic of all the stage's layers and the activation send: `passes` 1 for a forward,
+        2 for a backward (activation gradients and the recompute's traffic)."""
         lay, pf = self.lay, self.pf
         sf = self.stage_flops[stage]
-        comm = (sf.layers - sf.moe_layers) * self._comm_per_layer(tokens, False, backward)
-        comm += sf.moe_layers * self._comm_per_layer(tokens, True, backward)
+        comm = (sf.layers - sf.moe_layers) * self._comm_per_layer(tokens, False, passes)
+        comm += sf.moe_layers * self._comm_per_layer(tokens, True, passes)
         comm *= 1 - pf["train_comm_overlap"]
         if lay.engine == "megatron" and lay.pp > 1:
-            act = tokens / lay.cp / (lay.tp if lay.sequence_parallel else 1) * self.cfg.hidden_size * BF16
-            comm += (2 if backward else 1) * p2p_time(self.cluster, pf, 0, self.devices // lay.pp, act)
+            comm += passes * self.p2p_s(tokens)
         return comm
 
+    def p2p_s(self, tokens: float) -> float:
+        """Sending one micro-batch's activations to the next pipeline stage."""
+        lay = self.lay
+        if lay.engine != "megatron" or lay.pp == 1:
+            return 0.0
+        act = tokens / lay.cp / (lay.tp if lay.sequence_parallel else 1) * self.cfg.hidden_size * BF16
+        return p2p_time(self.cluster, self.pf, 0, self.devices // lay.pp, act)
+
     def microbatch(self, stage: int, sequences: int, backward: bool) -> PassTime:
-        """One micro-batch of `sequences` mean-length sequences through one stage."""
+        """One micro-batch of `sequences` mean-length sequences through one stage: forward and backward of
+        a training pass, or a forward-only log-prob pass."""
         mean = self.mean_seq
-        return self.microbatch_time(stage, sequences * mean, sequences * mean * mean, backward)
+        tokens, sq = sequences * mean, sequences * mean * mean
+        if not backward:
+            return self.microbatch_time(stage, tokens, sq, "log_prob")
+        f, b = self.microbatch_time(stage, tokens, sq, "forward"), self.microbatch_time(stage, tokens, sq, "backward")
+        return PassTime(compute_s=f.compute_s + b.compute_s, comm_s=f.comm_s + b.comm_s)
 
     def sequences_per_dp_rank(self) -> float:
         return self.sc.workload.responses / self.mem.dp

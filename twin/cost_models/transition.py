@@ -24,23 +24,44 @@ def reshard_time(stats: ReshardStats, cluster: Cluster, profile: Profile) -> flo
     return seconds + rounds * profile["reshard_round_latency_us"] * 1e-6
 
 
+def reshard_port_time(stats: ReshardStats, cluster: Cluster, profile: Profile) -> float:
+    """Concurrent flows share each device's port on each tier: the reshard lasts as long as the busiest
+    port (send or receive, any tier, ports of different tiers in parallel), plus the fixed cost of its
+    transfer rounds."""
+    worst = 0.0
+    for tier, per_device in stats.tier_bytes.items():
+        bw = cluster.kind.tier(tier).bandwidth_gbs.value * 1e9 * profile[f"tier_efficiency_{tier}"]
+        worst = max(worst, float(per_device.max()) / bw)
+    return worst + stats.rounds_max * profile["reshard_round_latency_us"] * 1e-6
+
+
+def offload_moments(tm: TrainMemory, rm: RolloutMemory, scenario: Scenario, cluster: Cluster,
+                    profile: Profile) -> dict[str, float]:
+    """Seconds of host<->device copies and cache releases at each moment of the step where they happen."""
+    off = tm.lay.offload
+    stage = max(range(tm.n_stages), key=tm.weight_bytes)
+    weights, grads, opt = tm.weight_bytes(stage), tm.grads_bytes(stage), tm.optimizer_bytes(stage)
+    rollout_w = rm.weight_bytes if scenario.has("no_sleep_mode") else 0.0
+    released = rm.kv_cache_bytes(rm.lay.gpu_memory_utilization) + rm.weight_bytes
+    ref = weights if off.param and scenario.workload.use_kl_loss else 0.0
+
+    def copy(nbytes: float) -> float:
+        return host_copy_time(cluster, profile, nbytes)
+
+    after_update = (grads if off.grad else 0) + (opt if off.optimizer == "offload" else 0)
+    before_update = (weights if off.param else 0) + after_update
+    return {
+        "after_rollout": copy(rollout_w) + released / GB * profile["empty_cache_s_per_gb"],
+        "ref_onload": copy(ref),
+        "ref_offload": copy(ref),
+        "before_update": copy(before_update),
+        "after_update": copy(after_update),
+        "before_reshard": copy(rollout_w) + profile["transition_fixed_s"],
+        "after_reshard": copy(weights if off.param else 0),
+    }
+
+
 def offload_time(tm: TrainMemory, rm: RolloutMemory, scenario: Scenario, cluster: Cluster,
                  profile: Profile) -> float:
     """Host<->device traffic and cache releases around the phases ('offload and other' in the recipes)."""
-    off = tm.lay.offload
-    stage = max(range(tm.n_stages), key=tm.weight_bytes)
-    weights = tm.weight_bytes(stage)
-    moved = 0.0
-    if off.param:
-        moved += 2 * weights  # actor out after the update, in before the reshard
-        if scenario.workload.use_kl_loss:
-            moved += 2 * weights  # ref in and out around its pass
-    if off.grad:
-        moved += 2 * tm.grads_bytes(stage)
-    if off.optimizer == "offload":
-        moved += 2 * tm.optimizer_bytes(stage)
-    if scenario.has("no_sleep_mode"):
-        moved += 2 * rm.weight_bytes  # rollout weights out after generation, back for the reshard
-    released = rm.kv_cache_bytes(rm.lay.gpu_memory_utilization) + rm.weight_bytes
-    return (host_copy_time(cluster, profile, moved) + released / GB * profile["empty_cache_s_per_gb"]
-            + profile["transition_fixed_s"])
+    return sum(offload_moments(tm, rm, scenario, cluster, profile).values())

@@ -1,0 +1,1 @@
+"""Discrete-event simulation (simpy) of a colocated GRPO step on the cluster topology."""

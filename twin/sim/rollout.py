@@ -1,0 +1,182 @@
+"""The rollout phase, step by step: continuous batching per DP replica, chunked prefill, sampled lengths.
+
+Every vLLM engine instance advances decode step by step on its own clock. Inside an instance with expert
+parallelism all DP ranks step in lockstep (the EP dispatch/combine and the end-of-sequence sync join them):
+the instance's step takes as long as its slowest rank's, and a rank that has finished still runs dummy
+steps until the whole instance is done. Each rank admits queued sequences while it has fewer than
+max_num_seqs running and KV room for the sequence's full length (admission reserves it, so nothing is
+preempted); admitted prompts are prefilled first come first served in chunks of the step's token budget
+(max_num_batched_tokens minus one token per decoding sequence). The phase ends when the last instance ends.
+Events are admissions, prefill chunks and finishing sequences; between two events only decoding happens,
+and that window of steps is evaluated at once (contexts grow by one token per step).
+
+When every length is fixed, all ranks are identical and one rank stands for all of them (exact).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from twin.cost_models.rollout import RolloutCost
+from twin.layout.models import RolloutLayout
+from twin.scenario import Scenario
+from twin.sim.trace import Trace
+from twin.workload import sample_lengths
+
+SPAN_STEPS = 256  # at least this many engine steps aggregated into one trace span
+
+
+@dataclass
+class RolloutOutcome:
+    seconds: float  # prefill + decode of the slowest instance, plus the fixed RL scheduling
+    steps: int  # engine steps of the slowest instance
+    components_s: dict[str, float]  # where the slowest instance's time went
+    represented: dict[str, list[int]] = field(default_factory=dict)
+    instance_seconds: list[float] = field(default_factory=list)
+
+
+class _Ranks:
+    """Queue-ordered sequences of every simulated DP rank (rows) and their progress."""
+
+    def __init__(self, prompts: np.ndarray, targets: np.ndarray) -> None:
+        self.prompt = prompts.astype(np.int64)
+        self.target = targets.astype(np.int64)
+        rows, per = prompts.shape
+        self.cum_prompt = np.concatenate([np.zeros((rows, 1), dtype=np.int64), np.cumsum(self.prompt, axis=1)], axis=1)
+        self.reserve = self.prompt + self.target
+        self.admitted = np.zeros(rows, dtype=np.int64)
+        self.prefilled = np.zeros(rows, dtype=np.int64)  # prompt tokens processed, in queue order
+        self.generated = np.zeros((rows, per), dtype=np.int64)
+        self.index = np.arange(per)[None, :]
+
+    def admit(self, max_seqs: int, kv_tokens: int) -> None:
+        admitted = self.index < self.admitted[:, None]
+        running = admitted & (self.generated < self.target)
+        free = max_seqs - running.sum(axis=1)
+        in_use = (self.reserve * running).sum(axis=1)
+        for r in np.nonzero((free > 0) & (self.admitted < self.prompt.shape[1]))[0]:
+            start = self.admitted[r]
+            room = np.cumsum(self.reserve[r, start:start + free[r]]) + in_use[r] <= kv_tokens
+            take = int(np.argmin(room)) if not room.all() else len(room)
+            if take == 0 and running[r].sum() == 0:
+                take = 1  # a sequence longer than the cache still runs alone (vLLM would preempt and retry)
+            self.admitted[r] += take
+
+    def window(self, max_seqs: int) -> int:
+        """Engine steps until the next event: a prefill to run, a sequence to admit, or one to finish."""
+        admitted = self.index < self.admitted[:, None]
+        pending = self.cum_prompt[np.arange(len(self.admitted)), self.admitted] - self.prefilled
+        if (pending > 0).any():
+            return 1
+        running = admitted & (self.generated < self.target)
+        waiting = self.admitted < self.prompt.shape[1]
+        if (waiting & (running.sum(axis=1) < max_seqs)).any():
+            return 1
+        left = np.where(running, self.target - self.generated, np.iinfo(np.int64).max)
+        return int(max(1, left.min()))
+
+    def step(self, budget: int, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Advance `steps` engine steps (more than one only when nothing but decoding happens):
+        (decoding batch, mean decode context at the first step, prefill tokens, prefill context)."""
+        admitted = self.index < self.admitted[:, None]
+        ready = self.cum_prompt[:, 1:] <= self.prefilled[:, None]
+        decoding = admitted & ready & (self.generated < self.target)
+        batch = decoding.sum(axis=1)
+        context = np.where(batch > 0, ((self.prompt + self.generated) * decoding).sum(axis=1) / np.maximum(batch, 1),
+                           0.0)
+        pending = self.cum_prompt[np.arange(len(batch)), self.admitted] - self.prefilled
+        tokens = np.minimum(pending, np.maximum(budget - batch, 0))
+        prompt_ctx = self.prompt.mean(axis=1) / 2
+        self.generated += decoding * steps
+        self.prefilled += tokens
+        return batch, context, tokens, prompt_ctx
+
+    def finished(self) -> np.ndarray:
+        return (self.generated >= self.target).all(axis=1)
+
+
+def simulate_rollout(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.random.Generator, trace: Trace,
+                     t0: float) -> RolloutOutcome:
+    """Run the rollout of one step and record its spans from time `t0`."""
+    ro, wl, pf = rc.ro, sc.workload, rc.pf
+    per_inst = rc.dp_per_instance
+    ranks_total = ro.dp
+    per_rank = -(-wl.responses // ranks_total)
+    fixed = wl.prompt_len.dist == "fixed" and wl.response_len.dist == "fixed" and wl.responses % ranks_total == 0
+    instances = 1 if fixed else ro.instances
+    rows = 1 if fixed else ranks_total
+    prompts = sample_lengths(wl.prompt_len, rows * per_rank, rng).reshape(rows, per_rank)
+    targets = sample_lengths(wl.response_len, rows * per_rank, rng).reshape(rows, per_rank)
+    if not fixed and wl.responses % ranks_total:  # the last ranks get one sequence fewer
+        short = ranks_total * per_rank - wl.responses
+        targets[-short:, -1] = 0
+        prompts[-short:, -1] = 0
+    state = _Ranks(prompts, targets)
+    group = per_inst if not fixed else 1
+    clocks = np.zeros(instances)
+    parts = {k: np.zeros(instances) for k in ("forward", "comm", "launch", "host", "schedule", "sync", "prefill")}
+    steps = np.zeros(instances, dtype=np.int64)
+    span_start = np.zeros(instances)
+    span_batch = np.zeros(instances)
+    lanes = _lanes(ro, fixed, instances)
+    n = flushed = 0
+    while True:
+        done_rank = state.finished()
+        done_inst = done_rank.reshape(instances, group).all(axis=1)
+        if done_inst.all():
+            break
+        state.admit(ro.max_num_seqs, kv_tokens)
+        k = state.window(ro.max_num_seqs)
+        batch, context, tokens, prompt_ctx = state.step(ro.max_num_batched_tokens, k)
+        # contexts grow by one token per step inside the window: evaluate every step of it at once
+        ctx = context[:, None] + np.arange(k)[None, :]
+        step = rc.decode_step(batch[:, None], ctx)
+        prefill = rc.prefill_compute_s(tokens, prompt_ctx)[:, None]
+        rank_time = np.broadcast_to(step.total + prefill, (len(batch), k))
+        per_step = rank_time.reshape(instances, group, k)
+        inst_time = per_step.max(axis=1).sum(axis=1) * ~done_inst
+        slowest = per_step.sum(axis=2).argmax(axis=1) + np.arange(instances) * group
+        for name, value in (("forward", step.forward_s), ("comm", step.comm_s), ("prefill", prefill)):
+            parts[name] += np.broadcast_to(value, rank_time.shape)[slowest].sum(axis=1) * ~done_inst
+        for name, value in (("launch", step.launch_s), ("host", step.host_s), ("schedule", step.schedule_s),
+                            ("sync", step.sync_s)):
+            parts[name] += value * k * ~done_inst
+        clocks += inst_time
+        steps += k * ~done_inst
+        span_batch += batch.reshape(instances, group).mean(axis=1) * k * ~done_inst
+        n += k
+        if n - flushed >= SPAN_STEPS:
+            _flush(trace, lanes, t0, span_start, clocks, span_batch, n, n - flushed)
+            flushed = n
+    if n > flushed:
+        _flush(trace, lanes, t0, span_start, clocks, span_batch, n, n - flushed)
+    worst = int(np.argmax(clocks))
+    fixed_s = pf["rollout_fixed_s"]
+    trace.span("driver", "rl scheduling", "rollout scheduling and offload", t0 + clocks[worst], fixed_s)
+    components = {k: float(v[worst]) for k, v in parts.items()}
+    components["rl_scheduling"] = fixed_s
+    represented = {lane: members for lane, members in lanes}
+    return RolloutOutcome(seconds=float(clocks[worst]) + fixed_s, steps=int(steps[worst]), components_s=components,
+                          represented=represented, instance_seconds=[float(c) for c in clocks])
+
+
+def _lanes(ro: RolloutLayout, fixed: bool, instances: int) -> list[tuple[str, list[int]]]:
+    size = ro.instance_size
+    if fixed:
+        return [(f"rollout: every DP replica alike (ranks 0-{ro.devices - 1})", list(range(ro.devices)))]
+    return [(f"rollout instance {i} (ranks {i * size}-{(i + 1) * size - 1})", list(range(i * size, (i + 1) * size)))
+            for i in range(instances)]
+
+
+def _flush(trace: Trace, lanes: list[tuple[str, list[int]]], t0: float, start: np.ndarray, clocks: np.ndarray,
+           batch: np.ndarray, n: int, count: int) -> None:
+    """One aggregated decode span per instance since the last flush."""
+    for i, (lane, _) in enumerate(lanes[:32]):
+        dur = clocks[i] - start[i]
+        if dur > 0:
+            trace.span(lane, "decode", f"engine steps {n - count}-{n - 1}", t0 + start[i], dur,
+                       mean_batch=round(float(batch[i]) / count, 1), steps=count)
+    start[:] = clocks
+    batch[:] = 0.0

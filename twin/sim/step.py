@@ -1,0 +1,205 @@
+"""One colocated GRPO step (or k of them) as a simpy simulation, driven by the scenario and the profile.
+
+In order: rollout (twin.sim.rollout), rollout weights offloaded and the KV cache released, reward, the
+old-policy log-prob pass unless skipped, the reference pass (weights on and off the device around it), the
+advantage, update_actor (task dispatch, then per mini-batch the 1F1B pipeline and the optimizer step), and
+the transition back: rollout weights onloaded, the reshard on the topology's ports, the actor offloaded.
+Task dispatch before each worker call costs the skew of handing inputs to the workers (Ray one worker at a
+time, or device to device). Response and prompt lengths are drawn from the workload (seeded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from twin.cost_models.scheduling import (
+    LOG_PROB_INPUT_BYTES_PER_TOKEN,
+    UPDATE_INPUT_BYTES_PER_TOKEN,
+    driver_seconds,
+)
+from twin.cost_models.transition import offload_moments, reshard_port_time
+from twin.evaluate import Evaluation
+from twin.results import SimulationResult
+from twin.sim.pipeline import PipelineRun, run_pipeline
+from twin.sim.rollout import RolloutOutcome, simulate_rollout
+from twin.sim.trace import Trace
+from twin.workload import sample_lengths
+
+MAX_DP_REPLICAS_SIMULATED = 8  # with random lengths, the DP replicas whose pipelines are simulated
+
+
+@dataclass
+class StepRecord:
+    stages_s: dict[str, float]
+    rollout: RolloutOutcome
+    pipelines: dict[str, PipelineRun] = field(default_factory=dict)
+
+
+class StepSimulation:
+    """Simulates `steps` GRPO steps of one evaluated scenario."""
+
+    def __init__(self, ev: Evaluation, seed: int | None = None) -> None:
+        self.ev = ev
+        self.sc = ev.sc
+        self.rng = np.random.default_rng(ev.sc.seed if seed is None else seed)
+        self.trace = Trace()
+        self.env = simpy.Environment()
+        self.records: list[StepRecord] = []
+        self.represented: dict[str, list[int]] = {}
+
+    # ---- training passes ----------------------------------------------------------------------------
+    def _replicas(self, prompts: np.ndarray, responses: np.ndarray, micro: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per simulated DP replica, (tokens, squared lengths) of each of its micro-batches."""
+        dp = self.ev.train_memory.dp
+        per = len(responses) // dp
+        fixed = self.sc.workload.prompt_len.dist == "fixed" and self.sc.workload.response_len.dist == "fixed"
+        count = 1 if fixed else min(dp, MAX_DP_REPLICAS_SIMULATED)
+        out = []
+        for r in range(count):
+            lengths = (prompts + responses)[r * per:(r + 1) * per].astype(float)
+            m = max(1, per // micro)
+            chunks = lengths[: m * micro].reshape(m, micro)
+            out.append((chunks.sum(axis=1), (chunks**2).sum(axis=1)))
+        return out
+
+    def _pass(self, label: str, micro: int, kind: str, prompts: np.ndarray, responses: np.ndarray
+              ) -> Generator[simpy.Event, object, PipelineRun]:
+        """The DP replicas' pipeline passes run side by side (forward-only, or 1F1B forward + backward);
+        the pass ends with the slowest. Only the first replica's spans go to the trace."""
+        tc = self.ev.train_cost
+        stages = range(self.ev.train_memory.n_stages)
+        lanes = self._stage_lanes()
+        runs = []
+        for i, (tokens, sq) in enumerate(self._replicas(prompts, responses, micro)):
+            if kind == "log_prob":
+                fwd = np.stack([np.asarray(tc.microbatch_time(s, tokens, sq, "log_prob").total) for s in stages])
+                bwd = None
+            else:
+                fwd = np.stack([np.asarray(tc.microbatch_time(s, tokens, sq, "forward").total) for s in stages])
+                bwd = np.stack([np.asarray(tc.microbatch_time(s, tokens, sq, "backward").total) for s in stages])
+            trace = self.trace if i == 0 else Trace()
+            runs.append(self.env.process(run_pipeline(self.env, fwd, bwd, tc.p2p_s(float(tokens.mean())), trace,
+                                                      lanes, label)))
+        yield self.env.all_of(runs)
+        return max((r.value for r in runs), key=lambda run: run.seconds)
+
+    def _stage_lanes(self) -> list[str]:
+        lay, devices = self.ev.layout.train, self.ev.devices
+        if lay.engine == "fsdp":
+            lane = f"training: FSDP, every rank alike (ranks 0-{devices - 1})"
+            self.represented[lane] = list(range(devices))
+            return [lane]
+        lanes = []
+        for s in range(lay.pp):
+            ranks = list(range(s * devices // lay.pp, (s + 1) * devices // lay.pp))
+            lane = f"pipeline stage {s} (ranks {ranks[0]}-{ranks[-1]}; TP/DP/EP peers alike)"
+            self.represented[lane] = ranks
+            lanes.append(lane)
+        return lanes
+
+    # ---- the step ------------------------------------------------------------------------------------
+    def _timed(self, lane: str, track: str, name: str, seconds: float) -> Generator[simpy.Event, object, float]:
+        start = self.env.now
+        self.trace.span(lane, track, name, start, seconds)
+        yield self.env.timeout(seconds)
+        return seconds
+
+    def _step(self, k: int) -> Generator[simpy.Event, object, None]:
+        ev, sc, pf, env = self.ev, self.sc, self.ev.profile, self.env
+        wl = sc.workload
+        prompts = sample_lengths(wl.prompt_len, wl.responses, self.rng)
+        responses = sample_lengths(wl.response_len, wl.responses, self.rng)
+        stages = dict.fromkeys(("rollout", "reward", "old_log_prob", "ref", "advantage", "update", "reshard",
+                                "offload"), 0.0)
+        moments = offload_moments(ev.train_memory, ev.rollout_memory, sc, ev.cluster, pf)
+        mem = ev.memory_report.phases
+        driver = driver_seconds(sc, pf)
+        drv = "driver"
+        self.trace.span(drv, "step", f"step {k}", env.now, 0.0)
+        t_step = env.now
+
+        self.trace.mark_memory(env.now, "rollout", mem["rollout"])
+        outcome = simulate_rollout(ev.rollout_cost, ev.memory_report.kv_tokens, sc, self.rng, self.trace, env.now)
+        self.represented.update(outcome.represented)
+        yield env.timeout(outcome.seconds)
+        stages["rollout"] = outcome.seconds
+        stages["offload"] += yield from self._timed(drv, "transition", "offload rollout weights, free KV cache",
+                                                    moments["after_rollout"])
+        stages["reward"] = yield from self._timed(drv, "reward", "reward (math_verify)", driver["reward"])
+        pipelines: dict[str, PipelineRun] = {}
+        self.trace.mark_memory(env.now, "log_prob", mem["log_prob"])
+        for name, needed in (("old_log_prob", not sc.has("skip_old_log_prob")), ("ref", wl.use_kl_loss)):
+            if not needed:
+                continue
+            if name == "ref":
+                stages["offload"] += yield from self._timed(drv, "transition", "ref weights onload",
+                                                            moments["ref_onload"])
+            skew = ev.dispatch_s(LOG_PROB_INPUT_BYTES_PER_TOKEN)
+            yield from self._timed(drv, "dispatch", f"{name} task dispatch", skew)
+            run = yield from self._pass(name, ev.layout.train.log_prob_micro_batch, "log_prob", prompts, responses)
+            pipelines[name] = run
+            stages[name] = skew + run.seconds
+            if name == "ref":
+                stages["offload"] += yield from self._timed(drv, "transition", "ref weights offload",
+                                                            moments["ref_offload"])
+        stages["advantage"] = yield from self._timed(drv, "advantage", "advantage", driver["advantage"])
+        stages["offload"] += yield from self._timed(drv, "transition", "actor state onload", moments["before_update"])
+        self.trace.mark_memory(env.now, "update", mem["update"])
+        skew = ev.dispatch_s(UPDATE_INPUT_BYTES_PER_TOKEN)
+        yield from self._timed(drv, "dispatch", "update_actor task dispatch", skew)
+        update = skew
+        opt_step = ev.train_cost.optimizer_time() / wl.optimizer_steps
+        mini_batches = wl.optimizer_steps // wl.ppo_epochs
+        minibatch = len(responses) // mini_batches
+        for epoch in range(wl.ppo_epochs):
+            for i in range(mini_batches):
+                part = slice(i * minibatch, (i + 1) * minibatch)
+                run = yield from self._pass(f"update {epoch}.{i}", ev.layout.train.micro_batch, "train",
+                                            prompts[part], responses[part])
+                pipelines[f"update {epoch}.{i}"] = run
+                update += run.seconds
+                update += yield from self._timed(drv, "optimizer", "grad sync + optimizer step", opt_step)
+        stages["update"] = update
+        stages["offload"] += yield from self._timed(drv, "transition", "actor state offload", moments["after_update"])
+        self.trace.mark_memory(env.now, "transition", mem["transition"])
+        stages["offload"] += yield from self._timed(drv, "transition", "rollout weights onload",
+                                                    moments["before_reshard"])
+        reshard = reshard_port_time(ev.reshard(), ev.cluster, pf)
+        stages["reshard"] = yield from self._timed("reshard", "comm", f"reshard ({ev.method})", reshard)
+        stages["offload"] += yield from self._timed(drv, "transition", "actor weights offload",
+                                                    moments["after_reshard"])
+        self.trace.span(drv, "step", f"step {k}", t_step, env.now - t_step)
+        self.records.append(StepRecord(stages, outcome, pipelines))
+
+    def run(self, steps: int = 1) -> list[StepRecord]:
+        def all_steps() -> Generator[simpy.Event, object, None]:
+            for k in range(steps):
+                yield from self._step(k)
+
+        self.env.process(all_steps())
+        self.env.run()
+        return self.records
+
+    def result(self) -> SimulationResult:
+        """The DESIGN 4.3 object: mean stage times over the simulated steps."""
+        n = len(self.records)
+        stages = {k: sum(r.stages_s[k] for r in self.records) / n for k in self.records[0].stages_s}
+        steps_s = [sum(r.stages_s.values()) for r in self.records]
+        last = self.records[-1]
+        notes = [f"simulated {n} step(s): step time min {min(steps_s):.2f} s, max {max(steps_s):.2f} s",
+                 f"rollout: {last.rollout.steps} engine steps on the slowest instance; "
+                 + ", ".join(f"{k} {v:.1f} s" for k, v in last.rollout.components_s.items())]
+        for name, run in last.pipelines.items():
+            if not name.startswith("update") or name == "update 0.0":
+                notes.append(f"{name}: pipeline bubble {run.bubble_fraction * 100:.1f} %")
+        return self.ev.result(stages, "simulation", notes=notes, represented=self.represented)
+
+
+def simulate(ev: Evaluation, steps: int = 1, seed: int | None = None) -> tuple[SimulationResult, StepSimulation]:
+    sim = StepSimulation(ev, seed)
+    sim.run(steps)
+    return sim.result(), sim
