@@ -14,6 +14,8 @@ from twin.clirun import make_console, run_app
 from twin.errors import TwinError
 
 if TYPE_CHECKING:
+    from twin.evaluate import Evaluation
+    from twin.results import SimulationResult
     from twin.scenario import Scenario
 
 app = typer.Typer(
@@ -196,6 +198,13 @@ def simulate_cmd(
             console.print(f"wrote {what}: {path}")
 
 
+def simulated(ev: Evaluation) -> SimulationResult:
+    """The discrete-event prediction of one candidate (the planner's full evaluation)."""
+    from twin.sim.step import simulate
+
+    return simulate(ev)[0]
+
+
 @app.command("plan")
 def plan_cmd(
     model: Annotated[str | None, typer.Option("--model", "-m", help="Catalog name or config.json path")] = None,
@@ -235,7 +244,7 @@ def plan_cmd(
             task = bar.add_task(label, total=total)
             return lambda: bar.advance(task)
 
-        outcome = search(planner, top, progress)
+        outcome = search(planner, top, progress, finalize=simulated)
     if outcome.plan is None:
         raise TwinError(f"no layout of {planner.cfg.name} fits {sc.cluster.cards} {planner.kind.name} cards "
                         f"({planner.devices} devices of {planner.hbm_gb:g} GB); closest: {outcome.best_unfit}; "

@@ -19,10 +19,12 @@ def make_console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, width=None if stream.isatty() else 160)
 
 
-def run_app(app: typer.Typer, prog: str, user_errors: tuple[type[BaseException], ...] = ()) -> None:
-    """Call `app`; TwinError (and `user_errors`) exit 2, usage errors exit with their code."""
+def run_app(app: typer.Typer, prog: str, user_errors: tuple[type[BaseException], ...] = (),
+            argv: list[str] | None = None) -> None:
+    """Call `app` (on `argv`, default sys.argv); TwinError and `user_errors` exit 2, usage errors with
+    their code."""
     try:
-        app(standalone_mode=False, prog_name=prog)
+        code = app(args=argv, standalone_mode=False, prog_name=prog)  # a command's typer.Exit comes back as its code
     except (TwinError, *user_errors) as exc:
         sys.stderr.write(f"{prog}: error: {exc}\n")
         sys.exit(2)
@@ -37,3 +39,5 @@ def run_app(app: typer.Typer, prog: str, user_errors: tuple[type[BaseException],
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    if isinstance(code, int) and code:
+        sys.exit(code)

@@ -65,6 +65,14 @@ class Evaluation:
     def placement(self) -> Placement:
         return Placement(self.inv, self.layout.train, self.layout.rollout, self.devices)
 
+    def with_profile(self, profile: Profile) -> Evaluation:
+        """The same scenario and layout under another profile, sharing what does not depend on it
+        (topology, placement, reshard transfer lists)."""
+        other = Evaluation(self.sc, profile, self.layout)
+        other.__dict__.update(cluster=self.cluster, placement=self.placement,
+                              _reshard=self.__dict__.setdefault("_reshard", {}))
+        return other
+
     def reshard(self, method: ReshardMethod | None = None) -> ReshardStats:
         method = method or self.method
         cache = self.__dict__.setdefault("_reshard", {})

@@ -102,8 +102,8 @@ def _parse(text: str, label: str) -> Profile:
         raise TwinError(validation_message(exc, f"profile {label}")) from None
 
 
-EMBEDDED = {"a2": "a2.yaml", "a3": "a3.yaml", "a100": "gpu.yaml", "h100": "gpu.yaml", "h200": "gpu.yaml",
-            "h20": "gpu.yaml"}
+EMBEDDED = {"a2": "a2.yaml", "a3": "a3.yaml", "cpu": "cpu.yaml", "a100": "gpu.yaml", "h100": "gpu.yaml",
+            "h200": "gpu.yaml", "h20": "gpu.yaml"}
 
 
 @lru_cache(maxsize=16)
@@ -113,6 +113,18 @@ def embedded_profile(kind: str) -> Profile:
         raise TwinError(f"no embedded profile for cluster kind {kind!r}; pass one with --profile")
     text = resources.files("twin").joinpath("profiles", EMBEDDED[kind]).read_text()
     return _parse(text, EMBEDDED[kind])
+
+
+def reference_profile(kind: str) -> Profile:
+    """The sourced values before any fit: `<kind>-reference.yaml` where a fitted default exists, else the
+    embedded profile itself."""
+    name = EMBEDDED.get(kind)
+    if name is None:
+        raise TwinError(f"no embedded profile for cluster kind {kind!r}")
+    ref = resources.files("twin").joinpath("profiles", name.replace(".yaml", "-reference.yaml"))
+    if ref.is_file():
+        return _parse(ref.read_text(), ref.name)
+    return embedded_profile(kind)
 
 
 def load_profile(path: Path | str) -> Profile:

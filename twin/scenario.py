@@ -76,16 +76,26 @@ class ClusterRef(BaseModel):
 
 
 class Measured(BaseModel):
-    """Published or logged results: seconds per stage and TPS per card."""
+    """Published or logged results: seconds per stage and TPS per card.
+
+    `use` keeps fitting and judging apart: `fit` cases may calibrate a profile, `judge` cases (the
+    default) only measure its error, so a fit that memorises its inputs shows.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    use: Literal["fit", "judge"] = "judge"
     step_s: float | None = None
     stages_s: dict[str, float] = {}
     tps_per_card: float | None = None
     tps_per_device: float | None = None  # as logged per die on A3 (verl's perf/throughput)
     rollout_tps_per_card: float | None = None  # prompt + response tokens / rollout seconds / cards
     reshard_extra_gib_per_device: dict[str, float] = {}  # reshard method -> extra memory, GiB
+    # the values compare only with those of the named scenario: their ratio is the target, not the values
+    relative_to: str | None = None
+    # the values serve as the reference of other scenarios' ratios, not as targets themselves (they depend
+    # on something the twin does not model)
+    reference_only: bool = False
     source: str | None = None
 
 

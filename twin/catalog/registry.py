@@ -25,6 +25,8 @@ CATALOG_SOURCES: dict[str, str] = {
     "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
     "llama2-7b": "meta-llama/Llama-2-7b-hf",
     "llama2-70b": "meta-llama/Llama-2-70b-hf",
+    # the project's own CPU test model: executor.cpu.assets.make_tiny_model writes this architecture
+    "tiny": "ascend-rl-twin/tiny (executor/cpu/assets.py)",
 }
 
 

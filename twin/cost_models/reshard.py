@@ -19,6 +19,7 @@ once and counted as often as it occurs.
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -211,9 +212,11 @@ def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod)
             groups = [(devices, [h.block for h in holders])]
         got_any = np.zeros(n, dtype=bool)
         lookups = [_HolderLookup(h, codes, n) for h in holders]
+        index = _HolderIndex(holders, t)
         for dsts, needed in groups:
             for nb in needed:
-                for h, look in zip(holders, lookups, strict=True):
+                for i in index.overlapping(nb):
+                    h, look = holders[i], lookups[i]
                     sub = block_intersection(nb, h.block)
                     if sub is None:
                         continue
@@ -253,6 +256,29 @@ def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod)
     # directed: a device sends one chunk and receives one in the same all-to-all-v round
     return ReshardStats(method=method, received=received, sent=sent, bytes_per_tier=dict(tiers),
                         extra_bytes=staged_in + packed_out, rounds=rounds, transfers=count, tier_bytes=ports)
+
+
+class _HolderIndex:
+    """Finds the holder blocks that can overlap a needed block, by their range on the expert axis (or on
+    the TP axis for other tensors), instead of trying every holder."""
+
+    def __init__(self, holders: list[_Holders], t: TensorSpec) -> None:
+        dim = t.shard.ep_dim if t.shard.ep_dim is not None else t.shard.tp_dim
+        self.dim = dim
+        if dim is None:
+            self.order = list(range(len(holders)))
+            return
+        self.order = sorted(range(len(holders)), key=lambda i: holders[i].block[dim][0])
+        self.starts = [holders[i].block[dim][0] for i in self.order]
+        self.longest = max(h.block[dim][1] - h.block[dim][0] for h in holders)
+
+    def overlapping(self, block: Block) -> list[int]:
+        if self.dim is None:
+            return self.order
+        lo, hi = block[self.dim]
+        first = bisect.bisect_left(self.starts, lo - self.longest + 1)
+        last = bisect.bisect_left(self.starts, hi)
+        return self.order[first:last]
 
 
 class _HolderLookup:

@@ -19,7 +19,7 @@ from twin.topology.devices import DEVICES, DeviceSpec, Figure
 
 _HW = "../shared/reference/ascend-hardware.md"
 
-TierName = Literal["sio", "hccs", "ub", "nvlink", "roce", "ib", "host"]
+TierName = Literal["sio", "hccs", "ub", "nvlink", "roce", "ib", "shm", "host"]
 
 
 class LinkTier(BaseModel):
@@ -130,6 +130,23 @@ CLUSTER_KINDS: dict[str, ClusterKind] = {
             ),
             host_memory_gb_per_node=_HOST_MEM,
             vllm_sleep_frees_memory=False,
+        ),
+        ClusterKind(
+            name="cpu",
+            description="one host whose trainer ranks are the devices (gloo over loopback); for the CPU runs "
+            "of the executor, calibrated only by the calibration jobs",
+            device="cpu-rank",
+            devices_per_card=1,
+            cards_per_node=64,
+            node_tier="shm",
+            scaleout_tier="shm",
+            tiers=(
+                _tier("shm", 1.0, "nominal unit: gloo over loopback, scaled by the profile from the "
+                      "calibration collectives job", 50.0, "gloo call latency, order of 50 us", True),
+                _tier("host", 10.0, "nominal unit: host memcpy, scaled by the profile from the calibration "
+                      "copy job", 1.0, "memcpy call overhead", True),
+            ),
+            host_memory_gb_per_node=Figure(value=24, source="this project's CI machines: 24 GiB"),
         ),
         *(
             ClusterKind(

@@ -57,6 +57,16 @@ DEVICES: dict[str, DeviceSpec] = {
             devices_per_card=2,
         ),
         DeviceSpec(
+            name="cpu-rank",
+            vendor="host",
+            peak_bf16_tflops=Figure(value=1.0, source="nominal unit: the cpu profile's efficiencies are the "
+                                    "TFLOP/s the calibration gemm job measures on the host"),
+            hbm_gb=Figure(value=8.0, source="nominal share of a 24 GiB CI host for each trainer rank beside "
+                          "the driver and Ray"),
+            hbm_bandwidth_gbs=Figure(value=10.0, source="nominal unit: host memcpy, scaled by the profile's "
+                                     "hbm_efficiency from the calibration copy job"),
+        ),
+        DeviceSpec(
             name="a100",
             vendor="nvidia",
             peak_bf16_tflops=Figure(value=312, source="NVIDIA A100 datasheet, SXM dense BF16"),

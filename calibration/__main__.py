@@ -1,0 +1,5 @@
+"""`python -m calibration` runs the `calibration` command."""
+
+from calibration.cli import main
+
+main()

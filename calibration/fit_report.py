@@ -1,0 +1,26 @@
+"""Tables of a fit: each target before and after, and the parameters that moved."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from calibration.fit import FitOutcome
+from twin.profile import Profile
+
+
+def print_fit(console: Console, outcome: FitOutcome, names: list[str], base: Profile) -> None:
+    table = Table(title="Targets (relative error; a zero target in seconds)")
+    for col in ("target", "measured", "before", "error", "after", "error"):
+        table.add_column(col, justify="left" if col == "target" else "right")
+    before, after = outcome.errors("before"), outcome.errors("after")
+    for t, b, a, eb, ea in zip(outcome.targets, outcome.before, outcome.after, before, after, strict=True):
+        table.add_row(t.label, f"{t.goal:.4g}", f"{b:.4g}", f"{eb * 100:+.1f} %", f"{a:.4g}", f"{ea * 100:+.1f} %")
+    console.print(table)
+    params = Table(title="Fitted parameters")
+    for col in ("parameter", "base", "fitted", "bounds", "unit"):
+        params.add_column(col, justify="left" if col in ("parameter", "unit") else "right")
+    for n in names:
+        p = base.params[n]
+        params.add_row(n, f"{p.value:.4g}", f"{outcome.profile[n]:.4g}", f"{p.bounds}", p.unit)
+    console.print(params)

@@ -1,0 +1,162 @@
+"""Decode-step sweep over batch size and context length, on a causal LM with random weights.
+
+The model is built from a HuggingFace config (the built-in tiny Qwen2, or `--model-config`). vLLM is
+used when it is importable (dummy weights; step time from generate() with and without extra decode
+steps), else transformers with a KV cache (one forward of one new token per sequence, the cache cut
+back to the context after each step).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from calibration.devices import supported_dtypes, torch_dtype
+from calibration.errors import CalibrationError
+from calibration.jobs.base import InProcessJob, Outcome, Point, RunContext
+from calibration.measurements import JobMeasurement
+
+TINY_QWEN2 = {
+    "model_type": "qwen2",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 2048,
+    "max_position_embeddings": 32768,
+}
+SMALL = {"batch": [1, 4], "ctx": [64, 256]}
+FULL = {"batch": [1, 8, 32, 64, 128, 256], "ctx": [128, 1024, 4096, 16384]}
+VLLM_STEPS = 32  # decode steps timed per vLLM sample
+
+
+def model_spec(path: Path | None) -> tuple[str, dict[str, Any]]:
+    """(label, config dict) of the model to build: a config.json file, or the built-in tiny Qwen2."""
+    if path is None:
+        return "tiny-qwen2", dict(TINY_QWEN2)
+    try:
+        text = Path(path).read_text()
+        config = json.loads(text)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CalibrationError(f"cannot read model config {path}: {exc}") from None
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise CalibrationError(f"model config {path} has no model_type")
+    return f"{Path(path).stem}-{hashlib.sha256(text.encode()).hexdigest()[:8]}", config
+
+
+def engine_name() -> str:
+    return "vllm" if importlib.util.find_spec("vllm") is not None else "transformers"
+
+
+class DecodeJob(InProcessJob):
+    name = "decode"
+
+    def __init__(self) -> None:
+        self._engines: dict[tuple[str, str], Any] = {}  # (engine, dtype) -> decoder, for one run() only
+
+    def points(self, ctx: RunContext) -> list[Point]:
+        label, _ = model_spec(ctx.model_config)
+        grid = SMALL if ctx.grid == "small" else FULL
+        wanted = ("fp32",) if ctx.device.kind == "cpu" else ("bf16",)
+        return [
+            Point(self.name, "decode_step",
+                  {"model": label, "engine": engine_name(), "batch": b, "ctx": c}, dtype=dtype)
+            for dtype in supported_dtypes(ctx.device, wanted)
+            for b in grid["batch"]
+            for c in grid["ctx"]
+        ]
+
+    def run(self, ctx: RunContext, points: list[Point]) -> Iterator[Outcome]:
+        """Measure with models built for this run, released when it ends (the device memory is needed later)."""
+        try:
+            yield from super().run(ctx, points)
+        finally:
+            self._engines.clear()
+            ctx.device.release_cache()
+
+    def measure(self, ctx: RunContext, point: Point) -> JobMeasurement:
+        engine_key = (str(point.params["engine"]), point.dtype or "fp32")
+        if engine_key not in self._engines:
+            _, config = model_spec(ctx.model_config)
+            grid = SMALL if ctx.grid == "small" else FULL
+            builder = VllmDecoder if engine_key[0] == "vllm" else TransformersDecoder
+            self._engines[engine_key] = builder(ctx, config, engine_key[1], max(grid["batch"]), max(grid["ctx"]))
+        batch, context = int(point.params["batch"]), int(point.params["ctx"])
+        samples = self._engines[engine_key].step_times(ctx, batch, context)
+        return ctx.record(point, samples, rates={"tokens_per_s": batch})
+
+
+class TransformersDecoder:
+    """A transformers causal LM with random weights; one timed forward per decode step."""
+
+    def __init__(self, ctx: RunContext, config: dict[str, Any], dtype: str, max_batch: int, max_ctx: int) -> None:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        fields = dict(config)
+        hf_config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(hf_config, dtype=torch_dtype(dtype))
+        self.model = model.to(ctx.device.torch_device).eval()
+        self.vocab = int(hf_config.vocab_size)
+
+    def step_times(self, ctx: RunContext, batch: int, context: int) -> list[float]:
+        import torch
+
+        device = ctx.device.torch_device
+        with torch.inference_mode():
+            prompt = torch.randint(0, self.vocab, (batch, context), device=device)
+            out = self.model(input_ids=prompt, use_cache=True, logits_to_keep=1)
+            cache = out.past_key_values
+            token = out.logits[:, -1].argmax(-1, keepdim=True)
+
+            def step() -> Any:
+                logits = self.model(input_ids=token, past_key_values=cache, use_cache=True).logits
+                return logits[:, -1].argmax(-1)
+
+            return ctx.time(step, before=lambda: cache.crop(context))
+
+
+class VllmDecoder:
+    """vLLM with dummy weights; a step is (generate(1 + k tokens) - generate(1 token)) / k."""
+
+    def __init__(self, ctx: RunContext, config: dict[str, Any], dtype: str, max_batch: int, max_ctx: int) -> None:
+        from vllm import LLM
+
+        self._dir = tempfile.TemporaryDirectory(prefix="calibration-decode-")
+        Path(self._dir.name, "config.json").write_text(json.dumps(config))
+        self.vocab = int(config["vocab_size"])
+        self.llm = LLM(
+            model=self._dir.name,
+            load_format="dummy",
+            skip_tokenizer_init=True,
+            dtype={"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[dtype],
+            max_model_len=max_ctx + VLLM_STEPS + 2,
+            max_num_seqs=max_batch,
+            enable_prefix_caching=False,
+            seed=0,
+        )
+
+    def step_times(self, ctx: RunContext, batch: int, context: int) -> list[float]:
+        import torch
+        from vllm import SamplingParams
+
+        prompts = [{"prompt_token_ids": torch.randint(0, self.vocab, (context,)).tolist()} for _ in range(batch)]
+
+        def generate(tokens: int) -> Any:
+            params = SamplingParams(max_tokens=tokens, min_tokens=tokens, ignore_eos=True, temperature=0.0,
+                                    detokenize=False)
+            return self.llm.generate(prompts, params, use_tqdm=False)
+
+        prefill = ctx.time(lambda: generate(1))
+        full = ctx.time(lambda: generate(1 + VLLM_STEPS))
+        return [(f - p) / VLLM_STEPS for f, p in zip(full, prefill, strict=True)]
+
+
+JOB = DecodeJob()

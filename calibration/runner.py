@@ -1,0 +1,114 @@
+"""`calibration run`: measure the points of the chosen jobs, appending and resuming by key."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from calibration.errors import CalibrationError
+from calibration.jobs import load_job
+from calibration.jobs.base import Failure, Job, Point, RunContext
+from calibration.measurements import BadLine, JobMeasurement, MeasurementWriter, load_measurements
+
+
+@dataclass
+class JobTally:
+    """What happened to one job's grid in this run."""
+
+    job: str
+    planned: int
+    skipped: int
+    measured: list[JobMeasurement] = field(default_factory=list)
+    failed: list[Failure] = field(default_factory=list)
+
+
+@dataclass
+class RunOutcome:
+    tallies: list[JobTally]
+    bad_lines: list[BadLine]
+    interrupted: bool = False
+
+    @property
+    def measured(self) -> int:
+        return sum(len(t.measured) for t in self.tallies)
+
+    @property
+    def failed(self) -> int:
+        return sum(len(t.failed) for t in self.tallies)
+
+
+def readable_output(out: Path) -> tuple[set[str], list[BadLine]]:
+    """Keys already measured in `out` and its malformed lines; the file itself is never rewritten."""
+    if out.exists() and not out.is_file():
+        raise CalibrationError(f"output {out} is not a regular file")
+    if not out.parent.is_dir():
+        raise CalibrationError(f"output directory {out.parent} does not exist")
+    try:
+        loaded = load_measurements(out)
+    except OSError as exc:
+        raise CalibrationError(f"cannot read {out}: {exc.strerror}") from None
+    return loaded.keys(), loaded.bad_lines
+
+
+def plan(ctx: RunContext, names: list[str], done: set[str]) -> list[tuple[Job, list[Point], JobTally]]:
+    """Each job with the points of its grid still to measure; every job is resolved before any runs."""
+    planned = []
+    for name in dict.fromkeys(names):
+        job = load_job(name)
+        points = job.points(ctx)
+        todo = [p for p in points if p.key(ctx.device_facts) not in done]
+        planned.append((job, todo, JobTally(name, len(points), len(points) - len(todo))))
+    return planned
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C for the duration, so that both end the run the same clean way."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_jobs(ctx: RunContext, names: list[str], out: Path, console: Console) -> RunOutcome:
+    """Measure what `out` does not hold yet, appending each record as soon as it is measured."""
+    done, bad_lines = readable_output(out)
+    jobs = plan(ctx, names, done)
+    outcome = RunOutcome([tally for _, _, tally in jobs], bad_lines)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    total = sum(len(todo) for _, todo, _ in jobs)
+    with (
+        sigterm_as_interrupt(),
+        Progress(*columns, console=console, auto_refresh=False) as progress,  # no refresh thread: it
+        MeasurementWriter(out) as writer,  # would steal a core from the measurement on small hosts
+    ):
+        task = progress.add_task("measuring", total=total)
+        try:
+            for job, todo, tally in jobs:
+                if todo:
+                    progress.update(task, description=todo[0].label())
+                for index, result in enumerate(job.run(ctx, todo)):
+                    if index + 1 < len(todo):
+                        progress.update(task, description=todo[index + 1].label())
+                    if isinstance(result, Failure):
+                        tally.failed.append(result)
+                    else:
+                        writer.write(result)
+                        tally.measured.append(result)
+                    progress.advance(task)
+                    progress.refresh()
+        except KeyboardInterrupt:
+            outcome.interrupted = True
+    return outcome

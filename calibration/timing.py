@@ -1,0 +1,34 @@
+"""Timing of one operation: warm-up calls, then timed repeats bracketed by device synchronisation."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+def time_op(
+    op: Callable[[], object],
+    synchronize: Callable[[], None],
+    *,
+    warmup: int,
+    repeats: int,
+    before: Callable[[], object] | None = None,
+) -> list[float]:
+    """Seconds of each of `repeats` calls of `op` after `warmup` untimed calls.
+
+    `before` runs ahead of every call (warm-up and timed) outside the timed region, e.g. to reset a
+    KV cache or to align ranks with a barrier. The device is synchronised before the clock starts and
+    before it stops, so queued asynchronous work is counted in the call that queued it.
+    """
+    samples: list[float] = []
+    for i in range(warmup + repeats):
+        if before is not None:
+            before()
+        synchronize()
+        start = time.perf_counter()
+        op()
+        synchronize()
+        elapsed = time.perf_counter() - start
+        if i >= warmup:
+            samples.append(max(elapsed, 1e-9))
+    return samples

@@ -1,0 +1,117 @@
+"""`executor`: turn a plan.json into a verl launch, validate it, and run it (DESIGN section 4.1).
+
+`app` is a typer.Typer other modules register commands on. Heavy packages are imported inside commands
+so that `executor --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import shlex
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Launch verl GRPO/DAPO runs from twin plans, with the Ascend recipe optimizations.")
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"executor: error: {message}", markup=False)
+    return typer.Exit(code)
+
+
+def optimization_table(reports: list) -> Table:
+    table = Table(title="Optimizations (DESIGN section 6)")
+    for column in ("optimization", "mechanism", "status", "detail"):
+        table.add_column(column, overflow="fold")
+    for r in reports:
+        table.add_row(r.id, r.mechanism, r.state, r.detail)
+    return table
+
+
+def print_launch(spec) -> None:
+    out.print("Command:", style="bold")
+    out.print(shlex.join(spec.command), markup=False)
+    out.print("Environment:", style="bold")
+    for key, value in sorted(spec.env.items()):
+        out.print(f"{key}={shlex.quote(value)}", markup=False)
+    out.print(optimization_table(spec.optimizations))
+
+
+@app.command()
+def run(
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN.json", help="plan written by `twin plan`")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="build, validate and print; start nothing")] = False,
+    workdir: Annotated[Path | None, typer.Option(help="run directory (log, metrics, record)")] = None,
+    model_path: Annotated[str | None, typer.Option(help="HuggingFace checkpoint directory")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="directory with train.parquet and test.parquet")] = None,
+    steps: Annotated[int | None, typer.Option(min=1, help="trainer.total_training_steps")] = None,
+) -> None:
+    """Build the verl launch for PLAN.json, validate it against the installed verl, and run it."""
+    from executor.errors import ValidationFailed
+    from executor.npu_opt.host import HostEnv
+    from executor.options import LaunchOptions, RunPaths
+    from executor.targets import target_for
+    from executor.validate import validate
+    from executor.versions import check_verl_version
+    from twin.errors import TwinError
+    from twin.plan import load_plan
+
+    try:
+        plan = load_plan(plan_path)
+        check_verl_version()
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        options = LaunchOptions(workdir=(workdir or Path("runs") / f"{plan.scenario.name}-{stamp}").resolve(),
+                                model_path=model_path, data_dir=data_dir.resolve() if data_dir else None, steps=steps)
+        target = target_for(plan.scenario.cluster.kind)
+        if not dry_run:
+            target.require_hardware(plan.predictions.devices)
+        spec = target.build(plan, options, HostEnv())
+        validate(spec.overrides)
+        if dry_run:
+            print_launch(spec)
+            return
+        _real_run(plan_path, plan, spec, target, RunPaths(workdir=options.workdir), options)
+    except ValidationFailed as exc:
+        for problem in exc.problems:
+            err.print(f"executor: invalid: {problem}", markup=False)
+        raise typer.Exit(2) from None
+    except TwinError as exc:
+        raise fail(str(exc)) from None
+
+
+def _real_run(plan_path, plan, spec, target, paths, options) -> None:
+    from executor.errors import ExecutorError
+    from executor.launch import new_record, run_trainer
+    from executor.preflight import preflight
+    from executor.probe import probe_workers
+
+    problems = preflight(plan, options, target)
+    if problems:
+        raise ExecutorError("preflight: " + "; ".join(problems))
+    missing = [r.id for r in spec.optimizations if r.state == "unavailable"]
+    if missing:
+        err.print(f"executor: warning: running without {', '.join(missing)} (unavailable here)", markup=False)
+    probe_workers(spec, paths.patch_reports)
+    status = run_trainer(spec, paths, new_record(plan_path, plan, spec, paths))
+    if status:
+        raise fail(f"verl exited with status {status}; log {paths.log}", status)
+
+
+
+@app.callback()
+def _root() -> None:
+    """Launch verl runs from twin plans."""
+
+
+def main() -> None:
+    """Console-script entry point: user errors become one line on stderr."""
+    from twin.clirun import run_app
+
+    run_app(app, "executor")

@@ -1,0 +1,155 @@
+"""Hydra overrides and environment for real verl GRPO steps on a CPU-only host.
+
+`cpu_run_config` is a pure function: the executor merges its result with a plan's overrides and
+starts `python -m verl.trainer.main_ppo <overrides>` with the environment added to its own.
+
+What the settings do (verl 0.9.1):
+- the CPU plugin (`PLUGIN_MODULE`) is imported by every verl process (VERL_USE_EXTERNAL_MODULES) and
+  selected with VERL_PLATFORM=cpu; trainer ranks are logical Ray GPUs (`ray_init.num_gpus` = world);
+- Ray gets `RAY_LOGICAL_CPUS` logical CPUs whatever the host has: TransferQueue, agent-loop, reward
+  and server actors each hold one, and too few hang the run; one TransferQueue storage unit, one
+  agent-loop worker and one reward worker keep the count small;
+- the old-log-prob pass is skipped (`algorithm.rollout_correction.bypass_mode=True` with
+  `rollout.calculate_log_probs=True`: the rollout's log-probs are the PPO "old" policy) and the loss
+  is verl's bypass-mode loss, the PPO-clip objective that also reports the rollout/trainer mismatch
+  (`GAP_METRICS`); float32 end to end so that the gap is rounding only;
+- the rollout is the transformers backend (`ROLLOUT_NAME`), starting from random weights
+  (load_format=dummy) so that only the trainer's weight sync makes the two policies agree;
+- the reward is `executor/reward.py:compute_score`; metrics go to `metrics_path` through verl's
+  file logger (VERL_FILE_LOGGER_PATH: one JSON object per step, {"step": n, "data": {...}}).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from executor.cpu.names import PLATFORM_NAME, PLUGIN_MODULE, ROLLOUT_NAME
+
+RAY_LOGICAL_CPUS = 16
+LEARNING_RATE = 1e-3
+METRICS_FILE = "metrics.jsonl"
+"""Default metrics file name, in the run's workdir."""
+
+# Metric names as verl 0.9.1 writes them (keys of "data" in the metrics file). timing_s/gen is the
+# wait in the sync replay buffer, which polls every 2 s (replay_buffer.py, not configurable): on CPU it
+# reads 2.0 s whenever generation and reward take less.
+TIMING_METRICS = (
+    "timing_s/gen",
+    "timing_s/old_log_prob",
+    "timing_s/adv",
+    "timing_s/update_actor",
+    "timing_s/update_weights",
+    "timing_s/step",
+)
+GRAD_NORM_METRIC = "actor/grad_norm"
+GAP_METRICS = ("actor/rollout_corr/rollout_is_max", "actor/rollout_corr/rollout_is_min")
+"""Token-level extremes of exp(trainer log-prob - rollout log-prob); the gap is max |ln| of the two."""
+REWARD_METRICS = ("critic/score/mean", "critic/rewards/mean")
+THROUGHPUT_METRIC = "perf/throughput"
+
+
+def reward_function_path() -> Path:
+    """The file verl loads the MATH reward from (reward.custom_reward_function.path)."""
+    from executor import reward
+
+    return Path(reward.__file__).resolve()
+
+
+def cpu_run_config(
+    workdir: Path,
+    *,
+    model_dir: Path,
+    train_files: Path,
+    val_files: Path,
+    steps: int,
+    world: int = 1,
+    batch_prompts: int = 4,
+    n: int = 2,
+    prompt_len: int = 64,
+    response_len: int = 16,
+    seed: int = 0,
+    metrics_path: Path | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """Hydra overrides for `python -m verl.trainer.main_ppo` and the environment to add to the caller's."""
+    if steps < 1 or world < 1 or n < 2 or batch_prompts < 1:
+        raise ValueError(
+            f"need steps >= 1, world >= 1, n >= 2 (GRPO groups), batch_prompts >= 1; got "
+            f"steps={steps}, world={world}, n={n}, batch_prompts={batch_prompts}"
+        )
+    if (batch_prompts * n) % world:
+        raise ValueError(f"batch_prompts * n = {batch_prompts * n} responses do not divide over {world} ranks")
+    workdir = Path(workdir).resolve()
+    metrics_path = Path(metrics_path).resolve() if metrics_path else workdir / METRICS_FILE
+    responses_per_rank = batch_prompts * n // world
+    overrides = [
+        # data
+        f"data.train_files={Path(train_files).resolve()}",
+        f"data.val_files={Path(val_files).resolve()}",
+        f"data.train_batch_size={batch_prompts}",
+        f"data.max_prompt_length={prompt_len}",
+        f"data.max_response_length={response_len}",
+        "data.dataloader_num_workers=0",
+        f"data.seed={seed}",
+        # algorithm: GRPO, no KL, rollout log-probs reused as the old policy
+        "algorithm.adv_estimator=grpo",
+        "algorithm.use_kl_in_reward=False",
+        "algorithm.rollout_correction.bypass_mode=True",
+        # model
+        f"actor_rollout_ref.model.path={Path(model_dir).resolve()}",
+        "actor_rollout_ref.model.use_remove_padding=False",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        # actor: FSDP2 on CPU ranks, float32, one mini-batch per step
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.actor.use_torch_compile=False",
+        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
+        "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
+        f"actor_rollout_ref.actor.fsdp_config.seed={seed}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={batch_prompts}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={responses_per_rank}",
+        "actor_rollout_ref.actor.use_kl_loss=False",
+        f"actor_rollout_ref.actor.optim.lr={LEARNING_RATE}",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode",
+        "+actor_rollout_ref.actor.policy_loss.rollout_correction.rollout_is=token",
+        # rollout: transformers backend, colocated, float32
+        f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}",
+        "actor_rollout_ref.rollout.mode=async",
+        f"actor_rollout_ref.rollout.n={n}",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.dtype=float32",
+        "actor_rollout_ref.rollout.load_format=dummy",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={responses_per_rank}",
+        f"actor_rollout_ref.rollout.seed={seed}",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        # reward
+        "reward.num_workers=1",
+        f"reward.custom_reward_function.path={reward_function_path()}",
+        "reward.custom_reward_function.name=compute_score",
+        # infrastructure
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        f"ray_kwargs.ray_init.num_cpus={RAY_LOGICAL_CPUS}",
+        f"+ray_kwargs.ray_init.num_gpus={world}",
+        # trainer
+        f"trainer.device={PLATFORM_NAME}",
+        "trainer.nnodes=1",
+        f"trainer.n_gpus_per_node={world}",
+        f"trainer.total_training_steps={steps}",
+        "trainer.logger=[console,file]",
+        "trainer.project_name=ascend-rl-twin",
+        "trainer.experiment_name=cpu",
+        "trainer.val_before_train=False",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        "trainer.resume_mode=disable",
+        f"trainer.default_local_dir={workdir / 'checkpoints'}",
+    ]
+    env = {
+        "VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
+        "VERL_PLATFORM": PLATFORM_NAME,
+        "VERL_FILE_LOGGER_PATH": str(metrics_path),
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    return overrides, env

@@ -1,0 +1,151 @@
+"""The common interface of the Ascend optimizations (DESIGN section 6) and its small data types.
+
+Each optimization module defines one `Optimization` subclass instance named `OPTIMIZATION`:
+`detect(host)` says whether the installed verl/vLLM/vLLM-Ascend can provide it and how;
+`apply_config(ctx)` sets Hydra overrides and environment variables (idempotent: setting a key again
+replaces it); patches also implement `apply_in_worker()`, which runs inside every verl process through
+`executor.npu_opt.worker_hook` and changes exactly the `PatchTarget`s the module names.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from executor.errors import ExecutorError
+
+if TYPE_CHECKING:
+    from executor.npu_opt.host import HostEnv
+    from executor.verl_config.overrides import OverrideSet
+    from twin.plan import Plan
+
+Mechanism = Literal["native", "patch", "config", "env"]
+State = Literal["applied", "unavailable", "off"]
+
+PATCH_MARK = "__executor_npu_opt__"
+
+
+class PatchTargetMissing(ExecutorError):
+    """A patch target (module + attribute) is absent from the installed package version."""
+
+
+class PatchTarget(BaseModel):
+    """One thing a patch changes: an attribute path inside an importable module."""
+
+    model_config = ConfigDict(frozen=True)
+
+    module: str
+    attribute: str  # dotted path inside the module, e.g. "ParallelConfig.has_unfinished_dp"
+    dist: str  # distribution that ships the module
+
+    @property
+    def label(self) -> str:
+        return f"{self.module}:{self.attribute}"
+
+    def resolve(self) -> tuple[object, str]:
+        """Import the module and return (owner, attribute name); raise PatchTargetMissing when absent."""
+        try:
+            obj: object = importlib.import_module(self.module)
+        except ImportError as exc:
+            raise PatchTargetMissing(f"patch target {self.label}: cannot import {self.module} ({exc})") from None
+        *owners, name = self.attribute.split(".")
+        for part in owners:
+            if not hasattr(obj, part):
+                raise PatchTargetMissing(f"patch target {self.label}: {part!r} is missing from the installed "
+                                         f"{self.dist}")
+            obj = getattr(obj, part)
+        if not hasattr(obj, name):
+            raise PatchTargetMissing(f"patch target {self.label}: {name!r} is missing from the installed {self.dist}")
+        return obj, name
+
+
+class TargetCheck(BaseModel):
+    """Whether one patch target was found in the installed packages."""
+
+    label: str
+    found: bool
+    detail: str = ""
+
+
+class Availability(BaseModel):
+    """What `detect` found on this host."""
+
+    id: str
+    mechanism: Mechanism
+    available: bool
+    reason: str
+    targets: list[TargetCheck] = []
+
+
+class OptReport(BaseModel):
+    """What was done for one optimization in one launch (the dry-run table and the run record)."""
+
+    id: str
+    mechanism: Mechanism
+    state: State
+    detail: str
+    overrides: list[str] = []
+    env: dict[str, str] = {}
+    targets: list[TargetCheck] = []
+
+
+class WorkerPatchResult(BaseModel):
+    """What `apply_in_worker` did in one process."""
+
+    id: str
+    applied: list[str] = []  # labels patched now or already patched
+    pending: list[str] = []  # labels that will be patched when their module is imported
+    detail: str = ""
+    error: str | None = None
+
+
+@dataclass
+class ApplyContext:
+    """What `apply_config` writes into: the run's overrides and environment."""
+
+    plan: Plan
+    overrides: OverrideSet
+    env: dict[str, str]
+    worker_patches: list[str] = field(default_factory=list)  # ids the worker hook must apply
+
+    def request_patch(self, opt_id: str) -> None:
+        if opt_id not in self.worker_patches:
+            self.worker_patches.append(opt_id)
+
+
+def mark_patched(func: object, opt_id: str) -> object:
+    setattr(func, PATCH_MARK, opt_id)
+    return func
+
+
+def is_patched(owner: object, name: str, opt_id: str) -> bool:
+    return getattr(getattr(owner, name), PATCH_MARK, None) == opt_id
+
+
+class Optimization(ABC):
+    """One optimization of DESIGN section 6."""
+
+    id: ClassVar[str]
+    mechanism: ClassVar[Mechanism]
+    worker_dists: ClassVar[tuple[str, ...]] = ()  # distributions a worker process needs for the patch
+
+    @abstractmethod
+    def detect(self, host: HostEnv) -> Availability:
+        """Whether the installed packages provide this optimization natively, by a patch, or not at all."""
+
+    @abstractmethod
+    def apply_config(self, ctx: ApplyContext) -> str:
+        """Set overrides / environment (idempotent); return what was done, in one line."""
+
+    def apply_in_worker(self) -> WorkerPatchResult:
+        """Patch the targets inside this process (only patches override this)."""
+        raise NotImplementedError(f"{self.id} has no in-worker patch")
+
+    def availability(self, available: bool, reason: str, targets: list[TargetCheck] | None = None,
+                     mechanism: Mechanism | None = None) -> Availability:
+        return Availability(id=self.id, mechanism=mechanism or self.mechanism, available=available, reason=reason,
+                            targets=targets or [])

@@ -1,0 +1,106 @@
+"""directed_reshard: experts go by all-to-all-v only to the rollout rank that needs them.
+
+The transfer is `executor/npu_opt/directed_reshard_transfer.py`; `executor/npu_opt/directed_reshard_backend.py`
+hooks it into verl: importing it registers the checkpoint-engine backend named by its constant `BACKEND`
+with `verl.checkpoint_engine.base.CheckpointEngineRegistry.register`. This module is the seam: it checks that
+the installed verl has that registry and imports `rollout.checkpoint_engine.custom_backend_module` in every
+worker (workers/engine_workers.py ActorRolloutRefWorker.init_model), then selects the backend, its
+arguments (the plan's model, layouts and devices), the checkpoint manager that keeps the sync colocated
+(`rollout.checkpoint_manager_class`, trainer/ppo/ray_trainer.py), and patches
+ActorRolloutRefWorker.update_weights in the workers (see the backend module for what it can feed).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+from pathlib import Path
+
+from executor.npu_opt.base import ApplyContext, Availability, Optimization, PatchTarget, WorkerPatchResult
+from executor.npu_opt.host import HostEnv, class_fields, method_source
+
+TRANSFER_MODULE = "executor.npu_opt.directed_reshard_transfer"
+BACKEND_MODULE = "executor.npu_opt.directed_reshard_backend"
+REGISTRY = PatchTarget(module="verl.checkpoint_engine.base", attribute="CheckpointEngineRegistry.register",
+                       dist="verl")
+UPDATE_WEIGHTS = PatchTarget(module="verl.workers.engine_workers", attribute="ActorRolloutRefWorker.update_weights",
+                             dist="verl")
+CKPT = "actor_rollout_ref.rollout.checkpoint_engine"
+
+
+def transfer_backend() -> str | None:
+    """The backend name the backend module registers (read from its source), or None when absent."""
+    if importlib.util.find_spec(TRANSFER_MODULE) is None:
+        return None
+    spec = importlib.util.find_spec(BACKEND_MODULE)
+    if spec is None or spec.origin is None:
+        return None
+    tree = ast.parse(Path(spec.origin).read_text())
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "BACKEND" for t in node.targets)
+                and isinstance(node.value, ast.Constant)):
+            return str(node.value.value)
+    return None
+
+
+class DirectedReshard(Optimization):
+    id = "directed_reshard"
+    mechanism = "patch"
+
+    def detect(self, host: HostEnv) -> Availability:
+        registry = host.check(REGISTRY)
+        cfg = host.verl_source("workers/config/rollout.py")
+        workers = host.verl_source("workers/engine_workers.py")
+        init = (method_source(workers, "ActorRolloutRefWorker", "init_model") if workers else None) or ""
+        update = (method_source(workers, "ActorRolloutRefWorker", "update_weights") if workers else None) or ""
+        trainer = host.verl_source("trainer/ppo/ray_trainer.py")
+        if not registry.found:
+            return self.availability(False, registry.detail, [registry])
+        if cfg is None or "custom_backend_module" not in class_fields(cfg, "CheckpointEngineConfig") \
+                or "custom_backend_module" not in init:
+            return self.availability(False, "installed verl does not import a custom checkpoint-engine module",
+                                     [registry])
+        if "naive" not in update or trainer is None or "checkpoint_manager_class" not in ast.unparse(trainer):
+            return self.availability(False, f"installed verl lacks {UPDATE_WEIGHTS.label}'s naive sync or "
+                                     "rollout.checkpoint_manager_class", [registry])
+        backend = transfer_backend()
+        if backend is None:
+            return self.availability(False, f"unavailable: {TRANSFER_MODULE} or {BACKEND_MODULE} is missing",
+                                     [registry])
+        return self.availability(True, f"checkpoint-engine backend {backend!r} from {BACKEND_MODULE} (transfer: "
+                                 f"{TRANSFER_MODULE}); shard source FSDP2, rollout TP1 (with or without EP); "
+                                 "untested on NPU", [registry])
+
+    def apply_config(self, ctx: ApplyContext) -> str:
+        backend = transfer_backend()
+        plan = ctx.plan
+        ctx.overrides.set(f"{CKPT}.backend", backend)
+        ctx.overrides.set(f"{CKPT}.custom_backend_module", BACKEND_MODULE)
+        ctx.overrides.set("actor_rollout_ref.rollout.checkpoint_manager_class",
+                          f"{BACKEND_MODULE}.DirectedCheckpointManager", add=True)
+        kwargs = f"{CKPT}.engine_kwargs.{backend}"
+        ctx.overrides.set(f"{kwargs}.model", plan.scenario.model, add=True)
+        ctx.overrides.set(f"{kwargs}.layout", plan.layout.model_dump_json(), add=True)
+        ctx.overrides.set(f"{kwargs}.devices", plan.predictions.devices, add=True)
+        ctx.request_patch(self.id)
+        refused = [why for bad, why in (
+            (plan.layout.train.engine != "fsdp", "its Megatron trainer's shard export is not implemented"),
+            (plan.layout.rollout.tp > 1, f"rollout TP{plan.layout.rollout.tp} needs TP-split blocks verl cannot load"),
+        ) if bad]
+        detail = f"checkpoint_engine.backend={backend} from {BACKEND_MODULE}"
+        return detail + (f"; the workers REFUSE this plan at the first weight sync: {'; '.join(refused)}"
+                         if refused else "")
+
+    def apply_in_worker(self) -> WorkerPatchResult:
+        from executor.npu_opt.patching import install
+
+        owner, _ = REGISTRY.resolve()
+        module = importlib.import_module(BACKEND_MODULE)
+        result = install(self.id, [(UPDATE_WEIGHTS, module.colocated_update_weights)])
+        backends = sorted(owner._registry)
+        return WorkerPatchResult(id=self.id, applied=[REGISTRY.label, *result.applied], pending=result.pending,
+                                 detail=f"registered checkpoint-engine backends: {', '.join(backends)}")
+
+
+OPTIMIZATION = DirectedReshard()

@@ -1,0 +1,58 @@
+"""The optimizations of DESIGN section 6, one module each, keyed by id, and applying them to a launch."""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+
+from executor.npu_opt.base import ApplyContext, Optimization, OptReport
+from executor.npu_opt.host import HostEnv
+from executor.verl_config.overrides import OverrideSet
+
+MODULES = (
+    "skip_old_log_prob",
+    "directed_reshard",
+    "no_sleep_mode",
+    "late_kv_cache_init",
+    "dp_group_ports",
+    "vllm_ascend_patch_first",
+    "chunked_prefill",
+    "hccl_eos_sync",
+    "graph_mode",
+    "d2d_tensor_cache",
+    "math_reward",
+)
+
+
+@cache
+def registry() -> dict[str, Optimization]:
+    """id -> optimization, in DESIGN section 6 order."""
+    out: dict[str, Optimization] = {}
+    for name in MODULES:
+        opt = importlib.import_module(f"executor.npu_opt.{name}").OPTIMIZATION
+        out[opt.id] = opt
+    return out
+
+
+def apply_all(ctx: ApplyContext, host: HostEnv) -> list[OptReport]:
+    """Detect every optimization; apply the plan's enabled and available ones; report each."""
+    reports = []
+    for opt_id, opt in registry().items():
+        found = opt.detect(host)
+        if not ctx.plan.enabled(opt_id):
+            reports.append(OptReport(id=opt_id, mechanism=found.mechanism, state="off", detail="not in the plan",
+                                     targets=found.targets))
+            continue
+        if not found.available:
+            reports.append(OptReport(id=opt_id, mechanism=found.mechanism, state="unavailable", detail=found.reason,
+                                     targets=found.targets))
+            continue
+        own = ApplyContext(plan=ctx.plan, overrides=OverrideSet(), env={}, worker_patches=ctx.worker_patches)
+        detail = opt.apply_config(own)
+        for override in own.overrides:
+            ctx.overrides.set(override.key, override.value, add=override.add)
+        ctx.env.update(own.env)
+        reports.append(OptReport(id=opt_id, mechanism=found.mechanism, state="applied",
+                                 detail=f"{found.reason}; {detail}", overrides=own.overrides.render(), env=own.env,
+                                 targets=found.targets))
+    return reports

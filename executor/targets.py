@@ -1,0 +1,153 @@
+"""Per-cluster-kind launch targets: how a plan becomes a verl launch on Ascend, GPU or CPU machines.
+
+`target_for(kind)` is the one seam between the plan's cluster kind and everything machine-specific:
+the Megatron flavour, the device name verl uses, devices per node, the environment, and the hardware
+check a real run needs. The cpu kind delegates to executor/cpu/launch.py (`cpu_run_config`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+from executor import env as run_env
+from executor.errors import ExecutorError
+from executor.npu_opt.base import ApplyContext
+from executor.npu_opt.host import HostEnv
+from executor.npu_opt.registry import apply_all
+from executor.options import LaunchOptions, RunPaths
+from executor.spec import LaunchSpec
+from executor.verl_config.overrides import OverrideSet
+from executor.verl_config.rollout import rollout_overrides
+from executor.verl_config.train import MegatronFlavour, train_overrides
+from executor.verl_config.trainer import runtime_env_overrides, trainer_overrides
+from executor.verl_config.workload import workload_overrides
+from twin.plan import Plan
+
+
+class Target(ABC):
+    """A kind of machine a plan can be launched on."""
+
+    kind: str
+
+    @abstractmethod
+    def build(self, plan: Plan, options: LaunchOptions, host: HostEnv) -> LaunchSpec:
+        """The verl overrides, environment and optimization reports for `plan`."""
+
+    @abstractmethod
+    def require_hardware(self, devices: int) -> None:
+        """Raise ExecutorError (one line) unless `devices` accelerators are reachable for a real run."""
+
+
+@dataclass(frozen=True)
+class VerlTarget(Target):
+    """Ascend (MindSpeed + vLLM-Ascend) or GPU (Megatron core + vLLM) clusters."""
+
+    kind: str
+    device: str  # verl's trainer.device
+    resource: str  # Ray resource name
+    devices_per_node: int
+    flavour: MegatronFlavour
+
+    def build(self, plan: Plan, options: LaunchOptions, host: HostEnv) -> LaunchSpec:
+        scenario, layout = plan.scenario, plan.layout
+        devices = plan.predictions.devices
+        if devices > self.devices_per_node and devices % self.devices_per_node:
+            raise ExecutorError(f"{devices} devices do not fill whole {self.kind} nodes of {self.devices_per_node}")
+        o = OverrideSet()
+        train_overrides(o, layout.train, self.flavour)
+        rollout_overrides(o, layout.rollout, scenario.workload.max_seq_len)
+        workload_overrides(o, scenario)
+        env = self.base_env()
+        env.update(trainer_overrides(o, name=scenario.name, model=scenario.model, devices=devices,
+                                     per_node=self.devices_per_node, device=self.device, options=options))
+        ctx = ApplyContext(plan=plan, overrides=o, env=env)
+        reports = apply_all(ctx, host)
+        env.update(run_env.hook_env(ctx.worker_patches, RunPaths(workdir=options.workdir).patch_reports))
+        runtime_env_overrides(o, env)
+        return LaunchSpec(overrides=o.render(), env=env, optimizations=reports)
+
+    def base_env(self) -> dict[str, str]:
+        if self.device == "npu":
+            return run_env.ascend_env(self.kind)
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+
+    def require_hardware(self, devices: int) -> None:
+        visible, where = self._visible()
+        if visible < devices:
+            raise ExecutorError(f"the plan needs {devices} {self.resource} devices but {where} has {visible}; "
+                                "run on the cluster (RAY_ADDRESS) or use --dry-run")
+
+    def _visible(self) -> tuple[int, str]:
+        address = os.environ.get("RAY_ADDRESS")
+        if address:
+            import ray
+
+            ray.init(address=address, logging_level="ERROR")
+            try:
+                return int(ray.cluster_resources().get(self.resource, 0)), f"the Ray cluster at {address}"
+            finally:
+                ray.shutdown()
+        return self._local_devices(), "this host"
+
+    def _local_devices(self) -> int:
+        import torch
+
+        if self.device == "cuda":
+            return torch.cuda.device_count()
+        try:
+            importlib.import_module("torch_npu")
+        except ImportError:
+            raise ExecutorError("this host has no Ascend NPU (torch_npu is not installed); run on an Ascend "
+                                "node or use --dry-run") from None
+        return torch.npu.device_count()
+
+
+class CpuTarget(Target):
+    """CPU-only machines: tiny real runs configured by executor/cpu/launch.py's `cpu_run_config`."""
+
+    kind = "cpu"
+
+    def build(self, plan: Plan, options: LaunchOptions, host: HostEnv) -> LaunchSpec:
+        try:
+            launch = importlib.import_module("executor.cpu.launch")
+        except ModuleNotFoundError:
+            raise ExecutorError("cluster kind cpu: executor/cpu/launch.py is not available") from None
+        if options.model_path is None or options.data_dir is None:
+            raise ExecutorError("cluster kind cpu needs --model-path (a small checkpoint) and --data-dir")
+        w = plan.scenario.workload
+        try:
+            overrides, env = launch.cpu_run_config(
+                options.workdir, model_dir=Path(options.model_path), train_files=options.train_files,
+                val_files=options.val_files, steps=options.steps or 1, world=plan.predictions.devices,
+                batch_prompts=w.global_batch, n=w.n, prompt_len=w.prompt_len.max, response_len=w.response_len.max,
+                seed=plan.scenario.seed, metrics_path=RunPaths(workdir=options.workdir).metrics)
+        except ValueError as exc:
+            raise ExecutorError(f"cluster kind cpu: {exc}") from None
+        env = {**env, **run_env.hook_env([], RunPaths(workdir=options.workdir).patch_reports,
+                                         env.get("VERL_USE_EXTERNAL_MODULES"))}
+        o = OverrideSet()
+        runtime_env_overrides(o, env)
+        return LaunchSpec(overrides=[*overrides, *o.render()], env=env)
+
+    def require_hardware(self, devices: int) -> None:
+        return None
+
+
+_GPU = {k: VerlTarget(k, "cuda", "GPU", 8, "megatron-core") for k in ("a100", "h100", "h200", "h20")}
+TARGETS: dict[str, Target] = {
+    "a2": VerlTarget("a2", "npu", "NPU", 8, "mindspeed"),
+    "a3": VerlTarget("a3", "npu", "NPU", 16, "mindspeed"),
+    **_GPU,
+    "cpu": CpuTarget(),
+}
+
+
+def target_for(kind: str) -> Target:
+    try:
+        return TARGETS[kind]
+    except KeyError:
+        raise ExecutorError(f"cluster kind {kind!r} has no launch target; known: {', '.join(TARGETS)}") from None

@@ -1,0 +1,160 @@
+"""Validate a launch against the installed verl before anything starts.
+
+Composes the overrides with verl's own `trainer/config` through Hydra's compose API, checks every key
+exists (one error per unknown key), converts the sections verl turns into dataclasses (bad values), runs
+verl's `validate_config`, then the constraints verl only asserts in its workers (executor/late_checks.py).
+Runs on CPU in seconds: no Ray, no model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from executor.errors import ValidationFailed
+from executor.late_checks import late_problems
+from executor.typecheck import type_problems
+from executor.versions import check_verl_version
+
+CONFIG_NAME = "ppo_trainer"
+GROUPS = ("model_engine",)
+_ABSENT = object()
+
+
+def verl_config_dir() -> Path:
+    import verl
+
+    return Path(verl.__file__).parent / "trainer" / "config"
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    """verl's `ppo_trainer` config with `overrides` applied (raises Hydra's errors)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+        return hydra_compose(config_name=CONFIG_NAME, overrides=overrides)
+
+
+def _split(override: str) -> tuple[str, str, bool]:
+    key, _, value = override.partition("=")
+    return key.lstrip("+"), value, key.startswith("+")
+
+
+def _has_key(cfg: DictConfig, key: str) -> bool:
+    """Whether `key` (dotted) is in `cfg`, also when its value is mandatory-missing ('???')."""
+    parent_key, _, last = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_key, default=_ABSENT) if parent_key else cfg
+    # DictConfig's `in` is False for '???' values; its keys() lists them
+    return isinstance(parent, DictConfig) and last in parent.keys()  # noqa: SIM118
+
+
+def _key_problems(overrides: list[str]) -> list[str]:
+    """One message per override whose key verl's config does not have (or already has, for `+key`)."""
+    groups = [o for o in overrides if _split(o)[0] in GROUPS]
+    problems = []
+    for override in groups:
+        key, value, _ = _split(override)
+        if not (verl_config_dir() / key / f"{value}.yaml").is_file():
+            problems.append(f"{key}={value}: verl has no such config group option")
+    if problems:
+        return problems
+    base = compose(groups)
+    for override in overrides:
+        key, _, add = _split(override)
+        if key in GROUPS:
+            continue
+        exists = _has_key(base, key)
+        if add and exists:
+            problems.append(f"+{key}: verl already has this key; set it without '+'")
+        elif not add and not exists:
+            problems.append(f"unknown key {key!r}: not in verl's {CONFIG_NAME}.yaml")
+    return problems
+
+
+def _first_line(exc: BaseException) -> str:
+    """The innermost cause's first line (and its OmegaConf key) of a possibly wrapped exception."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    lines = [s.strip() for s in str(exc).splitlines() if s.strip()]
+    full_key = next((s.split(":", 1)[1].strip() for s in lines if s.startswith("full_key:")), None)
+    head = lines[0] if lines else type(exc).__name__
+    return f"{head} (key {full_key})" if full_key else head
+
+
+def _ref_as_workers_see_it(cfg: DictConfig) -> DictConfig:
+    """The ref section after the renames ActorRolloutRefWorker.init_model applies before converting it."""
+    arr = cfg.actor_rollout_ref
+    ref = OmegaConf.create(OmegaConf.to_container(arr.ref, resolve=True))
+    with open_dict(ref):
+        ref.ppo_mini_batch_size = arr.actor.ppo_mini_batch_size
+        ref.ppo_micro_batch_size = ref.pop("log_prob_micro_batch_size", None)
+        ref.ppo_micro_batch_size_per_gpu = ref.pop("log_prob_micro_batch_size_per_gpu", None)
+        ref.use_dynamic_bsz = ref.pop("log_prob_use_dynamic_bsz", False)
+        ref.ppo_max_token_len_per_gpu = ref.pop("log_prob_max_token_len_per_gpu", None)
+    return ref
+
+
+def _dataclass_problems(cfg: DictConfig) -> list[str]:
+    """Convert the sections verl's workers convert, one message per section (or wrongly typed value)."""
+    from verl.trainer.ppo.utils import need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass
+
+    arr = cfg.actor_rollout_ref
+    sections = {"actor_rollout_ref.actor": arr.actor, "actor_rollout_ref.rollout": arr.rollout,
+                "algorithm": cfg.algorithm,
+                "actor_rollout_ref.rollout.checkpoint_engine": arr.rollout.checkpoint_engine}
+    if need_reference_policy(cfg):
+        sections["actor_rollout_ref.ref"] = _ref_as_workers_see_it(cfg)
+    problems = []
+    for name, section in sections.items():
+        derived = name == "actor_rollout_ref.ref"  # copies the actor's values: report those once, for the actor
+        wrong = [] if derived else type_problems(OmegaConf.to_container(section, resolve=True), name)
+        if wrong:
+            problems += wrong
+            continue
+        try:
+            omega_conf_to_dataclass(section)
+        except Exception as exc:  # verl raises ValueError, AssertionError and OmegaConf errors
+            problems.append(f"{name}: {_first_line(exc)}")
+    return problems
+
+
+def _verl_checks(cfg: DictConfig) -> list[str]:
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    except Exception as exc:
+        return [f"verl validate_config: {_first_line(exc)}"]
+    return []
+
+
+def validate(overrides: list[str]) -> DictConfig:
+    """Return the composed config, or raise ValidationFailed with one message per problem."""
+    check_verl_version()
+    problems = _key_problems(overrides)
+    if problems:
+        raise ValidationFailed(problems)
+    from hydra.errors import HydraException
+
+    try:
+        cfg = compose(overrides)
+    except HydraException as exc:
+        raise ValidationFailed([_first_line(exc)]) from None
+    problems = _dataclass_problems(cfg)
+    if problems:
+        raise ValidationFailed(problems)
+    problems = _verl_checks(cfg) + late_problems(cfg)
+    if problems:
+        raise ValidationFailed(problems)
+    return cfg

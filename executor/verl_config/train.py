@@ -1,0 +1,98 @@
+"""Training layout -> actor and reference engine overrides (Megatron/MindSpeed or FSDP)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from executor.errors import ExecutorError
+from executor.verl_config.overrides import OverrideSet
+from twin.layout.models import TrainLayout
+
+MegatronFlavour = Literal["mindspeed", "megatron-core"]
+
+ACTOR = "actor_rollout_ref.actor"
+REF = "actor_rollout_ref.ref"
+TF = f"{ACTOR}.megatron.override_transformer_config"
+
+
+def train_overrides(o: OverrideSet, train: TrainLayout, flavour: MegatronFlavour) -> None:
+    """Set `model_engine` and the actor/ref sharding, recompute and offload of `train`."""
+    if train.offload.grad and not train.offload.param:
+        raise ExecutorError("offload.grad without offload.param cannot be expressed in verl 0.9 "
+                            "(param_offload moves parameters and gradient buffers together)")
+    if train.engine == "megatron":
+        _megatron(o, train, flavour)
+    else:
+        _fsdp(o, train)
+
+
+def _megatron(o: OverrideSet, train: TrainLayout, flavour: MegatronFlavour) -> None:
+    o.set("model_engine", "megatron")
+    parallel = {
+        "tensor_model_parallel_size": train.tp,
+        "pipeline_model_parallel_size": train.pp,
+        "expert_model_parallel_size": train.ep,
+        "expert_tensor_parallel_size": train.expert_tp,
+        "context_parallel_size": train.cp,
+        "virtual_pipeline_model_parallel_size": train.vpp,
+        "sequence_parallel": train.sequence_parallel and train.tp > 1,
+        "param_offload": train.offload.param,
+    }
+    for role in (ACTOR, REF):
+        for key, value in parallel.items():
+            o.set(f"{role}.megatron.{key}", value)
+    o.set(f"{ACTOR}.megatron.optimizer_offload", train.offload.optimizer == "offload")
+    _recompute(o, train)
+    _pipeline_split(o, train, flavour)
+    if train.moe_tp_extend_ep:
+        _mindspeed_only(flavour, "moe_tp_extend_ep")
+        # MindSpeed's tp-extend-ep needs grouped GEMM and async permutation (MindSpeed docs, megatron-moe-tp-extend-ep)
+        for key in ("moe_tp_extend_ep", "moe_grouped_gemm", "moe_permutation_async_comm"):
+            o.set(f"{TF}.{key}", True, add=True)
+    if train.offload.optimizer == "swap":
+        _mindspeed_only(flavour, "the swap optimizer")
+        o.set(f"{TF}.swap_optimizer", True, add=True)
+
+
+def _recompute(o: OverrideSet, train: TrainLayout) -> None:
+    rc = train.recompute
+    if rc.granularity == "none":
+        return
+    o.set(f"{TF}.recompute_granularity", rc.granularity)
+    if rc.granularity == "full":
+        o.set(f"{TF}.recompute_method", rc.method)
+        o.set(f"{TF}.recompute_num_layers", rc.layers or 1)
+
+
+def _pipeline_split(o: OverrideSet, train: TrainLayout, flavour: MegatronFlavour) -> None:
+    layers = train.pp_layers
+    if layers is None or len(set(layers)) == 1:
+        return
+    if flavour == "mindspeed":
+        o.set(f"{TF}.num_layer_list", ",".join(str(n) for n in layers), add=True)
+        return
+    middle = set(layers[1:-1])
+    if len(middle) > 1:
+        raise ExecutorError(f"pp_layers {list(layers)}: Megatron core sets only the first and last stage sizes "
+                            "(the middle stages must be equal); MindSpeed's num_layer_list is Ascend-only")
+    o.set(f"{TF}.num_layers_in_first_pipeline_stage", layers[0], add=True)
+    o.set(f"{TF}.num_layers_in_last_pipeline_stage", layers[-1], add=True)
+
+
+def _mindspeed_only(flavour: MegatronFlavour, what: str) -> None:
+    if flavour != "mindspeed":
+        raise ExecutorError(f"{what} is a MindSpeed feature; this cluster kind trains with Megatron core")
+
+
+def _fsdp(o: OverrideSet, train: TrainLayout) -> None:
+    if train.model_parallel // train.cp != 1 or train.ep != 1:
+        raise ExecutorError(f"FSDP layout with TP{train.tp} PP{train.pp} EP{train.ep}: verl's FSDP engine "
+                            "shards by data parallelism only (use engine megatron)")
+    if train.offload.optimizer == "swap":
+        raise ExecutorError("the swap optimizer is a MindSpeed feature; FSDP offers optimizer offload")
+    o.set("model_engine", "dp")
+    for role in (ACTOR, REF):
+        o.set(f"{role}.fsdp_config.param_offload", train.offload.param)
+        o.set(f"{role}.fsdp_config.ulysses_sequence_parallel_size", train.cp)
+    o.set(f"{ACTOR}.fsdp_config.optimizer_offload", train.offload.optimizer == "offload")
+    o.set("actor_rollout_ref.model.enable_gradient_checkpointing", train.recompute.granularity != "none")

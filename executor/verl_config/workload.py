@@ -1,0 +1,36 @@
+"""Workload -> batch sizes in verl's units, lengths and the GRPO algorithm settings.
+
+verl counts `data.train_batch_size` and `actor.ppo_mini_batch_size` in prompts (the trainer multiplies by
+`rollout.n`, trainer/ppo/v1/trainer_base.py `_update_actor`) and micro-batches in sequences per device.
+"""
+
+from __future__ import annotations
+
+from executor.verl_config.overrides import OverrideSet
+from twin.scenario import Scenario
+
+ARR = "actor_rollout_ref"
+
+
+def workload_overrides(o: OverrideSet, scenario: Scenario) -> None:
+    w = scenario.workload
+    train = scenario.layout.train if scenario.layout else None
+    micro = train.micro_batch if train else 1
+    log_prob_micro = train.log_prob_micro_batch if train else 1
+    o.set("algorithm.adv_estimator", "grpo")
+    o.set("data.train_batch_size", w.global_batch)
+    o.set("data.max_prompt_length", w.prompt_len.max)
+    o.set("data.max_response_length", w.response_len.max)
+    o.set(f"{ARR}.rollout.n", w.n)
+    o.set(f"{ARR}.actor.ppo_mini_batch_size", w.mini_batch or w.global_batch)
+    o.set(f"{ARR}.actor.ppo_epochs", w.ppo_epochs)
+    o.set(f"{ARR}.actor.use_dynamic_bsz", False)
+    o.set(f"{ARR}.actor.ppo_micro_batch_size_per_gpu", micro)
+    o.set(f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu", log_prob_micro)
+    o.set(f"{ARR}.ref.log_prob_micro_batch_size_per_gpu", log_prob_micro)
+    o.set(f"{ARR}.actor.use_kl_loss", w.use_kl_loss)
+    if w.algorithm == "dapo":
+        # DAPO: dynamic sampling (group filtering) and clip-higher, token-level loss
+        o.set("algorithm.filter_groups.enable", True)
+        o.set(f"{ARR}.actor.clip_ratio_high", 0.28)
+        o.set(f"{ARR}.actor.loss_agg_mode", "token-mean")

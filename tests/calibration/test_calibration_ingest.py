@@ -1,0 +1,165 @@
+"""`calibration ingest`: verl's own metrics file and console lines, damaged, plus run records and plans."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+
+from calibration.ingest import selected, unit_of
+from calibration.measurements import load_measurements
+from calibration.verl_logs import parse_log
+
+tracking = pytest.importorskip("verl.utils.tracking")
+aggregate_logger = pytest.importorskip("verl.utils.logger.aggregate_logger")
+
+
+def step_metrics(step: int) -> dict:
+    """Metrics as verl's trainer hands them to its loggers (numpy scalars included)."""
+    return {
+        "timing_s/gen": 1.25 * step,
+        "timing_s/update_actor": np.float64(0.5 + step),
+        "timing_s/step": 3.0 * step,
+        "perf/throughput": np.float32(100.0 + step),
+        "perf/max_memory_allocated_gb": 1.5,
+        "response_length/mean": 14.0 + step,
+        "actor/grad_norm": float("nan") if step == 2 else 0.75,
+        "actor/pg_loss": -0.1,  # not a calibration metric
+        "training/global_step": step,
+    }
+
+
+SELECTED_PER_STEP = 7  # the metrics above that are ingested
+
+
+@pytest.fixture
+def metrics_file(tmp_path, monkeypatch):
+    """Three steps written by verl's FileLogger, then a garbage line, a JSON line without a step and a cut line."""
+    path = tmp_path / "metrics.jsonl"
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    logger = tracking.FileLogger("proj", "exp")
+    for step in (1, 2, 3):
+        logger.log(step_metrics(step), step=step)
+    logger.finish()
+    text = path.read_text().splitlines()
+    text.insert(1, "\x00\x01garbage")
+    text.insert(3, '{"no_step": true}')
+    cut = json.dumps({"step": 4, "data": {"timing_s/gen": 5.0}})[:25]
+    path.write_text("\n".join(text) + "\n" + cut)
+    return path
+
+
+@pytest.fixture
+def console_log(tmp_path):
+    """verl's console lines behind Ray prefixes, other output, a malformed metrics line and a cut one."""
+    lines = ["Creating file logger at /x", "(TaskRunner pid=42) WARNING something unrelated"]
+    for step in (1, 2, 3):
+        lines.append(f"(TaskRunner pid=42) {aggregate_logger.concat_dict_to_str(step_metrics(step), step=step)}")
+    lines.insert(3, "(TaskRunner pid=42) step:9 - timing_s/gen:12abc - perf/throughput:1.0")
+    last = aggregate_logger.concat_dict_to_str(step_metrics(4), step=4)
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(lines) + "\n" + last[:40])
+    return path
+
+
+def test_metric_selection_and_units():
+    assert selected("timing_s/gen") and selected("perf/throughput") and selected("actor/grad_norm")
+    assert selected("perf/max_memory_allocated_gb") and selected("response_length/mean")
+    assert not selected("actor/pg_loss") and not selected("training/global_step")
+    assert unit_of("timing_s/gen") == "s" and unit_of("perf/max_memory_allocated_gb") == "GiB"
+    assert unit_of("perf/throughput") == "tokens/s/device" and unit_of("response_length/mean") == "tokens"
+
+
+def test_parse_metrics_jsonl_reports_bad_lines(metrics_file):
+    parsed = parse_log(metrics_file, metrics_file.read_text())
+    assert parsed.format == "metrics-jsonl"
+    assert [s.step for s in parsed.steps] == [1, 2, 3]
+    assert [b.line for b in parsed.bad_lines] == [2, 4, 6]
+    assert parsed.steps[1].values["actor/grad_norm"] is None  # NaN, written as null by orjson
+
+
+def test_parse_console_reports_bad_lines(console_log):
+    parsed = parse_log(console_log, console_log.read_text())
+    assert parsed.format == "console"
+    assert [s.step for s in parsed.steps] == [1, 2, 3]
+    assert parsed.steps[0].values["timing_s/update_actor"] == 1.5  # np.float64(1.5)
+    assert [b.line for b in parsed.bad_lines] == [4, 7]
+    assert "cut off" in parsed.bad_lines[1].reason
+    assert parsed.other_lines == 2
+
+
+@pytest.mark.parametrize(("log_fixture", "bad"), [("metrics_file", "3 bad lines skipped: 2 (not JSON"),
+                                                   ("console_log", "2 bad lines skipped: 4 (value is not")])
+def test_ingest_keeps_good_lines_and_reports_the_rest(request, tmp_path, log_fixture, bad, run_cli):
+    log = request.getfixturevalue(log_fixture)
+    out = tmp_path / "m.jsonl"
+    result = run_cli("ingest", str(log), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    records = load_measurements(out).records
+    assert len(records) == 3 * SELECTED_PER_STEP - 1  # one NaN grad norm is not a value
+    assert bad in result.stderr
+    assert "1 metric values were NaN/inf/null" in result.stderr
+    by_key = {(r.step, r.metric): r for r in records}
+    assert by_key[(2, "timing_s/gen")].value == 2.5 and by_key[(2, "timing_s/gen")].unit == "s"
+    assert math.isclose(by_key[(3, "perf/throughput")].value, 103.0)
+    assert by_key[(1, "actor/grad_norm")].value == 0.75
+    assert all(r.kind == "run" and r.source.path == str(log.resolve()) for r in records)
+    assert len({r.key for r in records}) == len(records)
+
+
+def test_ingest_never_overwrites_and_append_skips_what_is_there(tmp_path, metrics_file, run_cli):
+    out = tmp_path / "m.jsonl"
+    assert run_cli("ingest", str(metrics_file), "-o", str(out)).returncode == 0
+    first = out.read_bytes()
+    refused = run_cli("ingest", str(metrics_file), "-o", str(out))
+    assert refused.returncode != 0 and "--append" in refused.stderr and len(refused.stderr.splitlines()) == 1
+    appended = run_cli("ingest", str(metrics_file), "-o", str(out), "--append")
+    assert appended.returncode == 0 and "wrote 0 records" in appended.stdout
+    assert out.read_bytes() == first
+
+
+def test_ingest_run_record_and_plan(tmp_path, metrics_file, run_cli):
+    from executor.run_record import RunRecord, save_record
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"schema": 1, "scenario": {"name": "tiny-cpu"}, "layout": {"train": {"tp": 1}},
+                                "other": [1, 2]}))
+    record = RunRecord(plan_path=str(plan), plan_sha256="ab" * 32, scenario="tiny-cpu", cluster_kind="cpu",
+                       cards=1, devices=2, command=["python", "-m", "verl.trainer.main_ppo"], env={},
+                       versions={"verl": "0.9.1"}, host={"hostname": "h"}, workdir=str(tmp_path),
+                       log_path="missing.log", metrics_path=metrics_file.name,
+                       started_at=datetime(2026, 1, 1, tzinfo=timezone.utc), exit_status=0)
+    record_path = tmp_path / "run.json"
+    save_record(record, record_path)
+    out = tmp_path / "m.jsonl"
+    result = run_cli("ingest", str(record_path), "--plan", str(plan), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    records = load_measurements(out).records
+    assert len(records) == 3 * SELECTED_PER_STEP - 1
+    first = records[0]
+    assert first.run.scenario == "tiny-cpu" and first.run.devices == 2 and first.run.versions == {"verl": "0.9.1"}
+    assert first.plan.sha256 == hashlib.sha256(plan.read_bytes()).hexdigest()
+    assert first.plan.scenario == {"name": "tiny-cpu"} and first.plan.layout == {"train": {"tp": 1}}
+    assert first.source.path == str(metrics_file.resolve())
+
+
+def test_ingest_errors_are_one_line(tmp_path, metrics_file, run_cli):
+    unrelated = tmp_path / "notes.txt"
+    unrelated.write_text("nothing to see\n")
+    not_json = tmp_path / "plan.json"
+    not_json.write_text("schema: 1\n")
+    cases = [
+        (["ingest", str(unrelated), "-o", str(tmp_path / "a.jsonl")], "no verl step metrics"),
+        (["ingest", str(metrics_file), "--plan", str(not_json), "-o", str(tmp_path / "b.jsonl")], "not JSON"),
+        (["ingest", str(metrics_file), "--plan", str(tmp_path / "none"), "-o", str(tmp_path / "c.jsonl")],
+         "cannot read plan"),
+    ]
+    for args, message in cases:
+        result = run_cli(*args)
+        assert result.returncode != 0
+        assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr, result.stderr
+    assert not list(tmp_path.glob("[abc].jsonl"))

@@ -1,0 +1,111 @@
+"""Each in-process job on its small CPU grid: sane records whose figures follow from shape and time."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from calibration.jobs import load_job
+from calibration.jobs.attention import causal_mask, causal_pairs, mla_absorbed
+from calibration.jobs.base import Failure
+
+
+def _measure_all(job_name, ctx, assert_sane):
+    job = load_job(job_name)
+    points = job.points(ctx)
+    outcomes = list(job.run(ctx, points))
+    assert not [o for o in outcomes if isinstance(o, Failure)]
+    assert [o.key for o in outcomes] == [p.key(ctx.device_facts) for p in points]
+    for record in outcomes:
+        assert_sane(record)
+    return outcomes
+
+
+def test_gemm(cpu_ctx, assert_sane):
+    records = _measure_all("gemm", cpu_ctx, assert_sane)
+    assert {r.dtype for r in records} >= {"fp32", "bf16"}
+    for r in records:
+        m, n, k = r.params["m"], r.params["n"], r.params["k"]
+        assert r.flops == 2 * m * n * k
+        assert r.bytes == (m * k + k * n + m * n) * {"fp32": 4, "bf16": 2, "fp16": 2}[r.dtype]
+        assert 1e-4 < r.derived["tflops"] < 100
+
+
+def test_copy_records_the_cpu_analogue(cpu_ctx, assert_sane):
+    records = _measure_all("copy", cpu_ctx, assert_sane)
+    assert {r.op for r in records} == {"h2h"}
+    for r in records:
+        assert r.bytes == r.params["bytes"] and "analogue" in r.note
+        assert 0.01 < r.derived["gbps"] < 1000
+
+
+def test_attention_covers_gqa_and_mla_prefill_and_decode(cpu_ctx, assert_sane):
+    records = _measure_all("attention", cpu_ctx, assert_sane)
+    assert {r.op for r in records} == {"gqa_prefill", "gqa_decode", "mla_prefill", "mla_decode"}
+    for r in records:
+        p = r.params
+        if r.op.startswith("gqa"):
+            expected = 4 * p["batch"] * p["heads"] * causal_pairs(p["seq"], p["ctx"]) * p["head_dim"]
+            assert r.flops == expected
+        if r.op.endswith("decode"):
+            assert p["seq"] == 1
+            assert causal_pairs(1, p["ctx"]) == p["ctx"]
+
+
+def test_causal_pairs_counts_the_mask():
+    for seq, ctx in [(1, 7), (5, 5), (3, 8)]:
+        assert causal_pairs(seq, ctx) == int(causal_mask(seq, ctx, "cpu").sum())
+
+
+def test_mla_absorbed_equals_explicit_up_projection():
+    torch.manual_seed(0)
+    b, h, s, t, nope, rope, rank, vd = 2, 3, 4, 6, 8, 4, 16, 5
+    q_nope, q_rope = torch.randn(b, h, s, nope, dtype=torch.float64), torch.randn(b, h, s, rope, dtype=torch.float64)
+    c_kv, k_rope = torch.randn(b, t, rank, dtype=torch.float64), torch.randn(b, t, rope, dtype=torch.float64)
+    w_uk, w_uv = torch.randn(h, nope, rank, dtype=torch.float64), torch.randn(h, rank, vd, dtype=torch.float64)
+    mask = causal_mask(s, t, "cpu")
+    # The non-absorbed form: expand the latent cache into per-head keys and values.
+    k_nope = torch.einsum("btr,hnr->bhtn", c_kv, w_uk)
+    keys = torch.cat([k_nope, k_rope.unsqueeze(1).expand(b, h, t, rope)], dim=-1)
+    values = torch.einsum("btr,hrv->bhtv", c_kv, w_uv)
+    queries = torch.cat([q_nope, q_rope], dim=-1)
+    expected = torch.nn.functional.scaled_dot_product_attention(queries, keys, values, attn_mask=mask)
+    got = mla_absorbed(q_nope, q_rope, c_kv, k_rope, w_uk, w_uv, mask)
+    torch.testing.assert_close(got, expected)
+
+
+def test_decode_sweep(cpu_ctx, assert_sane):
+    records = _measure_all("decode", cpu_ctx, assert_sane)
+    assert {(r.params["batch"], r.params["ctx"]) for r in records} == {(1, 64), (1, 256), (4, 64), (4, 256)}
+    for r in records:
+        assert r.params["engine"] in ("transformers", "vllm")
+        assert math.isclose(r.derived["tokens_per_s"], r.params["batch"] / r.stats.median_s)
+
+
+def test_decode_rejects_a_config_without_model_type(cpu_ctx, tmp_path):
+    from calibration.errors import CalibrationError
+
+    bad = tmp_path / "config.json"
+    bad.write_text('{"hidden_size": 8}')
+    cpu_ctx.model_config = bad
+    with pytest.raises(CalibrationError, match="model_type"):
+        load_job("decode").points(cpu_ctx)
+
+
+def test_keys_are_stable_and_distinct(cpu_ctx):
+    job = load_job("gemm")
+    keys = [p.key(cpu_ctx.device_facts) for p in job.points(cpu_ctx)]
+    assert keys == [p.key(cpu_ctx.device_facts) for p in job.points(cpu_ctx)]
+    assert len(set(keys)) == len(keys)
+
+
+@pytest.mark.parametrize("name", ["gemm", "attention", "collectives", "copy", "decode"])
+def test_full_grids_are_larger_with_distinct_keys(cpu_ctx, name):
+    job = load_job(name)
+    small = job.points(cpu_ctx)
+    cpu_ctx.grid, cpu_ctx.world = "full", 8
+    full = job.points(cpu_ctx)
+    keys = [p.key(cpu_ctx.device_facts) for p in full]
+    assert len(full) > len(small) and len(set(keys)) == len(keys)

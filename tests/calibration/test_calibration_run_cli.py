@@ -1,0 +1,136 @@
+"""`calibration run`: interrupted by a signal and resumed loses and duplicates nothing; bad input is one line."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from calibration.measurements import load_measurements
+
+GEMM_POINTS = 9  # 3 shapes x (bf16, fp16, fp32) on this CPU
+
+
+def _wait_for_records(path: Path, count: int, proc, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_bytes().splitlines()) >= count:
+            return
+        assert proc.poll() is None, f"run ended early: {proc.communicate()}"
+        time.sleep(0.05)
+    raise AssertionError(f"no {count} records in {timeout} s")
+
+
+def _children(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        path = Path(f"/proc/{current}/task/{current}/children")
+        kids = [int(k) for k in path.read_text().split()] if path.exists() else []
+        found += kids
+        todo += kids
+    return found
+
+
+def _alive(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(") ")[-1][0] != "Z"
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 130), (signal.SIGKILL, -9)])
+def test_interrupted_run_resumes_without_loss_or_duplicates(tmp_path, sig, code, run_cli, popen_cli):
+    out = tmp_path / "m.jsonl"
+    args = ("run", "gemm", "-o", str(out), "--repeats", "25", "--warmup", "1")
+    proc = popen_cli(*args)
+    _wait_for_records(out, 2, proc)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    if sig != signal.SIGKILL:
+        assert "interrupted" in err and "resume" in err
+    kept = out.read_bytes()
+    assert 2 <= len(kept.splitlines()) < GEMM_POINTS
+
+    resumed = run_cli(*args)
+    assert resumed.returncode == 0, resumed.stderr
+    assert out.read_bytes().startswith(kept)  # nothing measured before was rewritten
+    loaded = load_measurements(out)
+    assert not loaded.bad_lines
+    keys = [r.key for r in loaded.records]
+    assert len(keys) == len(set(keys)) == GEMM_POINTS
+
+    if sig == signal.SIGINT:  # a third run finds everything measured
+        again = run_cli(*args)
+        assert again.returncode == 0 and load_measurements(out).records == loaded.records
+        assert re.search(rf"gemm\s*│\s*{GEMM_POINTS}\s*│\s*{GEMM_POINTS}\s*│\s*0\s*│", again.stdout), again.stdout
+
+
+def test_sigterm_during_collectives_ends_the_workers(tmp_path, run_cli, popen_cli):
+    out = tmp_path / "m.jsonl"
+    args = ("run", "collectives", "-o", str(out), "--repeats", "40", "--world", "2")
+    proc = popen_cli(*args)
+    _wait_for_records(out, 1, proc)
+    workers = _children(proc.pid)
+    assert len(workers) >= 2
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    deadline = time.monotonic() + 10
+    while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(w) for w in workers)
+    kept = len(load_measurements(out).records)
+    assert 1 <= kept < 15
+
+    resumed = run_cli(*args, "--repeats", "3")
+    assert resumed.returncode == 0, resumed.stderr
+    records = load_measurements(out).records
+    assert len({r.key for r in records}) == len(records) == 15
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "nosuchjob", "-o", "{out}"], "unknown job 'nosuchjob'"),
+        (["run", "gemm", "-o", "{out}", "--device", "tpu"], "'tpu' is not one of"),
+        (["run", "gemm", "-o", "{out}", "--device", "npu"], "npu"),
+        (["run", "gemm", "-o", "{out}", "--device", "cuda"], "cuda"),
+        (["run", "gemm", "-o", "{tmp}/missing/m.jsonl"], "does not exist"),
+        (["run", "gemm", "-o", "{tmp}"], "not a regular file"),
+        (["run", "gemm"], "Missing option"),
+        (["run", "gemm", "-o", "{out}", "--grid", "huge"], "'huge' is not one of"),
+        (["run", "collectives", "-o", "{out}", "--world", "1"], "--world"),
+        (["run", "decode", "-o", "{out}", "--model-config", "{tmp}/none.json"], "not a readable file"),
+        (["ingest", "{tmp}/none.jsonl", "-o", "{out}"], "cannot read log"),
+    ],
+)
+def test_bad_input_is_one_line_on_stderr(tmp_path, args, message, run_cli):
+    out = tmp_path / "m.jsonl"
+    result = run_cli(*[a.format(out=out, tmp=tmp_path) for a in args])
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert message in lines[0] and "Traceback" not in result.stderr
+    assert not out.exists()
+
+
+def test_help_works_without_importing_torch():
+    probe = ("import sys; from calibration.cli import main\n"
+             "try:\n    main(['--help'])\nexcept SystemExit as e:\n    assert e.code == 0\n"
+             "assert 'torch' not in sys.modules, 'torch imported'\nprint('ok')")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr
+
+
+def test_run_writes_json_lines(tmp_path, run_cli):
+    out = tmp_path / "m.jsonl"
+    result = run_cli("run", "copy", "-o", str(out), "--repeats", "2")
+    assert result.returncode == 0, result.stderr
+    lines = out.read_text().splitlines()
+    assert len(lines) == 3 and all(json.loads(line)["kind"] == "job" for line in lines)

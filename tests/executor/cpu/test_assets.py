@@ -1,0 +1,88 @@
+"""The tiny model, its tokenizer and the maths dataset: deterministic, offline, checkable by the reward."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from executor.cpu.assets import DATA_SOURCE, make_math_dataset, make_tiny_model
+from executor.cpu.math_problems import KINDS, make_problems
+from executor.reward import PROMPT_INSTRUCTION, compute_score
+from twin.catalog.registry import load_config
+
+
+def _digests(directory: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())}
+
+
+def test_same_seed_same_bytes_other_seed_other_weights(tiny_model: Path, tmp_path: Path) -> None:
+    again = make_tiny_model(tmp_path / "again", seed=0)
+    other = make_tiny_model(tmp_path / "other", seed=1)
+    assert _digests(again) == _digests(tiny_model)
+    assert _digests(other)["model.safetensors"] != _digests(tiny_model)["model.safetensors"]
+    assert _digests(other)["tokenizer.json"] == _digests(tiny_model)["tokenizer.json"]
+
+
+def test_model_files_load_as_qwen2_in_transformers_and_the_twin(tiny_model: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    config = json.loads((tiny_model / "config.json").read_text())
+    assert config["model_type"] == "qwen2"
+    twin_config = load_config(str(tiny_model))
+    assert twin_config.model_type == "qwen2" and twin_config.num_layers == config["num_hidden_layers"]
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    assert model.config.vocab_size == config["vocab_size"]
+
+
+def test_tokenizer_newline_is_one_token_and_chat_template_is_chatml(tiny_model: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    assert len(tokenizer.encode("\n", add_special_tokens=False)) == 1
+    assert len(tokenizer) == json.loads((tiny_model / "config.json").read_text())["vocab_size"]
+    assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token == "<|endoftext|>"
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 2 + 3?"}], add_generation_prompt=True, tokenize=False
+    )
+    assert text == "<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n<|im_start|>assistant\n"
+    sample = "<think>Step 1: 12 + 7 = 19.</think> \\boxed{\\frac{3}{4}}\n"
+    assert tokenizer.decode(tokenizer.encode(sample, add_special_tokens=False)) == sample
+
+
+def test_dataset_rows_are_verl_rl_format_and_fit_the_prompt_length(tiny_model: Path, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    train, test = make_math_dataset(tmp_path, n_train=30, n_test=6, seed=3)
+    train_df, test_df = pd.read_parquet(train), pd.read_parquet(test)
+    assert (len(train_df), len(test_df)) == (30, 6)
+    row = train_df.iloc[0]
+    (message,) = row["prompt"]
+    assert row["data_source"] == DATA_SOURCE
+    assert message["role"] == "user" and PROMPT_INSTRUCTION in message["content"]
+    assert row["reward_model"]["style"] == "rule" and row["extra_info"]["split"] == "train"
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    lengths = [
+        len(tokenizer.apply_chat_template(list(p), add_generation_prompt=True, tokenize=True)["input_ids"])
+        for p in pd.concat([train_df, test_df])["prompt"]
+    ]
+    assert max(lengths) <= 64
+    again, _ = make_math_dataset(tmp_path / "again", n_train=30, n_test=6, seed=3)
+    assert pd.read_parquet(again).equals(train_df)
+
+
+def test_every_kind_of_ground_truth_is_checkable_by_the_reward() -> None:
+    problems = make_problems(120, seed=11)
+    assert {p.kind for p in problems} == set(KINDS)
+    for problem in problems:
+        assert compute_score(DATA_SOURCE, problem.solution, problem.ground_truth) == pytest.approx(1.0), problem
+
+
+def test_dataset_kinds_can_be_restricted(tmp_path: Path) -> None:
+    train, _ = make_math_dataset(tmp_path, n_train=10, n_test=1, kinds=("identity",))
+    assert set(pd.read_parquet(train)["extra_info"].map(lambda e: e["kind"])) == {"identity"}
+    with pytest.raises(ValueError, match="kinds"):
+        make_math_dataset(tmp_path, n_train=1, n_test=1, kinds=("calculus",))

@@ -1,0 +1,67 @@
+"""cpu_run_config: overrides that the installed verl composes and validates, and the run's environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from executor.cpu.launch import METRICS_FILE, cpu_run_config, reward_function_path
+from executor.cpu.names import PLUGIN_MODULE
+
+
+def _compose(overrides: list[str]):
+    import verl.trainer
+    from hydra import compose, initialize_config_dir
+
+    config_dir = Path(verl.trainer.__file__).parent / "config"
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        return compose(config_name="ppo_trainer", overrides=overrides)
+
+
+def _config(tmp_path: Path, **kwargs):
+    return cpu_run_config(
+        tmp_path,
+        model_dir=tmp_path / "model",
+        train_files=tmp_path / "train.parquet",
+        val_files=tmp_path / "test.parquet",
+        steps=2,
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_overrides_compose_and_pass_verls_validation(tmp_path: Path, world: int) -> None:
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    overrides, _ = _config(tmp_path, world=world)
+    cfg = _compose(overrides)
+    validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    assert not need_reference_policy(cfg) and not need_critic(cfg)
+    assert cfg.algorithm.rollout_correction.bypass_mode and cfg.actor_rollout_ref.rollout.calculate_log_probs
+    assert cfg.actor_rollout_ref.rollout.name == "transformers" and cfg.trainer.device == "cpu"
+    assert cfg.trainer.n_gpus_per_node == world and cfg.ray_kwargs.ray_init.num_gpus == world
+    assert cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n % world == 0
+    actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    assert actor.policy_loss.loss_mode == "bypass_mode"
+    assert cfg.reward.custom_reward_function.path == str(reward_function_path())
+
+
+def test_environment_loads_the_plugin_and_places_the_metrics_file(tmp_path: Path) -> None:
+    _, env = _config(tmp_path)
+    assert env["VERL_USE_EXTERNAL_MODULES"] == PLUGIN_MODULE and env["VERL_PLATFORM"] == "cpu"
+    assert env["OMP_NUM_THREADS"] == "1"
+    assert env["VERL_FILE_LOGGER_PATH"] == str(tmp_path.resolve() / METRICS_FILE)
+    _, env = _config(tmp_path, metrics_path=tmp_path / "m" / "x.jsonl")
+    assert env["VERL_FILE_LOGGER_PATH"] == str((tmp_path / "m" / "x.jsonl").resolve())
+
+
+def test_reward_function_path_defines_compute_score() -> None:
+    assert "def compute_score(" in reward_function_path().read_text()
+
+
+@pytest.mark.parametrize("kwargs", [{"n": 1}, {"world": 3}, {"batch_prompts": 0}])
+def test_impossible_shapes_are_rejected(tmp_path: Path, kwargs: dict) -> None:
+    with pytest.raises(ValueError):
+        _config(tmp_path, **kwargs)

@@ -1,0 +1,74 @@
+"""The plugin inside a fresh verl process: platform, backend fix, engine and rollout registrations."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from executor.cpu.names import PLATFORM_NAME, PLUGIN_MODULE
+
+PROBE = r"""
+import json, os, socket
+import torch, torch.distributed as dist
+from omegaconf import OmegaConf
+from verl.utils.device import (auto_set_device, get_device_id, get_device_name, get_nccl_backend,
+                               get_resource_name, get_torch_device)
+from verl.utils.distributed import initialize_global_process_group_ray
+
+out = {"device": get_device_name(), "backend": get_nccl_backend(), "resource": get_resource_name(),
+       "device_id": get_device_id()}
+dev = get_torch_device()
+dev.empty_cache(); dev.synchronize()
+out["allocated"] = dev.memory_allocated()
+out["peak"] = dev.max_memory_allocated()
+out["mem_info"] = list(dev.mem_get_info())
+cfg = OmegaConf.create({"trainer": {"device": "cpu"}})
+auto_set_device(cfg)
+out["trainer_device"] = cfg.trainer.device
+out["engine_loaded_early"] = "verl.workers.engine.fsdp.transformer_impl" in __import__("sys").modules
+
+from verl.workers.engine.base import EngineRegistry
+import verl.workers.engine  # noqa: F401  (imports the FSDP engines, which fires the registration)
+out["engine"] = EngineRegistry.get_engine_cls("language_model", "fsdp2").__name__
+out["value_engine"] = EngineRegistry.get_engine_cls("value_model", "fsdp").__name__
+from verl.workers.rollout.base import get_rollout_class
+from verl.workers.rollout.replica import get_rollout_replica_class
+out["replica"] = get_rollout_replica_class("transformers").__name__
+out["adapter"] = get_rollout_class("transformers", "async").__name__
+
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+initialize_global_process_group_ray()  # builds "cpu:gloo,cpu:gloo"
+t = torch.ones(3)
+dist.all_reduce(t)
+out["all_reduce"] = t.tolist()
+out["pg_backend"] = str(dist.get_backend())
+dist.destroy_process_group()
+print("PROBE " + json.dumps(out))
+"""
+
+
+def test_plugin_makes_verl_run_on_cpu() -> None:
+    env = {
+        **os.environ,
+        "VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
+        "VERL_PLATFORM": PLATFORM_NAME,
+        "OMP_NUM_THREADS": "1",
+    }
+    proc = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("PROBE "))
+    out = json.loads(line.removeprefix("PROBE "))
+    assert (out["device"], out["backend"], out["resource"], out["device_id"]) == ("cpu", "gloo", "GPU", "cpu")
+    assert out["trainer_device"] == "cpu"
+    assert out["allocated"] > 0 and out["peak"] >= out["allocated"]
+    free, total = out["mem_info"]
+    assert 0 < free <= total
+    assert not out["engine_loaded_early"], "the plugin must not import the engines itself"
+    assert (out["engine"], out["value_engine"]) == ("FSDPEngineWithLMHead", "FSDPEngineWithValueHead")
+    assert (out["replica"], out["adapter"]) == ("TransformersReplica", "TransformersRolloutAdapter")
+    assert out["all_reduce"] == [1.0, 1.0, 1.0] and out["pg_backend"] in ("gloo", "cpu:gloo")

@@ -1,0 +1,93 @@
+"""`executor run` end to end, in a subprocess as a user runs it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+import yaml
+
+from executor.versions import installed_version
+from twin.optimizations import OptimizationId
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def executor(*args: str, prelude: str = "") -> subprocess.CompletedProcess:
+    code = f"{prelude}\nfrom executor.cli import main\nmain()"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=300)
+
+
+def _one_error_line(proc: subprocess.CompletedProcess, expected: str) -> None:
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("executor: error: ") and expected in lines[0]
+
+
+def test_dry_run_prints_command_environment_and_table(make_plan, tmp_path: Path) -> None:
+    proc = executor("run", str(make_plan()), "--dry-run", "--workdir", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "Command:" in out and "-m verl.trainer.main_ppo model_engine=megatron" in out
+    assert "actor_rollout_ref.rollout.expert_parallel_size=256" in out
+    assert "Environment:" in out and "HCCL_OP_EXPANSION_MODE=AIV" in out and "TASK_QUEUE_ENABLE=2" in out
+    for opt_id in typing.get_args(OptimizationId):
+        assert opt_id in out
+    for header in ("optimization", "mechanism", "status"):
+        assert header in out
+    assert not (tmp_path / "run").exists()  # a dry run writes nothing
+
+
+def test_dry_run_of_the_planners_deepseek_plan(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    made = subprocess.run([sys.executable, "-c", "from twin.cli import main; main()", "plan", "--model", "deepseek-r1",
+                           "--cards", "128", "-o", str(plan)], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert made.returncode == 0 and plan.is_file(), made.stderr
+    proc = executor("run", str(plan), "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "model_engine=megatron" in proc.stdout and "trainer.n_gpus_per_node=16" in proc.stdout
+    for opt_id in typing.get_args(OptimizationId):
+        assert opt_id in proc.stdout
+
+
+def test_malformed_plan(tmp_path: Path) -> None:
+    bad = tmp_path / "plan.json"
+    bad.write_text("{not json")
+    _one_error_line(executor("run", str(bad), "--dry-run"), "not valid JSON")
+
+
+def test_unknown_plan_schema_version(tmp_path: Path) -> None:
+    bad = tmp_path / "plan.json"
+    bad.write_text('{"schema": 7}')
+    _one_error_line(executor("run", str(bad), "--dry-run"), "schema version 7 is not supported")
+
+
+def test_unsupported_verl_version(make_plan) -> None:
+    prelude = ("import executor.versions as v\n_real = v.installed_version\n"
+               "v.installed_version = lambda d: '0.8.2' if d == 'verl' else _real(d)")
+    _one_error_line(executor("run", str(make_plan()), "--dry-run", prelude=prelude),
+                    "verl 0.8.2 is not supported; the executor targets verl <0.10,>=0.9.0")
+
+
+@pytest.mark.skipif(installed_version("torch-npu") is not None, reason="this host has torch_npu")
+def test_real_run_without_npus_refuses(make_plan, tmp_path: Path) -> None:
+    proc = executor("run", str(make_plan()), "--workdir", str(tmp_path / "run"))
+    _one_error_line(proc, "this host has no Ascend NPU")
+    assert not (tmp_path / "run").exists()
+
+
+def test_invalid_launch_reports_each_problem(make_plan, tmp_path: Path) -> None:
+    scenario = yaml.safe_load((REPO / "scenarios" / "c1-dsr1-a3-128.yaml").read_text())
+    scenario["layout"]["rollout"]["max_num_seqs"] = 4096  # > max_num_batched_tokens 1024
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    proc = executor("run", str(make_plan(path)), "--dry-run")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "executor: invalid: max_num_batched_tokens 1024 < max_num_seqs 4096 (vLLM SchedulerConfig rejects it)"]

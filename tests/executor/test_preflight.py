@@ -1,0 +1,56 @@
+"""Preflight of a real run: packages, the model's config.json against the plan, data files."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from executor.options import LaunchOptions
+from executor.preflight import data_problems, model_problems, preflight, required_dists
+from executor.targets import target_for
+from executor.versions import installed_version
+from twin.plan import load_plan
+
+CATALOG = Path(__file__).resolve().parents[2] / "twin" / "catalog" / "configs"
+
+
+def _checkpoint(tmp_path: Path, catalog_name: str) -> Path:
+    model = tmp_path / catalog_name
+    model.mkdir()
+    shutil.copy(CATALOG / f"{catalog_name}.json", model / "config.json")
+    return model
+
+
+def test_model_config_must_match_the_plan(make_plan, tmp_path: Path) -> None:
+    plan = load_plan(make_plan())
+    assert model_problems(plan, str(_checkpoint(tmp_path, "deepseek-r1"))) == []
+    wrong = model_problems(plan, str(_checkpoint(tmp_path, "qwen2.5-7b")))
+    assert any("hidden_size is 3584, the plan's deepseek-r1 has 7168" in p for p in wrong)
+    assert any("0 routed experts, the plan's model has 256" in p for p in wrong)
+    assert model_problems(plan, None) == ["--model-path is required for a real run (the HuggingFace checkpoint "
+                                          "directory)"]
+    assert model_problems(plan, str(tmp_path)) == [f"model path {tmp_path}: no config.json"]
+
+
+def test_data_files_must_exist(tmp_path: Path) -> None:
+    options = LaunchOptions(workdir=tmp_path, data_dir=tmp_path)
+    assert data_problems(options) == [f"data file {tmp_path / 'train.parquet'} not found",
+                                      f"data file {tmp_path / 'test.parquet'} not found"]
+    for name in ("train.parquet", "test.parquet"):
+        (tmp_path / name).write_bytes(b"")
+    assert data_problems(options) == []
+
+
+def test_packages_an_ascend_megatron_run_needs(make_plan, tmp_path: Path) -> None:
+    plan = load_plan(make_plan())
+    target = target_for("a3")
+    assert set(required_dists(plan, target)) == {"ray", "TransferQueue", "vllm", "torch-npu", "vllm-ascend",
+                                                 "mindspeed", "megatron-core"}
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("train.parquet", "test.parquet"):
+        (data / name).write_bytes(b"")
+    options = LaunchOptions(workdir=tmp_path, model_path=str(_checkpoint(tmp_path, "deepseek-r1")), data_dir=data)
+    missing = [d for d in required_dists(plan, target) if installed_version(d) is None]
+    assert preflight(plan, options, target) == [f"{d} not installed (needed for {required_dists(plan, target)[d]})"
+                                                for d in missing]

@@ -1,0 +1,55 @@
+"""Validation of the built overrides against the installed verl's configs and worker-time constraints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from executor.errors import ValidationFailed
+from executor.validate import validate
+
+R = "actor_rollout_ref.rollout"
+A = "actor_rollout_ref.actor"
+
+
+def _problems(overrides: list[str]) -> list[str]:
+    with pytest.raises(ValidationFailed) as info:
+        validate(overrides)
+    return info.value.problems
+
+
+def test_c1_plan_is_valid(make_plan, build, tmp_path: Path) -> None:
+    cfg = validate(build(make_plan(), tmp_path).overrides)
+    assert cfg.actor_rollout_ref.actor.strategy == "megatron"
+    assert cfg.actor_rollout_ref.rollout.expert_parallel_size == 256
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    ([f"{A}.not_a_key=1"], f"unknown key '{A}.not_a_key'"),
+    ([f"+{A}.ppo_epochs=2"], f"+{A}.ppo_epochs: verl already has this key"),
+    (["model_engine=nope"], "model_engine=nope: verl has no such config group option"),
+    ([f"{A}.ppo_mini_batch_size=abc"], f"{A}.ppo_mini_batch_size='abc': expected int"),
+    ([f"{R}.gpu_memory_utilization=high"], f"{R}.gpu_memory_utilization='high': expected float"),
+    ([f"{R}.expert_parallel_size=128"], "expert_parallel_size must be equal to tensor_model_parallel_size"),
+    ([f"{A}.ppo_mini_batch_size=1024"], "verl validate_config: train_batch_size (512) must be >="),
+    ([f"{R}.log_prob_use_dynamic_bsz=true"],
+     "actor.use_dynamic_bsz=False differs from rollout.log_prob_use_dynamic_bsz"),
+    ([f"{A}.ppo_mini_batch_size=1", f"{R}.n=4"], "is not divisible by the actor's data-parallel size 8"),
+    ([f"{R}.max_num_seqs=2048"], "max_num_batched_tokens 1024 < max_num_seqs 2048"),
+    ([f"{R}.enable_chunked_prefill=false"], "without chunked prefill max_num_batched_tokens 1024 must be >="),
+    ([f"{R}.calculate_log_probs=false"], "bypass_mode needs rollout.calculate_log_probs=True"),
+    ([f"{R}.tensor_model_parallel_size=3", f"{R}.data_parallel_size=1", f"{R}.expert_parallel_size=3"],
+     "devices are not divisible by the rollout replica size"),
+    ([f"{A}.megatron.expert_model_parallel_size=3"], "256 devices are not divisible by EP x ETP x PP = 24"),
+])
+def test_each_problem_is_one_clear_error(make_plan, build, tmp_path: Path, extra: list[str], expected: str) -> None:
+    problems = _problems(build(make_plan(), tmp_path).overrides + extra)
+    assert len(problems) == 1, problems
+    assert expected in problems[0]
+
+
+def test_several_unknown_keys_each_reported(make_plan, build, tmp_path: Path) -> None:
+    problems = _problems([*build(make_plan(), tmp_path).overrides, "trainer.a=1", "data.b=2"])
+    assert problems == ["unknown key 'trainer.a': not in verl's ppo_trainer.yaml",
+                        "unknown key 'data.b': not in verl's ppo_trainer.yaml"]

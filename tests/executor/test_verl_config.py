@@ -1,0 +1,131 @@
+"""Plan -> Hydra overrides for verl 0.9's ppo_trainer.yaml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from executor.errors import ExecutorError
+from executor.verl_config.overrides import hydra_value
+
+A = "actor_rollout_ref.actor"
+M = f"{A}.megatron"
+TF = f"{M}.override_transformer_config"
+R = "actor_rollout_ref.rollout"
+ENV = "+ray_kwargs.ray_init.runtime_env.env_vars"
+
+
+def test_c1_training_layout(make_plan, build, as_dict, tmp_path: Path) -> None:
+    o = as_dict(build(make_plan(), tmp_path).overrides)
+    assert o["model_engine"] == "megatron"
+    for role in (A, "actor_rollout_ref.ref"):
+        assert o[f"{role}.megatron.tensor_model_parallel_size"] == "4"
+        assert o[f"{role}.megatron.pipeline_model_parallel_size"] == "8"
+        assert o[f"{role}.megatron.expert_model_parallel_size"] == "8"
+        assert o[f"{role}.megatron.expert_tensor_parallel_size"] == "1"  # tp-extend-ep: experts not TP-split
+        assert o[f"{role}.megatron.context_parallel_size"] == "1"
+        assert o[f"{role}.megatron.sequence_parallel"] == "true"
+        assert o[f"{role}.megatron.param_offload"] == "true"
+    assert o[f"+{TF}.moe_tp_extend_ep"] == "true"
+    assert o[f"+{TF}.num_layer_list"] == "'7,7,8,8,8,8,8,7'"
+    assert o[f"+{TF}.swap_optimizer"] == "true"
+    assert o[f"{M}.optimizer_offload"] == "false"  # the swap optimizer replaces verl's optimizer offload
+    assert (o[f"{TF}.recompute_granularity"], o[f"{TF}.recompute_method"], o[f"{TF}.recompute_num_layers"]) == (
+        "full", "uniform", "1")
+
+
+def test_c1_rollout_batches_and_trainer(make_plan, build, as_dict, tmp_path: Path) -> None:
+    o = as_dict(build(make_plan(), tmp_path).overrides)
+    # plan: TP2 x DP128 over 256 dies, EP256 = one vLLM instance of 128 DP ranks
+    assert (o[f"{R}.name"], o[f"{R}.tensor_model_parallel_size"], o[f"{R}.data_parallel_size"],
+            o[f"{R}.expert_parallel_size"]) == ("vllm", "2", "128", "256")
+    assert (o[f"{R}.max_num_seqs"], o[f"{R}.max_num_batched_tokens"], o[f"{R}.enable_chunked_prefill"]) == (
+        "64", "1024", "true")
+    assert (o[f"{R}.gpu_memory_utilization"], o[f"{R}.enforce_eager"], o[f"{R}.max_model_len"]) == (
+        "0.8", "false", "4096")
+    assert (o["data.train_batch_size"], o[f"{R}.n"], o[f"{A}.ppo_mini_batch_size"]) == ("512", "16", "512")
+    assert (o[f"{A}.ppo_micro_batch_size_per_gpu"], o[f"{R}.log_prob_micro_batch_size_per_gpu"],
+            o["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"]) == ("1", "8", "8")
+    assert (o["data.max_prompt_length"], o["data.max_response_length"]) == ("1024", "3072")
+    assert (o["trainer.nnodes"], o["trainer.n_gpus_per_node"], o["trainer.device"]) == ("16", "16", "npu")
+    assert o["trainer.logger"] == "[console,file]"
+    assert o[f"{ENV}.VERL_FILE_LOGGER_PATH"] == str(tmp_path / "metrics.jsonl")
+    assert o["algorithm.adv_estimator"] == "grpo"
+
+
+def test_c1_environment(make_plan, build, as_dict, tmp_path: Path) -> None:
+    spec = build(make_plan(), tmp_path)
+    env = spec.env
+    expected = {"HCCL_OP_EXPANSION_MODE": "AIV", "TASK_QUEUE_ENABLE": "2", "HCCL_BUFFSIZE": "300",
+                "HCCL_CONNECT_TIMEOUT": "600", "HCCL_EXEC_TIMEOUT": "600", "VLLM_USE_V1": "1",
+                "VLLM_ENABLE_GRAPH_MODE": "1", "VLLM_ENABLE_MC2": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+                "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
+                "VERL_USE_EXTERNAL_MODULES": "executor.npu_opt.worker_hook"}
+    assert {k: env[k] for k in expected} == expected
+    rendered = as_dict(spec.overrides)
+    for key, value in env.items():  # every variable also reaches Ray workers of an existing cluster
+        assert rendered[f"{ENV}.{key}"] == hydra_value(value)
+
+
+def _scenario(tmp_path: Path, kind: str, cards: int, train: dict, rollout: dict, model: str = "qwen2.5-7b") -> Path:
+    body = {"schema": 1, "name": f"test-{kind}", "model": model, "cluster": {"kind": kind, "cards": cards},
+            "workload": {"global_batch": 32, "n": 8, "prompt_len": {"mean": 512, "max": 1024},
+                         "response_len": {"mean": 900, "max": 1024}},
+            "layout": {"train": train, "rollout": rollout}, "optimizations": ["skip_old_log_prob"]}
+    path = tmp_path / f"{kind}.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def test_fsdp_layout(make_plan, build, as_dict, tmp_path: Path) -> None:
+    scenario = _scenario(tmp_path, "a2", 16, {"engine": "fsdp", "cp": 2, "micro_batch": 2,
+                                              "recompute": {"granularity": "full"},
+                                              "offload": {"param": True, "optimizer": "offload"}},
+                         {"tp": 2, "dp": 8, "max_num_seqs": 128})
+    o = as_dict(build(make_plan(scenario), tmp_path).overrides)
+    assert o["model_engine"] == "dp"
+    assert (o[f"{A}.fsdp_config.param_offload"], o[f"{A}.fsdp_config.optimizer_offload"]) == ("true", "true")
+    assert o[f"{A}.fsdp_config.ulysses_sequence_parallel_size"] == "2"
+    assert o["actor_rollout_ref.model.enable_gradient_checkpointing"] == "true"
+    assert (o[f"{R}.tensor_model_parallel_size"], o[f"{R}.data_parallel_size"], o[f"{R}.expert_parallel_size"]) == (
+        "2", "1", "1")  # no EP: each TP group is its own replica
+    assert (o["trainer.nnodes"], o["trainer.n_gpus_per_node"]) == ("2", "8")
+    assert not any(k.startswith(M) for k in o)
+
+
+def test_gpu_kind_uses_megatron_core_pipeline_fields(make_plan, build, as_dict, tmp_path: Path) -> None:
+    train = {"tp": 2, "pp": 4, "pp_layers": [6, 7, 7, 8]}
+    o = as_dict(build(make_plan(_scenario(tmp_path, "h100", 16, train, {"tp": 2, "dp": 8})), tmp_path).overrides)
+    assert (o[f"+{TF}.num_layers_in_first_pipeline_stage"], o[f"+{TF}.num_layers_in_last_pipeline_stage"]) == (
+        "6", "8")
+    assert o["trainer.device"] == "cuda"
+
+
+@pytest.mark.parametrize(("train", "message"), [
+    ({"tp": 2, "pp": 4, "pp_layers": [6, 8, 6, 8]}, "Megatron core sets only the first and last"),
+    ({"tp": 2, "offload": {"optimizer": "swap"}}, "the swap optimizer is a MindSpeed feature"),
+    ({"tp": 2, "offload": {"grad": True}}, "offload.grad without offload.param"),
+])
+def test_untranslatable_layouts_refused(make_plan, build, tmp_path: Path, train: dict, message: str) -> None:
+    plan = make_plan(_scenario(tmp_path, "h100", 16, train, {"tp": 2, "dp": 8}))
+    with pytest.raises(ExecutorError, match=message):
+        build(plan, tmp_path)
+
+
+@pytest.mark.parametrize(("value", "spelled"), [
+    (True, "true"), (None, "null"), (3, "3"), (0.8, "0.8"), ("AIV", "AIV"), ("300", "'300'"),
+    ("expandable_segments:True", "'expandable_segments:True'"), ("7,7,8", "'7,7,8'"), (["console", "file"],
+                                                                                     "[console,file]"),
+    ("/a b/c", "'/a b/c'"), ("it's", "'it\\'s'"),
+])
+def test_hydra_spelling(value, spelled: str) -> None:
+    assert hydra_value(value) == spelled
+
+
+def test_unknown_cluster_kind_has_no_target() -> None:
+    from executor.targets import target_for
+
+    with pytest.raises(ExecutorError, match="cluster kind 'tpu' has no launch target"):
+        target_for("tpu")
