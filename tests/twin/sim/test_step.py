@@ -1,0 +1,98 @@
+"""The discrete-event twin on the published cases it was fitted to (C1-C3) and on its own invariants."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from twin.evaluate import Evaluation
+from twin.scenario import load_scenario
+from twin.sim.step import simulate
+
+SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
+
+
+def _sim(name: str, **changes):
+    sc = load_scenario(SCENARIOS / f"{name}.yaml")
+    if changes:
+        sc = sc.model_copy(update=changes)
+    return simulate(Evaluation(sc))[0], sc
+
+
+def test_c1_step_within_5_percent_and_every_stage_within_10():
+    result, sc = _sim("c1-dsr1-a3-128")
+    assert result.model_kind == "simulation" and result.profile == "a3-c1c3-fit-1"
+    assert result.step_s == pytest.approx(sc.measured.step_s, rel=0.05)
+    for stage, measured in sc.measured.stages_s.items():
+        assert result.stages_s[stage] == pytest.approx(measured, rel=0.10, abs=0.5), stage
+    assert result.tps_per_card == pytest.approx(sc.measured.tps_per_card, rel=0.05)
+
+
+def test_eos_sync_from_gloo_to_hccl_cuts_about_60_s_of_rollout():
+    gloo, _ = _sim("c2-dsr1-a3-128-graph-gloo")
+    hccl, _ = _sim("c2-dsr1-a3-128-graph-hccl")
+    saved = gloo.stages_s["rollout"] - hccl.stages_s["rollout"]
+    assert 45 < saved < 80  # measured: 385 s -> 322 s
+    base, sc = _sim("c1-dsr1-a3-128")
+    toggled, _ = _sim("c1-dsr1-a3-128", optimizations=tuple(o for o in sc.optimizations if o != "hccl_eos_sync"))
+    assert 45 < toggled.stages_s["rollout"] - base.stages_s["rollout"] < 80
+    assert toggled.stages_s["update"] == pytest.approx(base.stages_s["update"])  # only the rollout moves
+
+
+def test_graph_mode_multiplies_rollout_throughput_as_measured():
+    eager, _sc = _sim("c2-dsr1-a3-128-eager-gloo")
+    graph, _ = _sim("c2-dsr1-a3-128-graph-basic")
+    ratio = eager.stages_s["rollout"] / graph.stages_s["rollout"]
+    assert ratio == pytest.approx(419 / 162, rel=0.10)
+
+
+def test_device_to_device_dispatch_removes_the_task_skew():
+    ray, _sc = _sim("c3-dsr1-a3-128-gloo-ray")
+    d2d, _ = _sim("c3-dsr1-a3-128-gloo-d2d")
+    assert ray.stages_s["update"] - d2d.stages_s["update"] == pytest.approx(400.9 - 334.2, rel=0.25)
+    assert ray.stages_s["ref"] - d2d.stages_s["ref"] == pytest.approx(156.8 - 105.1, rel=0.25)
+    assert ray.stages_s["rollout"] == pytest.approx(d2d.stages_s["rollout"])
+
+
+def test_same_seed_same_result_and_lengths_matter():
+    sc = load_scenario(SCENARIOS / "own-qwen3-30b-a3b-a3-16dies.yaml")
+    a = simulate(Evaluation(sc), seed=3)[0]
+    b = simulate(Evaluation(sc), seed=3)[0]
+    c = simulate(Evaluation(sc), seed=4)[0]
+    assert a.stages_s == b.stages_s
+    assert a.stages_s["rollout"] != c.stages_s["rollout"]  # lognormal lengths: another draw, another tail
+    several = simulate(Evaluation(sc), steps=3, seed=3)[0]
+    assert "simulated 3 step(s)" in several.notes[0]
+
+
+def test_long_tail_makes_the_simulated_rollout_longer_than_the_mean_model():
+    sc = load_scenario(SCENARIOS / "own-qwen3-30b-a3b-a3-16dies.yaml")
+    ev = Evaluation(sc)
+    assert simulate(ev)[0].stages_s["rollout"] > ev.analytical(alternatives=False).stages_s["rollout"]
+
+
+def test_symmetry_says_which_ranks_are_represented():
+    result, _sc = _sim("c1-dsr1-a3-128")
+    lanes = result.represented_ranks
+    rollout = [ranks for lane, ranks in lanes.items() if lane.startswith("rollout")]
+    assert rollout == [list(range(256))]  # fixed lengths: one replica stands for all 128
+    stages = [ranks for lane, ranks in lanes.items() if lane.startswith("pipeline stage")]
+    assert len(stages) == 8 and sorted(r for ranks in stages for r in ranks) == list(range(256))
+
+
+def test_trace_and_plots(tmp_path):
+    from twin.sim.plots import memory_timeline, stage_breakdown
+
+    sc = load_scenario(SCENARIOS / "c1-dsr1-a3-128.yaml")
+    result, sim = simulate(Evaluation(sc))
+    sim.trace.write(tmp_path / "trace.json")
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    assert any(n.startswith("rollout") for n in names) and any(n.startswith("pipeline stage 7") for n in names)
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    decode = [e for e in spans if e["cat"] == "decode"]
+    assert 1 <= len(decode) <= 64  # about 3000 engine steps aggregated into readable spans
+    assert max(e["ts"] + e["dur"] for e in spans) / 1e6 == pytest.approx(result.step_s, rel=1e-6)
+    for png in (memory_timeline(sim.trace, result, tmp_path / "m.png"), stage_breakdown(result, sc.measured,
+                                                                                          tmp_path / "s.png")):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
