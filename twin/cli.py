@@ -215,6 +215,8 @@ def plan_cmd(
     top: Annotated[int, typer.Option("--top", "-k", min=1, help="Layouts to rank and show")] = 5,
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the plan")] = Path("plan.json"),
     profile: Annotated[str | None, typer.Option(help="Calibration profile YAML")] = None,
+    keep_layout: Annotated[bool, typer.Option(
+        "--keep-layout", help="With --scenario: plan its own layout (validate and predict, no search)")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Search every valid layout pair, rank those that fit by predicted step time, write plan.json."""
@@ -223,8 +225,23 @@ def plan_cmd(
     from twin.plan import save_plan
     from twin.planner import Planner, default_scenario, search
     from twin.profile import load_profile
+    from twin.report import print_result
 
     base = None
+    if keep_layout:
+        if scenario is None:
+            raise TwinError("--keep-layout needs --scenario")
+        from twin.planner import fixed_plan
+
+        sc, base = load_case(scenario)
+        plan = fixed_plan(sc, load_profile(profile) if profile else None, base, finalize=simulated)
+        save_plan(plan, output)
+        if as_json:
+            sys.stdout.write(plan.model_dump_json(by_alias=True, indent=2) + "\n")
+            return
+        print_result(console, plan.predictions, sc.measured)
+        console.print(f"wrote {output}")
+        return
     if scenario is not None:
         sc, base = load_case(scenario)
         updates = {"layout": None}

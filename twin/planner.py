@@ -282,6 +282,19 @@ def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[
     return PlanOutcome(plan, [r for _, r, _ in ranked], None, summary)
 
 
+def fixed_plan(scenario: Scenario, profile: Profile | None = None, base_dir: Path | None = None,
+               finalize: Callable[[Evaluation], SimulationResult] | None = None) -> Plan:
+    """A plan for the scenario's own layout: validated and predicted, with nothing searched."""
+    if scenario.layout is None:
+        raise TwinError(f"scenario {scenario.name} has no layout to keep")
+    ev = Evaluation(scenario, profile, base_dir=base_dir)
+    result = (finalize or (lambda e: e.analytical(alternatives=False)))(ev)
+    predictions = result.model_copy(update={"reshard": ev.reshard_result(alternatives=True)})
+    return Plan(scenario=scenario, layout=scenario.layout,
+                optimizations=[PlanOptimization.of(o, True) for o in scenario.optimizations],
+                predictions=predictions, profile=ev.profile.id)
+
+
 def _why_lost(r: SimulationResult, winner: SimulationResult) -> str:
     slower = (r.step_s - winner.step_s) / winner.step_s * 100
     worst = max(r.stages_s, key=lambda k: r.stages_s[k] - winner.stages_s.get(k, 0.0))

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import typing
 from pathlib import Path
 
 import pytest
-import yaml
 
 from executor.versions import installed_version
 from twin.optimizations import OptimizationId
@@ -83,11 +83,13 @@ def test_real_run_without_npus_refuses(make_plan, tmp_path: Path) -> None:
 
 
 def test_invalid_launch_reports_each_problem(make_plan, tmp_path: Path) -> None:
-    scenario = yaml.safe_load((REPO / "scenarios" / "c1-dsr1-a3-128.yaml").read_text())
-    scenario["layout"]["rollout"]["max_num_seqs"] = 4096  # > max_num_batched_tokens 1024
-    path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(scenario))
-    proc = executor("run", str(make_plan(path)), "--dry-run")
+    # a plan edited by hand after `twin plan` (which would refuse this layout): the executor's own checks catch it
+    plan = json.loads(make_plan().read_text())
+    for layout in (plan["layout"], plan["scenario"]["layout"]):
+        layout["rollout"]["max_num_seqs"] = 4096  # > max_num_batched_tokens 1024
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(plan))
+    proc = executor("run", str(path), "--dry-run")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "executor: invalid: max_num_batched_tokens 1024 < max_num_seqs 4096 (vLLM SchedulerConfig rejects it)"]
