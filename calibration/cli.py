@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from calibration.errors import CalibrationError
+
+if TYPE_CHECKING:
+    from calibration.measurements import LoadedMeasurements
+    from twin.scenario import Scenario
 
 EXIT_FAILED_POINTS = 1
 EXIT_INTERRUPTED = 130
@@ -46,7 +50,8 @@ def _warn(message: str) -> None:
 
 @app.command()
 def run(
-    jobs: Annotated[list[str], typer.Argument(help="gemm, attention, collectives, copy, decode", show_default=False)],
+    jobs: Annotated[list[str], typer.Argument(help="gemm, attention, collectives, copy, decode, train",
+                                              show_default=False)],
     output: Annotated[Path, typer.Option("-o", "--output", help="measurements.jsonl to append to")],
     device: Annotated[DeviceKind, typer.Option(help="device to measure")] = DeviceKind.cpu,
     repeats: Annotated[int, typer.Option(min=1, help="timed repeats per point")] = 5,
@@ -117,37 +122,168 @@ def _case_files(paths: list[Path]) -> list[Path]:
 
 @app.command()
 def fit(
-    output: Annotated[Path, typer.Option("-o", "--output", help="the new profile (never overwritten)")],
-    cases: Annotated[list[Path], typer.Option(help="scenario files or directories; those of the profile's cluster "
-                                                   "kind whose measured values say `use: fit` are fitted")],
+    measurements: Annotated[list[Path] | None, typer.Argument(help="measurements.jsonl files of `calibration run` "
+                                                                   "(job records are fitted; run records are not)")]
+    = None,
+    output: Annotated[Path, typer.Option("-o", "--output", help="the new profile (never overwritten)")] = Path(
+        "profile.yaml"),
+    cases: Annotated[list[Path] | None, typer.Option(help="scenario files or directories; those of the profile's "
+                                                          "cluster kind whose measured values say `use: fit`")] = None,
     profile: Annotated[Path | None, typer.Option(help="base profile (default: the kind's reference profile)")] = None,
     kind: Annotated[str, typer.Option(help="cluster kind when no --profile is given")] = "a3",
+    dtype: Annotated[str | None, typer.Option(help="dtype of the job points to fit (default: fp32 on cpu, "
+                                                   "else bf16)")] = None,
+    model_config: Annotated[Path | None, typer.Option(help="the model config the decode/train jobs ran "
+                                                           "(default: their built-in tiny model)")] = None,
     new_id: Annotated[str | None, typer.Option("--id", help="id of the new profile (default: output's stem)")] = None,
-    outer: Annotated[int, typer.Option(min=1, help="simulation-corrected iterations")] = 3,
+    outer: Annotated[int, typer.Option(min=1, help="simulation-corrected iterations of a case fit")] = 3,
 ) -> None:
-    """Fit a calibration profile to measured cases and write it beside the base (never overwriting)."""
+    """Fit a calibration profile to job measurements and/or measured cases; write it beside the base
+    (never overwriting)."""
     from calibration.fit import CaseFit
-    from calibration.fit_report import print_fit
+    from calibration.fit_jobs import JobFit
+    from calibration.fit_report import print_fit, print_job_fit
+    from calibration.measurements import JobMeasurement
     from twin.fileio import refuse_overwrite
     from twin.profile import load_profile, reference_profile, save_profile
     from twin.scenario import load_scenario
 
+    if not measurements and not cases:
+        raise CalibrationError("give measurements.jsonl files, --cases, or both")
     refuse_overwrite(output, "a calibration profile")
+    if any(p.resolve() == output.resolve() for p in [*(measurements or []), *([profile] if profile else [])]):
+        raise CalibrationError(f"{output} is one of the inputs; a fit never overwrites its input")
     base = load_profile(profile) if profile else reference_profile(kind)
-    files = _case_files(cases)
+    result = base
+    new_id = new_id or output.stem
+    inputs = [str(p) for p in measurements or []]
+    if measurements:
+        records = [r for p in measurements for r in _loaded(p).records if isinstance(r, JobMeasurement)]
+        if not records:
+            raise CalibrationError("the measurement files hold no job records (`calibration run` writes them)")
+        dtype = dtype or ("fp32" if base.cluster_kind == "cpu" else "bf16")
+        try:
+            outcome = JobFit(base, records, dtype, model_config).run(new_id, inputs)
+        except ValueError as exc:
+            raise CalibrationError(str(exc)) from None
+        print_job_fit(stdout, outcome, base)
+        result = outcome.profile
+    if cases:
+        files = _case_files(cases)
+        loaded = [load_scenario(f) for f in files]
+        chosen = [(f, s) for f, s in zip(files, loaded, strict=True)
+                  if s.cluster.kind == base.cluster_kind and s.measured and s.measured.use == "fit"]
+        if not chosen:
+            raise CalibrationError(f"none of the {len(files)} case files is a {base.cluster_kind} scenario marked "
+                                   "`use: fit`")
+        fitter = CaseFit(result, [s for _, s in chosen], progress=lambda msg: stderr.print(msg, highlight=False))
+        case_outcome = fitter.run(new_id, outer=outer)
+        print_fit(stdout, case_outcome, fitter.names, result)
+        inputs += [str(f) for f, _ in chosen]
+        result = case_outcome.profile.model_copy(update={"parent": base.id})
+    result = result.model_copy(update={"provenance": result.provenance.model_copy(update={"inputs": inputs})})
+    save_profile(result, output)
+    stdout.print(f"wrote {output} (id {result.id}, parent {base.id})", highlight=False)
+
+
+def _loaded(path: Path) -> LoadedMeasurements:
+    """A measurements file, with its malformed lines reported (not fatal)."""
+    from calibration.measurements import load_measurements
+
+    if not path.is_file():
+        raise CalibrationError(f"measurements {path}: no such file")
+    loaded = load_measurements(path)
+    for bad in loaded.bad_lines[:3]:
+        _warn(f"{path}: {bad}")
+    return loaded
+
+
+class CaseUse(str, Enum):
+    judge = "judge"
+    fit = "fit"
+
+
+SkipSteps = Annotated[int, typer.Option(min=0, help="leading steps of the run left out of the means (the first "
+                                                    "carries the engine start-up)")]
+
+
+def _run_case(runs: Path, scenario: Path, skip_steps: int, use: CaseUse) -> Scenario:
+    """The scenario with the measured values of the verl run in `runs`; warns of unreadable lines."""
+    from calibration.runs import load_run, run_case
+    from twin.scenario import load_scenario
+
+    sc = load_scenario(scenario)
+    run = load_run(runs, skip_steps, use.value)
+    case = run_case(sc, run)
+    if run.bad_lines:
+        _warn(f"{runs}: {run.bad_lines} lines are not measurement records and were skipped")
+    return case
+
+
+@app.command()
+def case(
+    runs: Annotated[Path, typer.Argument(help="measurements.jsonl of one verl run (from `calibration ingest`)")],
+    scenario: Annotated[Path, typer.Option(help="the scenario the run executed")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="the new scenario file (never overwritten)")],
+    skip_steps: SkipSteps = 1,
+    use: Annotated[CaseUse, typer.Option(help="judge: the case only measures a profile's error; fit: a fit may "
+                                              "use it")] = CaseUse.judge,
+) -> None:
+    """Write the scenario with the run's steady-state stage times, step time and throughput as `measured`."""
+    from calibration.runs import write_case
+    from twin.fileio import refuse_overwrite
+
+    refuse_overwrite(output, "a scenario file")
+    sc = _run_case(runs, scenario, skip_steps, use)
+    write_case(sc, output)
+    assert sc.measured is not None
+    stdout.print(f"wrote {output}: {sc.measured.source}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def report(
+    profile: Annotated[Path, typer.Option(help="the profile to judge")],
+    cases: Annotated[list[Path] | None, typer.Option(help="scenario files or directories (default: ./scenarios, "
+                                                          "unless --runs is given)")] = None,
+    runs: Annotated[Path | None, typer.Option(help="measurements.jsonl of one verl run (from `calibration "
+                                                   "ingest`), judged as a case; needs --scenario")] = None,
+    scenario: Annotated[Path | None, typer.Option(help="the scenario the --runs run executed")] = None,
+    skip_steps: SkipSteps = 1,
+    plot: Annotated[Path | None, typer.Option(help="write a PNG of predicted vs measured")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as one JSON object")] = False,
+) -> None:
+    """Predicted vs measured for every measured case of the profile's cluster kind, fitted and held out apart."""
+    import json
+    import sys
+
+    from calibration.report import build_report
+    from calibration.report_print import print_report
+    from twin.clirun import make_console
+    from twin.profile import load_profile
+    from twin.scenario import load_scenario
+
+    if (runs is None) != (scenario is None):
+        raise CalibrationError("--runs and --scenario go together: the run's records and the scenario it executed")
+    prof = load_profile(profile)
+    files = _case_files(cases if cases is not None else [] if runs else [Path("scenarios")])
     loaded = [load_scenario(f) for f in files]
-    scenarios = [s for s in loaded if s.cluster.kind == base.cluster_kind and s.measured and s.measured.use == "fit"]
-    if not scenarios:
-        raise CalibrationError(f"none of the {len(files)} case files is a {base.cluster_kind} scenario marked "
-                               "`use: fit`")
-    files = [f for f, s in zip(files, loaded, strict=True) if s in scenarios]
-    fitter = CaseFit(base, scenarios, progress=lambda msg: stderr.print(msg, highlight=False))
-    outcome = fitter.run(new_id or output.stem, outer=outer)
-    profile_out = outcome.profile.model_copy(update={"provenance": outcome.profile.provenance.model_copy(
-        update={"inputs": [str(f) for f in files]})})
-    save_profile(profile_out, output)
-    print_fit(stdout, outcome, fitter.names, base)
-    stdout.print(f"wrote {output} (id {profile_out.id}, parent {base.id})", highlight=False)
+    if runs is not None and scenario is not None:
+        loaded.append(_run_case(runs, scenario, skip_steps, CaseUse.judge))
+    result = build_report(prof, loaded)
+    if plot is not None:
+        from calibration.report_plot import plot_report
+
+        plot_report(result, plot)
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+    else:
+        out = make_console()
+        print_report(out, result)
+        if runs is not None:
+            out.print(f"measured values of {loaded[-1].name}: {loaded[-1].measured.source}", highlight=False,
+                      soft_wrap=True)
+        if plot is not None:
+            out.print(f"wrote {plot}", highlight=False, soft_wrap=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,7 +1,7 @@
 """Fit a calibration profile to measured cases (scenarios with `measured:` values).
 
 The residuals are the relative errors of every target (stage seconds, step, tokens/s, and ratios between
-cases) plus a weak prior pulling each parameter towards the base profile, in units of its bounds. The
+cases) plus the weak prior of calibration.lsq. The
 predictions are the discrete-event simulation's; since a simulation costs far more than the closed-form
 model and both share every cost model, the fit runs scipy's bounded least squares on the closed-form
 model corrected stage by stage with the simulation's ratio to it, and recomputes those corrections from a
@@ -16,12 +16,11 @@ from datetime import date
 
 import numpy as np
 
-from calibration.targets import Target, case_targets
+from calibration.lsq import PRIOR_WEIGHT, ParameterSpace
+from calibration.targets import Target, case_targets, target_values
 from twin.evaluate import Evaluation
 from twin.profile import Profile
 from twin.scenario import Scenario
-
-PRIOR_WEIGHT = 0.05
 
 # Parameters the published end-to-end cases (C1-C3) can tell apart; the rest keep their sourced values.
 CASE_PARAMETERS = (
@@ -46,29 +45,7 @@ class FitOutcome:
     def errors(self, which: str = "after") -> list[float]:
         """Relative error of each target (absolute seconds for a zero target)."""
         values = self.after if which == "after" else self.before
-        return [(v - t.goal) / (t.goal or 1.0) for v, t in zip(values, self.targets, strict=True)]
-
-
-def _quantity(stages: dict[str, float], sc: Scenario, devices: int, quantity: str) -> float:
-    step = sum(stages.values())
-    if quantity.startswith("stage:"):
-        return stages[quantity.removeprefix("stage:")]
-    return {
-        "step": step,
-        "tps_per_card": sc.workload.tokens_per_step / step / sc.cluster.cards,
-        "tps_per_device": sc.workload.tokens_per_step / step / devices,
-        "rollout_tps_per_card": sc.workload.tokens_per_step / stages["rollout"] / sc.cluster.cards,
-    }[quantity]
-
-
-def _values(targets: list[Target], stages: dict[str, dict[str, float]], evs: dict[str, Evaluation]) -> list[float]:
-    out = []
-    for t in targets:
-        v = _quantity(stages[t.case], evs[t.case].sc, evs[t.case].devices, t.quantity)
-        if t.reference:
-            v /= _quantity(stages[t.reference], evs[t.reference].sc, evs[t.reference].devices, t.quantity)
-        out.append(v)
-    return out
+        return [t.error(v) for v, t in zip(values, self.targets, strict=True)]
 
 
 class CaseFit:
@@ -81,20 +58,10 @@ class CaseFit:
         self.targets = case_targets(cases)
         if not self.targets:
             raise ValueError("none of the cases has measured values to fit")
-        missing = [n for n in names if n not in base.params]
-        if missing:
-            raise ValueError(f"profile {base.id} has no parameter {missing[0]!r}")
-        self.names = [n for n in names if base.params[n].bounds is not None]
+        self.space = ParameterSpace(base, list(names))
+        self.names = self.space.names
         self.evs = {c.name: Evaluation(c, base) for c in cases}
         self.progress = progress or (lambda _msg: None)
-        bounds = [base.params[n].bounds for n in self.names]
-        self.lo = np.array([b[0] for b in bounds])
-        self.hi = np.array([b[1] for b in bounds])
-        self.z0 = (np.array([base[n] for n in self.names]) - self.lo) / (self.hi - self.lo)
-
-    def profile_at(self, z: np.ndarray, new_id: str | None = None) -> Profile:
-        values = dict(zip(self.names, self.lo + np.clip(z, 0, 1) * (self.hi - self.lo), strict=True))
-        return self.base.with_values(values, new_id or self.base.id)
 
     def simulate(self, profile: Profile) -> dict[str, dict[str, float]]:
         from twin.sim.step import simulate
@@ -105,32 +72,28 @@ class CaseFit:
         return {name: ev.with_profile(profile).stage_times() for name, ev in self.evs.items()}
 
     def run(self, new_id: str, outer: int = 3) -> FitOutcome:
-        from scipy.optimize import least_squares
-
         goals = np.array([t.goal for t in self.targets])
-        scale = np.where(goals > 0, goals, 1.0)  # a zero target (a skipped stage) is measured in seconds
-        z = self.z0.copy()
-        before = _values(self.targets, self.simulate(self.base), self.evs)
+        z = self.space.z0.copy()
+        before = target_values(self.targets, self.simulate(self.base), self.evs)
         for i in range(outer):
-            point = self.profile_at(z)
+            point = self.space.profile(z)
             sim, ana = self.simulate(point), self.analytical(point)
             correction = {c: {k: (sim[c][k] / v if v > 0 else 1.0) for k, v in ana[c].items()} for c in sim}
             self.progress(f"outer iteration {i + 1}/{outer}: simulated {len(sim)} cases, fitting {len(self.names)} "
                           f"parameters to {len(self.targets)} targets")
 
-            def residuals(zz: np.ndarray, correction: dict = correction) -> np.ndarray:
-                stages = self.analytical(self.profile_at(zz))
+            def predict(profile: Profile, correction: dict = correction) -> np.ndarray:
+                stages = self.analytical(profile)
                 corrected = {c: {k: v * correction[c][k] for k, v in st.items()} for c, st in stages.items()}
-                pred = np.array(_values(self.targets, corrected, self.evs))
-                return np.concatenate([(pred - goals) / scale, PRIOR_WEIGHT * (zz - self.z0)])
+                return np.array(target_values(self.targets, corrected, self.evs))
 
-            z = least_squares(residuals, z, bounds=(0.0, 1.0), diff_step=1e-4, xtol=1e-10, ftol=1e-10).x
-        fitted = self.profile_at(z, new_id)
-        after = _values(self.targets, self.simulate(fitted), self.evs)
+            z = self.space.fit(predict, goals, z)
+        fitted = self.space.profile(z, new_id)
+        after = target_values(self.targets, self.simulate(fitted), self.evs)
         provenance = fitted.provenance.model_copy(update={
             "fitted_on": date.today(),
             "cases": sorted(self.cases),
-            "residuals": {t.label: round((a - t.goal) / (t.goal or 1.0), 5)
+            "residuals": {t.label: round(t.error(a), 5)
                           for t, a in zip(self.targets, after, strict=True)},
             "notes": f"least squares on {len(self.targets)} targets of {len(self.cases)} cases, prior weight "
                      f"{PRIOR_WEIGHT}, {outer} simulation-corrected iterations",

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from calibration.fit import FitOutcome
+from calibration.fit_jobs import JobFitOutcome
 from twin.profile import Profile
 
 
@@ -24,3 +25,20 @@ def print_fit(console: Console, outcome: FitOutcome, names: list[str], base: Pro
         p = base.params[n]
         params.add_row(n, f"{p.value:.4g}", f"{outcome.profile[n]:.4g}", f"{p.bounds}", p.unit)
     console.print(params)
+
+
+def print_job_fit(console: Console, outcome: JobFitOutcome, base: Profile) -> None:
+    """The parameters the jobs set, and the fit error per job."""
+    table = Table(title="Parameters from the calibration jobs")
+    for col in ("parameter", "base", "fitted", "from"):
+        table.add_column(col, justify="right" if col in ("base", "fitted") else "left", overflow="fold")
+    for name, p in outcome.profile.params.items():
+        if p.fitted:
+            table.add_row(name, f"{base[name]:.4g}", f"{p.value:.4g}", p.source)
+    console.print(table)
+    for job, errors in outcome.errors.items():
+        worst = max(errors, key=abs)
+        mape = sum(map(abs, errors)) / len(errors) * 100
+        console.print(f"{job}: {len(errors)} points, mean absolute error {mape:.1f} %, worst {worst * 100:+.1f} %")
+    for note in outcome.notes:
+        console.print(f"note: {note}")

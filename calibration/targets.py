@@ -1,12 +1,18 @@
-"""What a fit aims at: the measured quantities of scenarios (stage seconds, step, tokens/s) and how to read
-the same quantity off a prediction."""
+"""What a fit aims at and a report judges: the measured quantities of scenarios (stage seconds, step,
+tokens/s, and ratios between cases) and how to read the same quantity off predicted stage times."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from twin.results import SimulationResult
 from twin.scenario import Scenario
+
+if TYPE_CHECKING:
+    from twin.evaluate import Evaluation
+
+END_TO_END = ("step", "tps_per_card", "tps_per_device", "rollout_tps_per_card")
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,28 @@ class Target:
     def goal(self) -> float:
         return self.measured / self.reference_measured if self.reference_measured else self.measured
 
+    @property
+    def is_stage(self) -> bool:
+        return self.quantity.startswith("stage:")
+
+    def error(self, predicted: float) -> float:
+        """Relative error of `predicted`; for a zero goal (a skipped stage), the difference in its own unit."""
+        return (predicted - self.goal) / (self.goal or 1.0)
+
+
+def measured_values(sc: Scenario) -> dict[str, float]:
+    """The measured quantities of a case by target quantity name (empty without `measured`)."""
+    m = sc.measured
+    if m is None:
+        return {}
+    values = {f"stage:{k}": v for k, v in m.stages_s.items()}
+    if m.step_s is not None:
+        values["step"] = m.step_s
+    for q in END_TO_END[1:]:
+        if getattr(m, q) is not None:
+            values[q] = getattr(m, q)
+    return values
+
 
 def case_targets(cases: list[Scenario]) -> list[Target]:
     """Every measured quantity of the cases; `relative_to` turns a case's values into ratios."""
@@ -37,49 +65,39 @@ def case_targets(cases: list[Scenario]) -> list[Target]:
         m = sc.measured
         if m is None or m.reference_only:
             continue
-        values = {f"stage:{k}": v for k, v in m.stages_s.items()}
-        for q in ("step_s", "tps_per_card", "tps_per_device", "rollout_tps_per_card"):
-            v = getattr(m, q)
-            if v is not None:
-                values["step" if q == "step_s" else q] = v
         ref = by_name.get(m.relative_to) if m.relative_to else None
         if m.relative_to and ref is None:
             raise ValueError(f"case {sc.name} is relative to {m.relative_to}, which is not among the cases")
-        for q, v in values.items():
-            if ref is not None:
-                ref_values = _measured_values(ref)
-                if q in ref_values:
-                    out.append(Target(sc.name, q, v, ref.name, ref_values[q]))
-            else:
+        ref_values = measured_values(ref) if ref is not None else {}
+        for q, v in measured_values(sc).items():
+            if ref is None:
                 out.append(Target(sc.name, q, v))
+            elif q in ref_values:
+                out.append(Target(sc.name, q, v, ref.name, ref_values[q]))
     return out
 
 
-def _measured_values(sc: Scenario) -> dict[str, float]:
-    m = sc.measured
-    assert m is not None
-    values = {f"stage:{k}": v for k, v in m.stages_s.items()}
-    for q in ("tps_per_card", "tps_per_device", "rollout_tps_per_card"):
-        if getattr(m, q) is not None:
-            values[q] = getattr(m, q)
-    if m.step_s is not None:
-        values["step"] = m.step_s
-    return values
+def quantity(stages: Mapping[str, float], sc: Scenario, devices: int, name: str) -> float:
+    """The value of quantity `name` for one step with these stage seconds (the step is their sum)."""
+    if name.startswith("stage:"):
+        return stages[name.removeprefix("stage:")]
+    tokens = sc.workload.tokens_per_step
+    step = sum(stages.values())
+    return {
+        "step": step,
+        "tps_per_card": tokens / step / sc.cluster.cards,
+        "tps_per_device": tokens / step / devices,
+        "rollout_tps_per_card": tokens / stages["rollout"] / sc.cluster.cards,
+    }[name]
 
 
-def read_quantity(result: SimulationResult, sc: Scenario, quantity: str) -> float:
-    """The predicted value of `quantity` (`stage:<name>`, step, tokens/s per card, device or rollout)."""
-    if quantity.startswith("stage:"):
-        return result.stages_s[quantity.removeprefix("stage:")]
-    if quantity == "step":
-        return result.step_s
-    if quantity == "rollout_tps_per_card":
-        return sc.workload.tokens_per_step / result.stages_s["rollout"] / sc.cluster.cards
-    return getattr(result, quantity)
-
-
-def predicted(target: Target, results: dict[str, SimulationResult], cases: dict[str, Scenario]) -> float:
-    value = read_quantity(results[target.case], cases[target.case], target.quantity)
-    if target.reference:
-        return value / read_quantity(results[target.reference], cases[target.reference], target.quantity)
-    return value
+def target_values(targets: list[Target], stages: Mapping[str, Mapping[str, float]],
+                  evs: Mapping[str, Evaluation]) -> list[float]:
+    """The value of each target under the stage seconds of every case (`stages[case]`)."""
+    out = []
+    for t in targets:
+        v = quantity(stages[t.case], evs[t.case].sc, evs[t.case].devices, t.quantity)
+        if t.reference:
+            v /= quantity(stages[t.reference], evs[t.reference].sc, evs[t.reference].devices, t.quantity)
+        out.append(v)
+    return out

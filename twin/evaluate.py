@@ -24,7 +24,7 @@ from twin.cost_models.scheduling import (
     driver_seconds,
 )
 from twin.cost_models.training import TrainCost
-from twin.cost_models.transition import offload_time, reshard_time
+from twin.cost_models.transition import local_copy_s, offload_time, reshard_time
 from twin.errors import TwinError
 from twin.layout.models import Layout
 from twin.layout.rules import validate_layout
@@ -116,7 +116,8 @@ class Evaluation:
             "ref": log_prob if wl.use_kl_loss else 0.0,
             "advantage": driver["advantage"],
             "update": tc.update_time() + self.dispatch_s(UPDATE_INPUT_BYTES_PER_TOKEN),
-            "reshard": reshard_time(self.reshard(), self.cluster, pf),
+            "reshard": reshard_time(self.reshard(), self.cluster, pf) + local_copy_s(self.rollout_memory, self.cluster,
+                                                                                      pf),
             "offload": offload_time(self.train_memory, self.rollout_memory, self.sc, self.cluster, pf),
         }
 

@@ -11,7 +11,6 @@ from datetime import date
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -76,13 +75,16 @@ class Profile(BaseModel):
         except KeyError:
             raise TwinError(f"profile {self.id} has no parameter {name!r}") from None
 
-    def with_values(self, values: dict[str, float], new_id: str, **provenance: Any) -> Profile:
-        """A child profile with some parameters replaced (marked fitted)."""
+    def with_values(self, values: dict[str, float], new_id: str, sources: dict[str, str] | None = None) -> Profile:
+        """A child profile with some parameters replaced (marked fitted, with where each value came from)."""
         params = dict(self.params)
         for name, v in values.items():
-            params[name] = params[name].model_copy(update={"value": float(v), "fitted": True})
+            update: dict[str, object] = {"value": float(v), "fitted": True}
+            if sources and name in sources:
+                update["source"] = sources[name]
+            params[name] = params[name].model_copy(update=update)
         return self.model_copy(update={"id": new_id, "parent": self.id, "params": params,
-                                       "provenance": Provenance(**provenance)})
+                                       "provenance": Provenance()})
 
     def dump_yaml(self) -> str:
         data = self.model_dump(mode="json", by_alias=True, exclude_none=True)

@@ -13,6 +13,7 @@ JOB_MODULES = {
     "collectives": "calibration.jobs.collectives",
     "copy": "calibration.jobs.copy",
     "decode": "calibration.jobs.decode",
+    "train": "calibration.jobs.train",
 }
 
 

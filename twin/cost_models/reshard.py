@@ -124,7 +124,7 @@ class ReshardStats:
     sent: np.ndarray
     bytes_per_tier: dict[str, int]
     extra_bytes: np.ndarray  # staging memory per device
-    rounds: np.ndarray  # transfer rounds each device takes part in as a receiver
+    rounds: np.ndarray  # transfer rounds of each device: chunks received (directed), tensors exported (gathers)
     transfers: int  # number of block transfers (before chunking)
     tier_bytes: dict[str, np.ndarray]  # tier -> per device, the larger of bytes sent and received on it
 
@@ -210,7 +210,6 @@ def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod)
             groups = [(devices[sig == v], pl.rollout_blocks(t, int(np.argmax(sig == v)))) for v in np.unique(sig)]
         else:
             groups = [(devices, [h.block for h in holders])]
-        got_any = np.zeros(n, dtype=bool)
         lookups = [_HolderLookup(h, codes, n) for h in holders]
         index = _HolderIndex(holders, t)
         for dsts, needed in groups:
@@ -242,8 +241,8 @@ def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod)
                     else:
                         staged = t.nbytes + (VERL_BUCKET_BYTES if method == "verl_bucketed" else 0)
                         np.maximum.at(staged_in, recv, staged)
-                        got_any[recv] = True
-        rounds += got_any * mult
+        if method != "directed":  # every rank exports (and its rollout loads) every full tensor, one at a time
+            rounds += mult
     tiers: dict[str, int] = defaultdict(int)
     into: dict[str, np.ndarray] = {}
     out_of: dict[str, np.ndarray] = {}

@@ -9,6 +9,7 @@ or HCCL) when several DP ranks share one engine instance.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -165,7 +166,13 @@ class RolloutCost:
         steps = -(-per_replica // conc) * mean + max(0.0, response_tail(self.sc, per_replica) - mean)
         decode = steps * float(self.decode_step(per_replica * mean / steps, wl.prompt_len.mean + mean / 2).total)
         prefill = self.prefill_time(per_replica * wl.prompt_len.mean)
-        return decode + prefill + self.pf["rollout_fixed_s"]
+        return self.polled(decode + prefill) + self.pf["rollout_fixed_s"]
+
+    def polled(self, seconds: float) -> float:
+        """When the trainer polls for finished generation every `rollout_poll_s`, it sees the end at the next
+        poll."""
+        poll = self.pf["rollout_poll_s"]
+        return math.ceil(seconds / poll - 1e-9) * poll if poll > 0 else seconds
 
 
 def response_tail(scenario: Scenario, draws: float) -> float:

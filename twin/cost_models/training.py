@@ -127,7 +127,7 @@ class TrainCost:
         elif kind == "backward":  # twice the forward, plus the recomputed forward
             fwd = fwd * (2.0 + {"none": 0.0, "selective": 0.15, "full": 1.0}[lay.recompute.granularity])
         intercept, slope = self._comm_coefficients(stage, 2 if kind == "backward" else 1)
-        return PassTime(compute_s=fwd, comm_s=intercept + slope * tokens)
+        return PassTime(compute_s=fwd + pf["microbatch_overhead_ms"] * 1e-3, comm_s=intercept + slope * tokens)
 
     def _comm_coefficients(self, stage: int, passes: int) -> tuple[float, float]:
         """A micro-batch's communication seconds as intercept + slope x tokens (linear in bytes moved)."""
@@ -206,7 +206,7 @@ class TrainCost:
             if lay.offload.optimizer == "swap":
                 step += 2 * host_copy_time(self.cluster, pf, state_numel * ADAM_BYTES) * (1 - pf["swap_overlap"])
             worst = max(worst, sync + step)
-        return worst * self.sc.workload.optimizer_steps
+        return (worst + pf["optimizer_overhead_ms"] * 1e-3) * self.sc.workload.optimizer_steps
 
     def update_time(self) -> float:
         t, _ = self.pipeline_time(self.lay.micro_batch, backward=True)

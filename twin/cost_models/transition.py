@@ -10,10 +10,17 @@ from twin.scenario import Scenario
 from twin.topology.routing import Cluster
 
 
+def local_copy_s(rm: RolloutMemory, cluster: Cluster, profile: Profile) -> float:
+    """The rollout engine's weights are their own tensors: every rank copies its rollout shard into them,
+    received or already on the device."""
+    hbm = cluster.kind.device_spec.hbm_bandwidth_gbs.value * 1e9 * profile["hbm_efficiency"]
+    return rm.weight_bytes / hbm
+
+
 def reshard_time(stats: ReshardStats, cluster: Cluster, profile: Profile) -> float:
     """The busiest device's received bytes over its tiers (shares as in the whole transfer) plus the
-    fixed cost of each transfer round (one chunk per device per all-to-all-v round; one gathered tensor
-    per all-gather)."""
+    fixed cost of each transfer round (one chunk per device per all-to-all-v round; one exported tensor
+    per gather)."""
     total = max(1, sum(stats.bytes_per_tier.values()))
     busiest = stats.bytes_per_device_max
     seconds = 0.0

@@ -158,7 +158,9 @@ def simulate_rollout(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.rand
     components = {k: float(v[worst]) for k, v in parts.items()}
     components["rl_scheduling"] = fixed_s
     represented = {lane: members for lane, members in lanes}
-    return RolloutOutcome(seconds=float(clocks[worst]) + fixed_s, steps=int(steps[worst]), components_s=components,
+    components["poll_wait"] = rc.polled(float(clocks[worst])) - float(clocks[worst])
+    return RolloutOutcome(seconds=rc.polled(float(clocks[worst])) + fixed_s, steps=int(steps[worst]),
+                          components_s=components,
                           represented=represented, instance_seconds=[float(c) for c in clocks])
 
 

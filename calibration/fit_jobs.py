@@ -1,0 +1,205 @@
+"""Fit a profile to the calibration jobs' micro-benchmarks (the `cpu` kind's profile comes only from them).
+
+Efficiencies the cost models use as plain ratios are read off the measurements: the GEMM job gives the
+matrix-multiply efficiencies (best shape for training, median for prefill, worst for decode), the attention
+job's prefill points the attention efficiency, the copy job the host link and memory efficiencies. The rest
+are fitted by least squares through the twin's own cost models: the collectives job through
+`collective_time` on the cluster (tier efficiency, per-step latency, all-to-all latencies), the decode
+job through the rollout's decode-step model (per-step host cost, per-layer launch cost), the train job
+through the training pass and optimizer-step models (per-pass and per-step overheads, the forward-only
+pass's efficiency).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+from calibration.jobs.decode import model_spec
+from calibration.lsq import ParameterSpace
+from calibration.measurements import JobMeasurement
+from twin.catalog.config import parse_config
+from twin.catalog.inventory import build_inventory
+from twin.cost_models.comm import collective_time
+from twin.cost_models.memory import RolloutMemory, TrainMemory
+from twin.cost_models.rollout import RolloutCost
+from twin.cost_models.training import TrainCost
+from twin.layout.models import RolloutLayout, TrainLayout
+from twin.profile import Profile
+from twin.scenario import ClusterRef, Scenario
+from twin.topology.clusters import cluster_kind
+from twin.topology.routing import Cluster
+
+COLLECTIVE_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+                  "all_to_all_single": "all_to_all", "broadcast": "broadcast"}
+
+
+@dataclass
+class JobFitOutcome:
+    profile: Profile
+    errors: dict[str, list[float]]  # job -> relative error of each fitted point after the fit
+    notes: list[str] = field(default_factory=list)
+
+
+def _median(records: list[JobMeasurement], figure: str) -> list[float]:
+    return [r.derived[figure] for r in records if figure in r.derived]
+
+
+class JobFit:
+    """Derives the profile parameters the jobs can see; everything else keeps its base value."""
+
+    def __init__(self, base: Profile, records: list[JobMeasurement], dtype: str, model_config: Path | None = None
+                 ) -> None:
+        self.base = base
+        self.kind = cluster_kind(base.cluster_kind)
+        self.dtype = dtype
+        self.by_job: dict[str, list[JobMeasurement]] = {}
+        for r in records:
+            self.by_job.setdefault(r.job, []).append(r)
+        self.model_label, self.model_config = model_spec(model_config)
+        self.values: dict[str, float] = {}
+        self.sources: dict[str, str] = {}
+        self.errors: dict[str, list[float]] = {}
+        self.notes: list[str] = []
+
+    # ---- read off directly ---------------------------------------------------------------------------
+    def _set(self, name: str, value: float, source: str) -> None:
+        lo, hi = self.base.params[name].bounds or (value, value)
+        clamped = min(max(value, lo), hi)
+        if clamped != value:
+            self.notes.append(f"{name}: measured {value:.4g} is outside its bounds [{lo}, {hi}], kept at {clamped}")
+        self.values[name] = clamped
+        self.sources[name] = source
+
+    def direct(self) -> None:
+        spec = self.kind.device_spec
+        peak = spec.peak_bf16_tflops.value
+        gemm = [r for r in self.by_job.get("gemm", []) if r.dtype == self.dtype]
+        if gemm:
+            t = _median(gemm, "tflops")
+            src = f"calibration gemm job, {len(t)} {self.dtype} points, {{}} of {min(t):.3g}-{max(t):.3g} TFLOP/s " \
+                  f"over the {peak:g} TFLOP/s of the device entry"
+            self._set("train_matmul_efficiency", max(t) / peak, src.format("best"))
+            self._set("train_expert_efficiency", max(t) / peak, src.format("best"))
+            self._set("prefill_compute_efficiency", statistics.median(t) / peak, src.format("median"))
+            self._set("decode_compute_efficiency", min(t) / peak, src.format("worst"))
+        attention = [r for r in self.by_job.get("attention", []) if r.op.endswith("prefill") and r.dtype == self.dtype]
+        if attention:
+            t = _median(attention, "tflops")
+            self._set("attention_efficiency", statistics.median(t) / peak,
+                      f"calibration attention job, median of {len(t)} prefill points, "
+                      f"{statistics.median(t):.3g} TFLOP/s")
+        copy = self.by_job.get("copy", [])
+        if copy:
+            g = _median(copy, "gbps")
+            host = self.kind.tier("host").bandwidth_gbs.value
+            self._set("tier_efficiency_host", statistics.median(g) / host,
+                      f"calibration copy job, median of {len(g)} points, {statistics.median(g):.3g} GB/s over {host:g}")
+            self._set("hbm_efficiency", max(g) / spec.hbm_bandwidth_gbs.value,
+                      f"calibration copy job, best of {len(g)} points, {max(g):.3g} GB/s over "
+                      f"{spec.hbm_bandwidth_gbs.value:g}")
+
+    # ---- fitted through the cost models --------------------------------------------------------------
+    def _least_squares(self, job: str, names: list[str], records: list[JobMeasurement],
+                       predict_one: Callable[[Profile, JobMeasurement], float]) -> None:
+        if not records:
+            return
+        space = ParameterSpace(self.base.with_values(self.values, self.base.id), names)
+        goals = np.array([r.stats.median_s for r in records])
+
+        def predict(profile: Profile) -> np.ndarray:
+            return np.array([predict_one(profile, r) for r in records])
+
+        z = space.fit(predict, goals)
+        fitted = space.values(z)
+        pred = predict(space.profile(z))
+        self.errors[job] = [float(e) for e in (pred - goals) / goals]
+        mape = float(np.mean(np.abs(pred - goals) / goals)) * 100
+        for name, value in fitted.items():
+            self.values[name] = value
+            self.sources[name] = f"least squares on {len(records)} calibration {job} job points (MAPE {mape:.1f} %)"
+
+    def collectives(self) -> None:
+        records = [r for r in self.by_job.get("collectives", []) if r.op in COLLECTIVE_OPS and r.group and r.bytes]
+        if not records:
+            return
+        world = max(r.group.world_size for r in records)
+        cluster = Cluster(self.kind, max(world, 1) // self.kind.devices_per_card or 1)
+        tiers = sorted({u.tier for r in records for u in cluster.tiers(r.group.ranks)})
+        names = [f"tier_efficiency_{t}" for t in tiers] + ["collective_step_latency_us", "a2a_base_latency_us",
+                                                             "a2a_per_peer_latency_us"]
+
+        def one(profile: Profile, r: JobMeasurement) -> float:
+            return collective_time(cluster, profile, r.group.ranks, COLLECTIVE_OPS[r.op], float(r.bytes))
+
+        self._least_squares("collectives", names, records, one)
+
+    def _scenario(self) -> Scenario:
+        return Scenario(name="calibration-jobs", model="tiny", cluster=ClusterRef(kind=self.kind.name, cards=1))
+
+    def decode(self) -> None:
+        records = [r for r in self.by_job.get("decode", [])
+                   if r.params.get("model") == self.model_label and r.dtype == self.dtype]
+        if not records:
+            self.notes.append(f"decode job: no {self.dtype} points of model {self.model_label}; not fitted")
+            return
+        inv = build_inventory(parse_config(self.model_config, self.model_label))
+        cluster, sc = Cluster(self.kind, 1), self._scenario()
+        graph = records[0].params.get("engine") == "vllm"
+        names = ["decode_host_ms_graph" if graph else "decode_host_ms_eager"] + ([] if graph else
+                                                                                 ["eager_launch_us_per_layer"])
+        hbm = self.kind.device_spec.hbm_gb.value
+
+        def one(profile: Profile, r: JobMeasurement) -> float:
+            batch, ctx = int(r.params["batch"]), int(r.params["ctx"])
+            lay = RolloutLayout(tp=1, dp=1, max_num_seqs=batch, max_num_batched_tokens=max(batch, 8192),
+                                graph_mode=graph)
+            rc = RolloutCost(inv, sc, cluster, profile, RolloutMemory(inv, lay, profile, hbm))
+            return float(rc.decode_step(batch, ctx).total)
+
+        self._least_squares("decode", names, records, one)
+
+    def train(self) -> None:
+        records = [r for r in self.by_job.get("train", [])
+                   if r.params.get("model") == self.model_label and r.dtype == self.dtype]
+        if not records:
+            self.notes.append(f"train job: no {self.dtype} points of model {self.model_label}; not fitted")
+            return
+        inv = build_inventory(parse_config(self.model_config, self.model_label))
+        cluster, sc = Cluster(self.kind, 1), self._scenario()
+
+        def one(profile: Profile, r: JobMeasurement) -> float:
+            batch, seq = int(r.params["batch"]), int(r.params["seq"])
+            tc = TrainCost(inv, sc, cluster, profile, TrainMemory(inv, TrainLayout(engine="fsdp"), 1, sc, profile))
+            tokens, sq = batch * seq, batch * seq * seq
+            if r.op == "forward":
+                return float(tc.microbatch_time(0, tokens, sq, "log_prob").total)
+            passes = tc.microbatch_time(0, tokens, sq, "forward").total + tc.microbatch_time(0, tokens, sq,
+                                                                                              "backward").total
+            return float(passes) + tc.optimizer_time()
+
+        self._least_squares("train", ["microbatch_overhead_ms", "optimizer_overhead_ms", "log_prob_efficiency_scale"],
+                            records, one)
+
+    def run(self, new_id: str, inputs: list[str]) -> JobFitOutcome:
+        self.direct()
+        self.collectives()
+        self.decode()
+        self.train()
+        if not self.values:
+            raise ValueError("no job measurement matched this profile's device and dtype")
+        fitted = self.base.with_values(self.values, new_id, sources=self.sources)
+        provenance = fitted.provenance.model_copy(update={
+            "inputs": inputs, "fitted_on": date.today(),
+            "residuals": {f"{job} MAPE": round(float(np.mean(np.abs(e))), 5) for job, e in self.errors.items()},
+            "notes": "; ".join([f"fitted to calibration jobs ({', '.join(sorted(self.by_job))}), dtype {self.dtype}",
+                                *self.notes]),
+        })
+        description = f"{self.base.id} fitted to the calibration jobs of {self.kind.name} ({self.dtype})"
+        profile = fitted.model_copy(update={"provenance": provenance, "description": description})
+        return JobFitOutcome(profile, self.errors, self.notes)

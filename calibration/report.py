@@ -1,0 +1,116 @@
+"""`calibration report`: a profile's predictions against the measured cases, fitted and held out apart.
+
+Every case of the profile's cluster kind with measured values is simulated with the profile (the
+discrete-event step simulation) and each measured quantity becomes a row: predicted, measured and the
+relative error. The cases named in the profile's provenance (those it was fitted on) form the "fitted"
+group, every other case the "held out" group; the held-out error is the twin's accuracy. A quantity
+measured as 0 (a skipped stage) has no relative error: its row shows the difference in seconds, and it
+is left out of the MAPE.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from calibration.errors import CalibrationError
+from calibration.targets import Target, case_targets, target_values
+from twin.profile import Profile
+from twin.scenario import Scenario
+
+Group = Literal["fitted", "held_out"]
+GROUPS: tuple[Group, ...] = ("fitted", "held_out")
+GROUP_TITLES = {"fitted": "fitted", "held_out": "held out"}
+Kind = Literal["end_to_end", "stages"]
+KIND_TITLES = {"end_to_end": "step and tokens/s", "stages": "stages"}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured quantity of one case against its prediction."""
+
+    target: Target
+    group: Group
+    predicted: float
+
+    @property
+    def kind(self) -> Kind:
+        return "stages" if self.target.is_stage else "end_to_end"
+
+    @property
+    def in_seconds(self) -> bool:
+        """Measured as 0: the error is the difference in seconds, not a percentage."""
+        return self.target.goal == 0
+
+    @property
+    def error(self) -> float:
+        return self.target.error(self.predicted)
+
+
+@dataclass(frozen=True)
+class Mape:
+    value: float | None  # mean |relative error|; None without a row to average
+    rows: int  # rows averaged
+    in_seconds: int  # rows measured as 0, not averaged
+
+
+@dataclass
+class Report:
+    profile: Profile
+    rows: list[Row]
+    skipped: dict[str, str] = field(default_factory=dict)  # case -> why it has no rows
+
+    def mape(self, group: Group, kind: Kind) -> Mape:
+        rows = [r for r in self.rows if r.group == group and r.kind == kind]
+        relative = [abs(r.error) for r in rows if not r.in_seconds]
+        return Mape(sum(relative) / len(relative) if relative else None, len(relative), len(rows) - len(relative))
+
+    def to_json(self) -> dict[str, Any]:
+        """The machine-readable report (`calibration report --json`)."""
+        return {
+            "profile": self.profile.id,
+            "cluster_kind": self.profile.cluster_kind,
+            "fitted_cases": self.profile.provenance.cases,
+            "rows": [{"case": r.target.case, "group": r.group, "quantity": r.target.quantity,
+                      "reference": r.target.reference, "measured": r.target.goal, "predicted": r.predicted,
+                      "error": r.error, "error_unit": "s" if r.in_seconds else "relative"} for r in self.rows],
+            "mape": {g: {k: vars(self.mape(g, k)) for k in KIND_TITLES} for g in GROUPS},
+            "skipped": self.skipped,
+        }
+
+
+def build_report(profile: Profile, cases: list[Scenario]) -> Report:
+    """Simulate the cases of the profile's cluster kind that have measured values and compare."""
+    from twin.evaluate import Evaluation
+    from twin.sim.step import simulate
+
+    names = [c.name for c in cases if c.measured is not None]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise CalibrationError(f"case {twice[0]} is given twice")
+    skipped: dict[str, str] = {}
+    kept = []
+    for sc in cases:
+        if sc.measured is not None and sc.cluster.kind != profile.cluster_kind:
+            skipped[sc.name] = f"cluster kind {sc.cluster.kind}, the profile's is {profile.cluster_kind}"
+        elif sc.measured is not None:
+            kept.append(sc)
+    try:
+        targets = case_targets(kept)
+    except ValueError as exc:
+        raise CalibrationError(str(exc)) from None
+    if not targets:
+        raise CalibrationError(f"none of the {len(cases)} cases has measured step, stage or tokens/s values on "
+                               f"cluster kind {profile.cluster_kind}")
+    with_rows = {t.case for t in targets}
+    for sc in kept:
+        if sc.name not in with_rows:
+            skipped[sc.name] = ("reference only: the denominator of other cases' ratios"
+                                if sc.measured and sc.measured.reference_only else "no stage, step or tokens/s value")
+    needed = with_rows | {t.reference for t in targets if t.reference}
+    evs = {sc.name: Evaluation(sc, profile) for sc in kept if sc.name in needed}
+    stages = {name: simulate(ev)[0].stages_s for name, ev in evs.items()}
+    fitted = set(profile.provenance.cases)
+    rows = [Row(t, "fitted" if t.case in fitted else "held_out", p)
+            for t, p in zip(targets, target_values(targets, stages, evs), strict=True)]
+    return Report(profile, rows, skipped)

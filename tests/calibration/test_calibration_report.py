@@ -1,0 +1,157 @@
+"""`calibration report`: the A3 cases against the embedded a3 profile, a verl run as a case, and bad input."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from statistics import fmean
+
+import pytest
+from typer.testing import CliRunner
+
+from calibration.cli import app
+from calibration.measurements import RunMeasurement, SourceRef, append_measurements
+from calibration.report import Report, Row
+from calibration.targets import Target
+from twin.evaluate import Evaluation
+from twin.profile import embedded_profile, load_profile
+from twin.scenario import load_scenario
+from twin.sim.step import simulate
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = REPO / "scenarios"
+A3_PROFILE = REPO / "twin" / "profiles" / "a3.yaml"
+
+
+@pytest.fixture(scope="module")
+def a3_report(tmp_path_factory) -> tuple[dict, Path]:
+    """`calibration report --json --plot` over every scenario with the embedded a3 profile (run once)."""
+    png = tmp_path_factory.mktemp("report") / "a3.png"
+    result = CliRunner().invoke(app, ["report", "--profile", str(A3_PROFILE), "--cases", str(SCENARIOS), "--json",
+                                      "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout), png
+
+
+def test_the_file_is_the_embedded_profile():
+    assert load_profile(A3_PROFILE) == embedded_profile("a3")
+
+
+def test_fitted_and_held_out_cases(a3_report):
+    report, _ = a3_report
+    groups = {r["case"]: r["group"] for r in report["rows"]}
+    assert {c for c, g in groups.items() if g == "fitted"} <= set(report["fitted_cases"])
+    assert all(g == "fitted" for c, g in groups.items() if c.startswith(("c1-", "c2-", "c3-")))
+    held_out = {c for c, g in groups.items() if g == "held_out"}
+    assert held_out == {"c5-qwen25-32b-a3-16dies", "c5-qwen25-7b-a3-16dies", "c5-qwen3-8b-a3-16dies"}
+    assert not held_out & set(report["fitted_cases"])
+    skipped = report["skipped"]
+    assert "reference only" in skipped["c2-dsr1-a3-128-graph-basic"]
+    assert "no stage, step or tokens/s value" in skipped["c4-dsr1-reshard-8dies"]
+    assert skipped["c5-qwen25-32b-a2-16npus"] == "cluster kind a2, the profile's is a3"
+
+
+def test_rows_match_the_scenarios_and_an_independent_simulation(a3_report):
+    report, _ = a3_report
+    rows = {(r["case"], r["quantity"]): r for r in report["rows"]}
+    sc = load_scenario(SCENARIOS / "c5-qwen3-8b-a3-16dies.yaml")
+    row = rows[(sc.name, "tps_per_device")]
+    assert row["measured"] == sc.measured.tps_per_device
+    result, _ = simulate(Evaluation(sc, load_profile(A3_PROFILE)))
+    assert row["predicted"] == pytest.approx(result.tps_per_device, rel=1e-9)
+    assert row["error"] == pytest.approx(result.tps_per_device / sc.measured.tps_per_device - 1, rel=1e-9)
+    ratio = rows[("c2-dsr1-a3-128-eager-gloo", "rollout_tps_per_card")]
+    assert ratio["reference"] == "c2-dsr1-a3-128-graph-basic" and ratio["measured"] == pytest.approx(162 / 419)
+    zero = rows[("c1-dsr1-a3-128", "stage:old_log_prob")]
+    assert zero["measured"] == 0 and zero["error_unit"] == "s" and zero["error"] == zero["predicted"]
+
+
+def test_mape_by_hand(a3_report):
+    report, _ = a3_report
+    rows = report["rows"]
+    # held out, step and tokens/s: the C5 throughputs, |predicted / measured - 1| averaged
+    held = [r for r in rows if r["group"] == "held_out"]
+    by_hand = fmean(abs(r["predicted"] / r["measured"] - 1) for r in held)
+    assert report["mape"]["held_out"]["end_to_end"] == {"value": pytest.approx(by_hand), "rows": 3, "in_seconds": 0}
+    assert report["mape"]["held_out"]["stages"] == {"value": None, "rows": 0, "in_seconds": 0}
+    # fitted stages: every stage row but the one measured as 0
+    stages = [r for r in rows if r["group"] == "fitted" and r["quantity"].startswith("stage:") and r["measured"]]
+    fitted = report["mape"]["fitted"]["stages"]
+    assert fitted["rows"] == len(stages) and fitted["in_seconds"] == 1
+    assert fitted["value"] == pytest.approx(fmean(abs(r["predicted"] / r["measured"] - 1) for r in stages))
+
+
+def test_mape_of_rows():
+    def row(case: str, quantity: str, measured: float, predicted: float, group: str = "fitted") -> Row:
+        return Row(Target(case, quantity, measured), group, predicted)
+
+    report = Report(embedded_profile("a3"), [
+        row("a", "step", 100.0, 110.0), row("a", "tps_per_card", 50.0, 40.0),
+        row("a", "stage:rollout", 10.0, 9.0), row("a", "stage:old_log_prob", 0.0, 2.0),
+        row("b", "step", 200.0, 150.0, "held_out"),
+    ])
+    assert report.mape("fitted", "end_to_end").value == pytest.approx((0.1 + 0.2) / 2)
+    assert report.mape("fitted", "stages").value == pytest.approx(0.1)
+    assert report.mape("fitted", "stages").in_seconds == 1
+    assert report.mape("held_out", "end_to_end").value == pytest.approx(0.25)
+    assert report.mape("held_out", "stages").value is None
+
+
+def test_plot_is_a_png(a3_report):
+    from matplotlib.image import imread
+
+    _, png = a3_report
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    height, width, _ = imread(png).shape
+    assert width >= 1200 and height >= 500
+
+
+def test_table_output(run_cli):
+    result = run_cli("report", "--profile", str(A3_PROFILE), "--cases", str(SCENARIOS / "c1-dsr1-a3-128.yaml"),
+                     "--cases", str(SCENARIOS / "c5-qwen3-8b-a3-16dies.yaml"))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.index("fitted cases") < out.index("c1-dsr1-a3-128") < out.index("held out cases")
+    assert out.index("held out cases") < out.index("c5-qwen3-8b-a3-16dies") < out.index("MAPE")
+    assert "measured as 0 (a skipped stage)" in out and "+0 s *" in out
+
+
+def test_a_verl_run_is_a_held_out_case(tmp_path, run_cli):
+    """--runs/--scenario: the run's steady-state means (step 1 skipped) against the a2 profile's predictions."""
+    scenario = SCENARIOS / "own-qwen25-1.5b-a2-8.yaml"
+    values = {"timing_s/gen": (90.0, 60.0, 70.0), "timing_s/update_actor": (20.0, 8.0, 9.0),
+              "timing_s/step": (130.0, 80.0, 90.0), "perf/throughput": (500.0, 900.0, 1000.0)}
+    when = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    runs = tmp_path / "runs.jsonl"
+    append_measurements(runs, [
+        RunMeasurement(key=f"run|r|step={s}|{m}", job="verl", timestamp=when, metric=m, value=v[s - 1], step=s,
+                       source=SourceRef(path="metrics.jsonl", line=s))
+        for m, v in values.items() for s in (1, 2, 3)])
+    a2 = REPO / "twin" / "profiles" / "a2.yaml"
+    result = run_cli("report", "--profile", str(a2), "--runs", str(runs), "--scenario", str(scenario), "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {r["quantity"]: r for r in json.loads(result.stdout)["rows"]}
+    assert set(rows) == {"stage:rollout", "stage:update", "step", "tps_per_device"}
+    assert all(r["group"] == "held_out" and r["case"] == "own-qwen25-1.5b-a2-8" for r in rows.values())
+    assert rows["stage:rollout"]["measured"] == 65.0 and rows["tps_per_device"]["measured"] == 950.0
+    predicted, _ = simulate(Evaluation(load_scenario(scenario), load_profile(a2)))
+    assert rows["stage:rollout"]["predicted"] == pytest.approx(predicted.stages_s["rollout"], rel=1e-9)
+    assert rows["step"]["predicted"] == pytest.approx(predicted.step_s, rel=1e-9)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--profile", "nope.yaml"], "profile nope.yaml: no such file"),
+    (["--profile", str(A3_PROFILE), "--runs", "runs.jsonl"], "--runs and --scenario go together"),
+    (["--profile", str(A3_PROFILE), "--cases", "no-such-dir"], "no such file or directory"),
+    (["--profile", str(A3_PROFILE), "--cases", str(SCENARIOS / "c2-dsr1-a3-128-eager-gloo.yaml")],
+     "relative to c2-dsr1-a3-128-graph-basic, which is not among the cases"),
+    (["--profile", str(A3_PROFILE), "--cases", str(SCENARIOS / "c5-qwen25-32b-a2-16npus.yaml")],
+     "none of the 1 cases has measured step, stage or tokens/s values on cluster kind a3"),
+    (["--profile", str(A3_PROFILE), "--cases", str(SCENARIOS / "c1-dsr1-a3-128.yaml"),
+      "--cases", str(SCENARIOS)], "case c1-dsr1-a3-128 is given twice"),
+])
+def test_errors_are_one_line(run_cli, args, message):
+    result = run_cli("report", *args)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.splitlines()) == 1 and not result.stdout
