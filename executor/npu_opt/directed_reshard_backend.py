@@ -1,0 +1,180 @@
+"""verl checkpoint-engine backend `directed`: verl's colocated weight sync, fed by the directed reshard.
+
+Imported in every verl process that reads `rollout.checkpoint_engine.custom_backend_module`
+(workers/engine_workers.py ActorRolloutRefWorker.init_model; checkpoint_engine/base.py
+CheckpointEngineManager.__init__). verl 0.9.1 loads the rollout in place from the trainer's weights only
+for the backend named "naive" (base.py CheckpointEngineManager.update_weights, engine_workers.py
+ActorRolloutRefWorker.update_weights); any other name takes its disaggregated path. So three pieces keep
+verl's colocated sequence and change only where the weights come from:
+
+- `DirectedCheckpointEngine`, registered under BACKEND with `CheckpointEngineRegistry.register`:
+  `send_weights(shards)` runs the directed all-to-all-v from this rank's training shards, and
+  `receive_weights()` yields this rank's rollout tensors;
+- `DirectedCheckpointManager`, selected with `rollout.checkpoint_manager_class` (trainer/ppo/ray_trainer.py
+  loads it with load_class_from_fqn): asks the trainer workers for the colocated sync with mode=BACKEND;
+- `colocated_update_weights`, the patch of ActorRolloutRefWorker.update_weights that
+  executor.npu_opt.directed_reshard installs in the workers: for mode BACKEND it runs verl's own naive
+  sequence with the engine's per-tensor export replaced by the directed reshard's output.
+
+What it can feed, and what it refuses with a clear error at the first sync:
+- training shards: FSDP2 engines (DTensor Shard(0) on dimension 0, the twin's FSDP placement). Megatron
+  engines are refused: the HF coordinates of each local mcore shard need Megatron-Bridge's converters,
+  which are not wired here;
+- rollout: verl's rollout adapters load named whole tensors, and vLLM's expert-parallel loader takes whole
+  experts by global id and skips the ones another rank owns. So every rollout block must be a whole tensor
+  or a range of whole experts: TP1 rollouts, with or without EP. TP-split rollout blocks need a
+  shard-aware loader (vLLM-Ascend's), which verl does not have.
+Only the CPU parts (engine, shard source, the reshard over gloo) are exercised here; the colocated sync on
+NPU is untested.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import ray
+from verl.checkpoint_engine.base import CheckpointEngineManager, CheckpointEngineRegistry, ColocatedCheckpointEngine
+from verl.utils.ray_utils import auto_await
+
+from executor.errors import ExecutorError
+from executor.npu_opt.directed_reshard_transfer import RolloutShards, Shards, run_transfer
+from executor.reshard.schedule import Schedule, build_schedule
+from twin.catalog.inventory import TensorSpec
+from twin.catalog.registry import load_model
+from twin.cost_models.placement import Placement
+from twin.layout.models import Layout
+
+if TYPE_CHECKING:
+    import torch
+
+BACKEND = "directed"
+
+
+@CheckpointEngineRegistry.register(BACKEND)
+class DirectedCheckpointEngine(ColocatedCheckpointEngine):
+    """Colocated engine whose weights are this rank's rollout shards, moved by the directed reshard.
+
+    `model`, `layout` (a twin Layout as JSON) and `devices` come from
+    `rollout.checkpoint_engine.engine_kwargs.directed`, which the executor sets from the plan.
+    """
+
+    def __init__(self, bucket_size: int, is_master: bool = False, model: str = "", layout: str = "",
+                 devices: int = 0) -> None:
+        super().__init__(bucket_size, is_master)
+        if not (model and layout and devices):
+            raise ExecutorError(f"checkpoint engine {BACKEND!r} needs engine_kwargs.{BACKEND}.model, layout and "
+                                "devices (executor run sets them from the plan)")
+        lay = Layout.model_validate_json(layout)
+        self.placement = Placement(load_model(model), lay.train, lay.rollout, int(devices))
+        self._schedule: Schedule | None = None
+        self.last_stats: dict[str, Any] = {}
+
+    def send_weights(self, weights: Shards, global_steps: int | None = None) -> None:
+        """Run the reshard (collective over the default process group) from this rank's training shards."""
+        import torch.distributed as dist
+
+        if self._schedule is None:
+            self._schedule = build_schedule(self.placement, "directed")
+        result = run_transfer(self.placement, "directed", dist.get_rank(), dist.get_world_size(), weights,
+                              schedule=self._schedule)
+        self.last_stats = result.stats.as_dict()
+        self.weights = rollout_named_tensors(self.placement, result.rollout)
+
+
+class DirectedCheckpointManager(CheckpointEngineManager):
+    """The trainer's weight-sync driver: colocated sync through BACKEND, as verl does it for 'naive'."""
+
+    @auto_await
+    async def update_weights(self, global_steps: int | None = None) -> dict:
+        ray.get(self.actor_wg.update_weights(global_steps=global_steps, mode=BACKEND))
+        return {}
+
+
+def colocated_update_weights(original: Callable) -> Callable:
+    """Patch factory for ActorRolloutRefWorker.update_weights (keeps verl's dispatch attributes via wraps)."""
+
+    @functools.wraps(original)
+    async def update_weights(self: Any, global_steps: int | None = None, mode: str = "auto") -> Any:
+        effective = self.config.rollout.checkpoint_engine.backend if mode == "auto" else mode
+        if effective != BACKEND:
+            return await original(self, global_steps=global_steps, mode=mode)
+        engine, ckpt = self.actor.engine, self.checkpoint_engine
+
+        def directed_export(**_: Any) -> tuple[Iterator[tuple[str, torch.Tensor]], None]:
+            ckpt.send_weights(fsdp_shards(engine, ckpt.placement))
+            return ckpt.receive_weights(), None
+
+        engine.get_per_tensor_param = directed_export  # this call only: verl's naive sequence reads it once
+        try:
+            return await original(self, global_steps=global_steps, mode="naive")
+        finally:
+            del engine.get_per_tensor_param
+
+    return update_weights
+
+
+def fsdp_shards(engine: Any, pl: Placement) -> Shards:
+    """This rank's training blocks from an FSDP2 engine: each parameter's local dimension-0 shard."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+    from verl.utils.device import get_device_id, get_device_name
+    from verl.utils.fsdp_utils import fsdp_version
+    from verl.utils.model import convert_weight_keys
+
+    module = getattr(engine, "module", None)
+    if module is None or fsdp_version(module) != 2:
+        raise ExecutorError(f"directed reshard: the trainer engine {type(engine).__name__} is not FSDP2; the "
+                            "Megatron shard export (mcore shard -> HF block) is not implemented, use backend naive")
+    model = getattr(module, "_fsdp_wrapped_module", module)
+    if hasattr(model, "peft_config"):
+        raise ExecutorError("directed reshard: LoRA models are not supported, use backend naive")
+    params = convert_weight_keys(module.state_dict(), model)
+    rank, out = dist.get_rank(), {}
+    gloo = dist.get_backend() == "gloo"
+    device = torch.device("cpu") if gloo else torch.device(get_device_name(), get_device_id())
+    for t in pl.tensors:
+        if t.name not in params:
+            raise ExecutorError(f"directed reshard: {t.name} of the plan's model is not in the trainer's state dict")
+        p = params[t.name]
+        local = p.to_local() if isinstance(p, DTensor) else p
+        blocks = pl.train_blocks(t, rank)
+        if blocks:
+            out[t.name] = {blocks[0]: local.detach().to(device=device, dtype=getattr(torch, t.dtype)).contiguous()}
+    return out
+
+
+def rollout_named_tensors(pl: Placement, rollout: RolloutShards) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) as verl's rollout adapters load them: whole tensors, and experts one by one by global id."""
+    for t in pl.tensors:
+        for block, x in rollout.get(t.name, []):
+            whole = tuple((0, n) for n in t.shape)
+            if block == whole and t.shard.ep_dim is None:
+                yield t.name, x
+            elif t.shard.ep_dim == 0 and block[1:] == whole[1:]:
+                yield from _experts(t, block[0][0], x)
+            else:
+                raise ExecutorError(f"directed reshard: a rank of rollout {pl.rollout.short()} needs block {block} of "
+                                    f"{t.name}; verl's rollout adapters load whole tensors or whole experts, so "
+                                    "this backend needs rollout TP1")
+    if pl.inv.tied_head:
+        head = next(t for t in pl.inv.tensors if t.group == "head")
+        embedding = next(t for t in pl.tensors if t.group == "embedding")
+        yield from ((head.name, x) for _, x in rollout.get(embedding.name, []))
+
+
+def _experts(t: TensorSpec, first: int, x: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
+    """A fused expert tensor's experts under their checkpoint names (as verl's unfuse_moe_params, by global id)."""
+    base, _, proj = t.name.rpartition(".")
+    if proj == "gate_up_proj":
+        gate, up = x.chunk(2, dim=1)
+        for i in range(x.shape[0]):
+            yield f"{base}.{first + i}.gate_proj.weight", gate[i].contiguous()
+            yield f"{base}.{first + i}.up_proj.weight", up[i].contiguous()
+    elif proj == "down_proj":
+        for i in range(x.shape[0]):
+            yield f"{base}.{first + i}.down_proj.weight", x[i]
+    else:
+        raise ExecutorError(f"directed reshard: no checkpoint names known for the experts of {t.name}")

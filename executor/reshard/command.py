@@ -1,0 +1,180 @@
+"""`executor check-reshard PLAN.json`: run the weight reshard for real on local processes and hold it to the twin.
+
+Each rank builds its training shards of a model of the plan's architecture, runs the transfer
+(`executor.npu_opt.directed_reshard_transfer.run_transfer`), checks every rollout shard bit for bit against
+the full tensors, and reports bytes sent and received (from the buffers handed to torch.distributed), the
+staging peak and the time. The twin's `reshard_stats` for the same inventory and layouts must give the same
+bytes sent and received and the same staging (and, for `directed`, chunks received) on every rank, and every
+shard must be bit-exact; anything else exits 1.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+MAX_LOCAL_WORLD = 16  # ranks this command starts on one host without --world
+TIMEOUT_S = 600.0
+
+
+class MethodChoice(str, Enum):
+    directed = "directed"
+    all_gather = "all_gather"
+    both = "both"
+
+
+class DeviceChoice(str, Enum):
+    cpu = "cpu"
+    npu = "npu"
+
+
+def check_reshard(
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN.json", help="plan written by `twin plan`")],
+    world: Annotated[int | None, typer.Option(
+        min=1, help="ranks to run (default: the plan's devices, at most 16); fewer than the plan's devices keeps "
+                    "its model-parallel sizes and shrinks the data-parallel ones")] = None,
+    method: Annotated[MethodChoice, typer.Option(help="reshard method to run")] = MethodChoice.both,
+    model_config: Annotated[Path | None, typer.Option(
+        "--model-config", help="a HuggingFace config.json to use as is, instead of the plan's model shrunk to CPU "
+                               "size")] = None,
+    device: Annotated[DeviceChoice, typer.Option(
+        help="cpu: gloo and the plan's architecture shrunk to CPU size. npu: HCCL, one NPU per rank and the plan's "
+             "full-size architecture with random weights (UNTESTED here: no NPU on the machines this was built on)"
+    )] = DeviceChoice.cpu,
+    seed: Annotated[int, typer.Option(help="seed of the random weights")] = 0,
+    timeout: Annotated[float, typer.Option(min=1, help="seconds before the ranks are stopped")] = TIMEOUT_S,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
+) -> None:
+    """Run the weight reshard of PLAN.json for real on local processes; compare with the twin's prediction."""
+    from executor.cli import fail
+    from twin.errors import TwinError
+
+    try:
+        report = _check(plan_path, world, method.value, model_config, device.value, seed, timeout)
+    except TwinError as exc:  # ExecutorError included
+        raise fail(str(exc)) from None
+    if as_json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        _print(report)
+    if not report["ok"]:
+        raise typer.Exit(1)
+
+
+def _check(plan_path: Path, world: int | None, method: str, model_config: Path | None, device: str, seed: int,
+           timeout: float) -> dict[str, Any]:
+    from executor.reshard.spawn import run_ranks
+    from executor.reshard.tiny_model import (
+        checked_placement,
+        describe_shrink,
+        raw_config,
+        reshard_layout,
+        scale_layout,
+        shrink_config,
+    )
+    from twin.cost_models.reshard import directed_chunk_bytes, reshard_stats
+    from twin.errors import TwinError
+    from twin.plan import load_plan
+
+    plan = load_plan(plan_path)
+    if device == "npu" and importlib.util.find_spec("torch_npu") is None:
+        raise TwinError("--device npu: torch_npu is not installed on this host (no Ascend NPU); use --device cpu")
+    devices = plan.predictions.devices
+    if world is None:
+        if device == "cpu" and devices > MAX_LOCAL_WORLD:
+            raise TwinError(f"the plan has {devices} devices, more than the {MAX_LOCAL_WORLD} processes this command "
+                            "starts on one host; pass --world N to run its model-parallel sizes on N ranks")
+        world = devices
+    scaled = scale_layout(plan.layout, devices, world) if world != devices else plan.layout
+    source = str(model_config) if model_config else plan.scenario.model
+    raw = raw_config(source)
+    shrink = not model_config and device == "cpu"
+    config = shrink_config(raw, scaled) if shrink else raw
+    layout = reshard_layout(scaled, keep_stage_split=not shrink)
+    shrunk, kept = describe_shrink(raw, config)
+    if shrink and scaled.train.pp_layers:
+        shrunk.append(f"pp_layers {list(scaled.train.pp_layers)}->even split")
+    name = Path(source).stem if model_config else source
+    pl = checked_placement(config, name, layout, world)
+    methods = ("directed", "all_gather") if method == "both" else (method,)
+    records = run_ranks({"config": config, "name": name, "layout": layout, "world": world, "methods": methods,
+                         "seed": seed, "device": device}, timeout)
+    results = {m: _compare(m, sorted((r for r in records if r["method"] == m), key=lambda r: r["rank"]),
+                           reshard_stats(pl, None, m)) for m in methods}
+    if "directed" in results:
+        results["directed"]["chunk_bytes"] = directed_chunk_bytes(pl)
+    return {"plan": str(plan_path), "scenario": plan.scenario.name, "model": plan.scenario.model,
+            "model_source": "plan, shrunk" if shrink else ("model-config" if model_config else "plan"),
+            "model_config": config, "shrunk": shrunk, "kept": kept, "world": world, "plan_devices": devices,
+            "device": device, "backend": "gloo" if device == "cpu" else "hccl",
+            "layouts": {"train": layout.train.model_dump(exclude_none=True),
+                        "rollout": layout.rollout.model_dump(exclude_none=True),
+                        "train_short": layout.train.short(), "rollout_short": layout.rollout.short()},
+            "methods": results, "ok": all(r["equal_to_twin"] and r["bit_exact"] for r in results.values())}
+
+
+def _compare(method: str, ranks: list[dict[str, Any]], st: Any) -> dict[str, Any]:
+    """Each rank's record with the twin's figures beside it, and whether all of them agree. The twin's rounds
+    are chunks received for `directed` (compared), but tensors exported for the gathers (a step count of
+    verl's per-tensor export, not a transfer this code measures)."""
+    for r in ranks:
+        k = r["rank"]
+        r["twin"] = {"sent_bytes": int(st.sent[k]), "received_bytes": int(st.received[k]),
+                     "staging_peak_bytes": int(st.extra_bytes[k])}
+        if method == "directed":
+            r["twin"]["receive_rounds"] = int(st.rounds[k])
+        r["equal_to_twin"] = all(r[key] == value for key, value in r["twin"].items())
+    return {"ranks": ranks, "equal_to_twin": all(r["equal_to_twin"] for r in ranks),
+            "bit_exact": all(r["bit_exact"] for r in ranks),
+            "staging_peak_bytes_max": max(r["staging_peak_bytes"] for r in ranks),
+            "seconds_max": max(r["seconds"] for r in ranks)}
+
+
+def _print(report: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from executor.cli import out
+
+    lay = report["layouts"]
+    out.print(f"plan {report['plan']} ({report['scenario']}): {report['model']}, {report['model_source']}; "
+              f"train {lay['train_short']} -> rollout {lay['rollout_short']} on {report['world']} ranks "
+              f"({report['backend']}, {report['device']}; the plan has {report['plan_devices']} devices)", markup=False)
+    if report["shrunk"]:
+        out.print(f"shrunk: {', '.join(report['shrunk'])}", markup=False)
+        out.print(f"kept: {', '.join(report['kept'])}, the layouts", markup=False)
+    for method, res in report["methods"].items():
+        chunk = f", chunks of at most {res['chunk_bytes']:,} B" if "chunk_bytes" in res else ""
+        table = Table(title=f"{method}{chunk} (the twin's figure in parentheses where it differs)")
+        for col in ("rank", "sent B", "recv B", "staging B", "recv rounds", "a2a calls", "s", "exact"):
+            table.add_column(col, justify="right")
+        for r in res["ranks"]:
+            table.add_row(str(r["rank"]), *(_cell(r, k) for k in ("sent_bytes", "received_bytes", "staging_peak_bytes",
+                                                                    "receive_rounds")),
+                          str(r["rounds"]), f"{r['seconds']:.3f}",
+                          "yes" if r["bit_exact"] else f"NO: {', '.join(r['mismatched'])}")
+        out.print(table)
+        verdict = "equal the twin's" if res["equal_to_twin"] else "DIFFER from the twin's"
+        exact = "every rollout shard bit-exact" if res["bit_exact"] else "rollout shards NOT bit-exact"
+        compared = "bytes, staging and chunks received" if method == "directed" else "bytes and staging"
+        out.print(f"{method}: {compared} per rank {verdict}; {exact}; staging peak "
+                  f"{res['staging_peak_bytes_max']:,} B; slowest rank {res['seconds_max']:.3f} s", markup=False)
+    peaks = {m: r["staging_peak_bytes_max"] for m, r in report["methods"].items()}
+    if len(peaks) == 2 and peaks["directed"]:
+        out.print(f"staging peak: all_gather {peaks['all_gather']:,} B = "
+                  f"{peaks['all_gather'] / peaks['directed']:.1f} x directed {peaks['directed']:,} B", markup=False)
+
+
+def _cell(r: dict[str, Any], key: str) -> Text:
+    from rich.text import Text
+
+    mine, twin = r[key], r["twin"].get(key, r[key])
+    return Text(f"{mine:,}") if mine == twin else Text(f"{mine:,} ({twin:,})", style="red")

@@ -1,0 +1,270 @@
+"""`executor check-reshard`: the weight reshard run for real on 8 local processes (gloo), held to the twin.
+
+The twin's figures are recomputed here from the report's own model config and layouts (not taken from
+the command's comparison), so a wrong count on either side fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+from typer.testing import CliRunner
+
+from executor.cli import app
+from executor.errors import ExecutorError
+from executor.reshard.spawn import run_ranks
+from executor.reshard.tiny_model import raw_config, reshard_layout, shrink_config
+from twin.catalog.config import parse_config
+from twin.catalog.inventory import build_inventory
+from twin.cost_models.placement import Placement
+from twin.cost_models.reshard import directed_chunk_bytes, reshard_stats
+from twin.layout.models import Layout, RolloutLayout, TrainLayout
+from twin.scenario import load_scenario
+
+REPO = Path(__file__).resolve().parents[2]
+C4 = REPO / "scenarios" / "c4-dsr1-reshard-8dies.yaml"
+C1 = REPO / "scenarios" / "c1-dsr1-a3-128.yaml"
+
+
+def _scenario(tmp_path: Path, name: str, train: TrainLayout, rollout: RolloutLayout, model: str | None = None) -> Path:
+    """C4's 8-die scenario with another layout pair (and model)."""
+    base = load_scenario(C4)
+    scenario = base.model_copy(update={"name": name, "model": model or base.model,
+                                       "layout": Layout(train=train, rollout=rollout)})
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(scenario.dump_yaml())
+    return path
+
+
+def _check_reshard(*args: str) -> subprocess.CompletedProcess:
+    code = "from executor.cli import main\nmain()"
+    return subprocess.run([sys.executable, "-c", code, "check-reshard", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
+
+
+def _twin(report: dict, method: str) -> tuple[Placement, object]:
+    inv = build_inventory(parse_config(report["model_config"], "check"))
+    lay = report["layouts"]
+    pl = Placement(inv, TrainLayout(**lay["train"]), RolloutLayout(**lay["rollout"]), report["world"])
+    return pl, reshard_stats(pl, None, method)
+
+
+@pytest.mark.parametrize("pair", ["c4", "ds-tp2pp2ep2-to-tp2ep8"])
+def test_moe_reshard_is_bit_exact_and_moves_the_twins_bytes(make_plan, tmp_path: Path, pair: str) -> None:
+    if pair == "c4":  # DeepSeek train TP1 PP2 EP4 -> rollout EP8 (the recipes' C4)
+        scenario = C4
+        train, rollout = TrainLayout(tp=1, pp=2, ep=4), RolloutLayout(tp=1, dp=8, ep=8)
+    else:  # expert TP 2 inside EP2 -> whole experts over EP8: packed sends
+        train, rollout = TrainLayout(tp=2, pp=2, ep=2), RolloutLayout(tp=2, dp=4, ep=8)
+        scenario = _scenario(tmp_path, pair, train, rollout)
+    proc = _check_reshard(str(make_plan(scenario)), "--method", "both", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["world"] == 8 and report["backend"] == "gloo" and report["ok"]
+    assert (report["layouts"]["train"]["tp"], report["layouts"]["train"]["pp"], report["layouts"]["train"]["ep"]) \
+        == (train.tp, train.pp, train.ep)
+    assert report["layouts"]["rollout"]["ep"] == rollout.ep == 8
+    assert report["model_config"]["n_routed_experts"] == 256  # the expert count is kept, the sizes shrunk
+    assert report["model_config"]["num_hidden_layers"] % train.pp == 0
+    peaks, totals = {}, {}
+    for method in ("directed", "all_gather"):
+        pl, st = _twin(report, method)
+        ranks = report["methods"][method]["ranks"]
+        assert [r["rank"] for r in ranks] == list(range(8))
+        assert all(r["bit_exact"] for r in ranks)
+        assert [r["received_bytes"] for r in ranks] == st.received.tolist()
+        assert [r["sent_bytes"] for r in ranks] == st.sent.tolist()
+        assert [r["staging_peak_bytes"] for r in ranks] == st.extra_bytes.tolist()
+        if method == "directed":  # one chunk per round: as many receive rounds as the twin counts chunks
+            assert [r["receive_rounds"] for r in ranks] == st.rounds.tolist()
+        assert min(r["seconds"] for r in ranks) > 0
+        peaks[method] = max(r["staging_peak_bytes"] for r in ranks)
+        totals[method] = sum(r["received_bytes"] for r in ranks)
+    chunk = directed_chunk_bytes(pl)
+    assert chunk <= peaks["directed"] <= 2 * chunk  # one receive chunk (+ one packed send chunk)
+    assert peaks["all_gather"] == 256 * chunk  # a layer's whole expert projection: every expert materialised
+    assert totals["all_gather"] > totals["directed"]
+
+
+def test_dense_tp4_to_tp2_table(make_plan, tmp_path: Path) -> None:
+    scenario = _scenario(tmp_path, "qwen25-7b-tp4pp2-to-tp2", TrainLayout(tp=4, pp=2), RolloutLayout(tp=2, dp=4),
+                         model="qwen2.5-7b")
+    proc = _check_reshard(str(make_plan(scenario)), "--method", "directed")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "train TP4 PP2 -> rollout TP2 DP4" in out and "on 8 ranks (gloo, cpu" in out
+    assert "directed: bytes, staging and chunks received per rank equal the twin's; every rollout shard bit-exact" \
+        in out
+    assert "all_gather" not in out
+    assert "shrunk: " in out and "vocab_size 152064->500" in out
+
+
+def test_flat_pieces_are_exactly_the_row_major_range() -> None:
+    """The send/receive regions of a chunk: a few regular views whose concatenation is the element range."""
+    import random
+
+    import torch
+
+    from executor.reshard.blocks import flat_pieces, pack, unpack
+
+    rng = random.Random(0)
+    full = torch.arange(6 * 10 * 12, dtype=torch.int32).reshape(6, 10, 12)
+    for _ in range(300):
+        lo = [rng.randrange(n) for n in full.shape]
+        region = tuple(slice(a, rng.randrange(a + 1, n + 1)) for a, n in zip(lo, full.shape, strict=True))
+        view = full[region]
+        start = rng.randrange(view.numel())
+        stop = rng.randrange(start + 1, view.numel() + 1)
+        pieces = flat_pieces(view, start, stop)
+        assert len(pieces) <= 2 * view.dim() + 1
+        buf = torch.empty((stop - start) * 4, dtype=torch.uint8)
+        assert torch.equal(pack(pieces, buf).view(torch.int32), view.reshape(-1)[start:stop])
+        target = torch.zeros_like(full)[region]  # a strided region, as a rollout block inside its tensor
+        unpack(buf, flat_pieces(target, start, stop))
+        assert torch.equal(target.reshape(-1)[start:stop], view.reshape(-1)[start:stop])
+
+
+def _one_line(result, expected: str) -> None:
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("executor: error: ") and expected in lines[0], result.stderr
+
+
+def test_bad_input_gets_one_line(make_plan, tmp_path: Path) -> None:
+    runner = CliRunner()
+    c1 = str(make_plan(C1))
+    _one_line(runner.invoke(app, ["check-reshard", c1]), "the plan has 256 devices")
+    _one_line(runner.invoke(app, ["check-reshard", c1, "--world", "8"]), "8 devices are not divisible by TP4 x PP8")
+    _one_line(runner.invoke(app, ["check-reshard", c1, "--world", "7"]), "not a multiple of the rollout TP2")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    _one_line(runner.invoke(app, ["check-reshard", str(bad)]), "not valid JSON")
+    _one_line(runner.invoke(app, ["check-reshard", str(make_plan(C4)), "--device", "npu"]),
+              "torch_npu is not installed")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(raw_config("qwen2.5-7b")))  # dense: the plan's EP4 cannot cut it
+    _one_line(runner.invoke(app, ["check-reshard", str(make_plan(C4)), "--model-config", str(config)]),
+              "EP needs an MoE model")
+
+
+def _grandchildren() -> set[int]:
+    """Descendants of this process that are not its children: the ranks, which the fork server (a child) forks."""
+    return {p.pid for p in psutil.Process().children(recursive=True) if p.ppid() != os.getpid()}
+
+
+def test_ranks_are_stopped_when_they_overrun() -> None:
+    layout = reshard_layout(Layout(train=TrainLayout(tp=1, pp=2, ep=4), rollout=RolloutLayout(tp=1, dp=8, ep=8)))
+    config = shrink_config(raw_config("deepseek-r1"), layout)
+    before = _grandchildren()
+    with pytest.raises(ExecutorError, match=r"did not finish within 0\.05 s"):
+        run_ranks({"config": config, "name": "ds", "layout": layout, "world": 8, "methods": ("directed",),
+                   "seed": 0, "device": "cpu"}, timeout_s=0.05)
+    assert _grandchildren() - before == set()
+
+
+def test_verl_loads_the_backend_the_dry_run_selects(make_plan, build, tmp_path: Path) -> None:
+    from omegaconf import OmegaConf
+    from verl.checkpoint_engine.base import CheckpointEngineManager, CheckpointEngineRegistry
+    from verl.utils.import_utils import import_external_libs, load_class_from_fqn
+
+    from executor.validate import compose
+
+    plan = make_plan(C4)
+    spec = build(plan, tmp_path)
+    (report,) = [r for r in spec.optimizations if r.id == "directed_reshard"]
+    assert report.state == "applied" and "REFUSE this plan" in report.detail and "Megatron" in report.detail
+    rollout = compose(spec.overrides).actor_rollout_ref.rollout
+    ckpt = rollout.checkpoint_engine
+    import_external_libs(ckpt.custom_backend_module)  # what engine_workers.py init_model does
+    kwargs = OmegaConf.to_container(ckpt.engine_kwargs)[ckpt.backend]
+    engine = CheckpointEngineRegistry.new(ckpt.backend, is_master=True, bucket_size=1 << 20, **kwargs)
+    scenario = load_scenario(C4)
+    assert engine.placement.devices == 8
+    assert engine.placement.train.ep == scenario.layout.train.ep and engine.placement.rollout.ep == 8
+    manager = load_class_from_fqn(rollout.checkpoint_manager_class, "CheckpointEngineManager")
+    assert issubclass(manager, CheckpointEngineManager) and manager is not CheckpointEngineManager
+
+
+FSDP_RANKS = r'''
+import asyncio, json, os, sys
+from datetime import timedelta
+from types import SimpleNamespace
+import torch, torch.distributed as dist, transformers
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from verl.checkpoint_engine.base import CheckpointEngineRegistry
+from verl.utils.import_utils import import_external_libs
+
+store, config_path, layout = sys.argv[1:4]
+torch.set_num_threads(1)
+rank = 0 if os.fork() else 1
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2, timeout=timedelta(seconds=60))
+torch.manual_seed(0)
+config = transformers.AutoConfig.from_pretrained(config_path)
+model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+full = {k: v.detach().clone() for k, v in model.state_dict().items()}
+mesh = init_device_mesh("cpu", (2,))
+for layer in model.model.layers:
+    fully_shard(layer, mesh=mesh)
+fully_shard(model, mesh=mesh)
+import_external_libs("executor.npu_opt.directed_reshard_backend")
+from executor.npu_opt.directed_reshard_backend import colocated_update_weights
+ckpt = CheckpointEngineRegistry.new("directed", is_master=rank == 0, bucket_size=1 << 20, model=config_path,
+                                    layout=layout, devices=2)
+
+async def verl_naive_sync(self, global_steps=None, mode="auto"):  # how engine_workers.py reads the weights
+    assert mode == "naive"
+    weights, _ = self.actor.engine.get_per_tensor_param(layered_summon=False, base_sync_done=True)
+    return dict(weights)
+
+backend = SimpleNamespace(checkpoint_engine=SimpleNamespace(backend="directed"))
+worker = SimpleNamespace(config=SimpleNamespace(rollout=backend), checkpoint_engine=ckpt,
+                         actor=SimpleNamespace(engine=SimpleNamespace(module=model)))
+got = asyncio.run(colocated_update_weights(verl_naive_sync)(worker, global_steps=1))
+half = config.num_experts // 2
+expected = {}
+for name, w in full.items():
+    base = name.rsplit(".", 1)[0]
+    if name.endswith("mlp.experts.gate_up_proj"):
+        for e in range(rank * half, (rank + 1) * half):
+            expected[f"{base}.{e}.gate_proj.weight"], expected[f"{base}.{e}.up_proj.weight"] = w[e].chunk(2, dim=0)
+    elif name.endswith("mlp.experts.down_proj"):
+        expected.update({f"{base}.{e}.down_proj.weight": w[e] for e in range(rank * half, (rank + 1) * half)})
+    else:
+        expected[name] = w
+same = lambda a, b: a.contiguous().view(torch.uint8).equal(b.contiguous().view(torch.uint8))
+exact = sorted(got) == sorted(expected) and all(same(got[k], expected[k]) for k in expected)
+print(json.dumps({"rank": rank, "exact": exact, "tensors": len(got), "stats": ckpt.last_stats,
+                  "restored": not hasattr(worker.actor.engine, "get_per_tensor_param")}), flush=True)
+dist.destroy_process_group()
+if rank == 1:
+    os._exit(0)
+os.wait()
+'''
+
+
+def test_fsdp2_shards_reach_an_expert_parallel_rollout_through_the_backend(tmp_path: Path) -> None:
+    """Two gloo ranks with a real FSDP2-sharded transformers MoE model: the backend's shard source, engine and
+    update_weights patch give each rank its experts (by global id) and every other tensor, bit-exact."""
+    layout = reshard_layout(Layout(train=TrainLayout(engine="fsdp"), rollout=RolloutLayout(tp=1, dp=2, ep=2)))
+    config = shrink_config(raw_config("qwen3-30b-a3b"), layout)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    proc = subprocess.run([sys.executable, "-c", FSDP_RANKS, str(tmp_path / "store"), str(path),
+                           layout.model_dump_json()], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = sorted((json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")),
+                   key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1]
+    st = reshard_stats(Placement(build_inventory(parse_config(config, "t")), layout.train, layout.rollout, 2), None,
+                       "directed")
+    for r in ranks:
+        assert r["exact"] and r["restored"] and r["tensors"] > 2 * 64 * 3
+        assert r["stats"]["received_bytes"] == st.received[r["rank"]] > 0
+        assert r["stats"]["sent_bytes"] == st.sent[r["rank"]]
