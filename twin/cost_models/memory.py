@@ -137,7 +137,7 @@ class TrainMemory:
                 per_mb = recomputed * checkpoint + (layers - recomputed) * mean
             working = largest * unit  # a recompute unit rematerialised during backward
         elif rc.granularity == "selective":
-            per_mb = layers * mean * 0.8  # the attention core is recomputed, not stored
+            per_mb = layers * mean * self.pf["selective_recompute_kept"]  # the attention core is not stored
         else:
             per_mb = layers * mean
         in_flight = (lay.pp - stage) if lay.engine == "megatron" else 1

@@ -125,7 +125,8 @@ class TrainCost:
         if kind == "log_prob":
             fwd = fwd / pf["log_prob_efficiency_scale"]
         elif kind == "backward":  # twice the forward, plus the recomputed forward
-            fwd = fwd * (2.0 + {"none": 0.0, "selective": 0.15, "full": 1.0}[lay.recompute.granularity])
+            recompute = {"none": 0.0, "selective": pf["selective_recompute_flops"], "full": 1.0}
+            fwd = fwd * (2.0 + recompute[lay.recompute.granularity])
         intercept, slope = self._comm_coefficients(stage, 2 if kind == "backward" else 1)
         return PassTime(compute_s=fwd + pf["microbatch_overhead_ms"] * 1e-3, comm_s=intercept + slope * tokens)
 
