@@ -6,7 +6,7 @@ applies each (executor/npu_opt/, one module per id).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
@@ -109,16 +109,4 @@ OPTIMIZATIONS: dict[str, OptimizationInfo] = {
     )
 }
 
-RECIPE_OPTIMIZATIONS: tuple[OptimizationId, ...] = (
-    "skip_old_log_prob",
-    "directed_reshard",
-    "no_sleep_mode",
-    "late_kv_cache_init",
-    "dp_group_ports",
-    "vllm_ascend_patch_first",
-    "chunked_prefill",
-    "hccl_eos_sync",
-    "graph_mode",
-    "d2d_tensor_cache",
-    "math_reward",
-)
+RECIPE_OPTIMIZATIONS: tuple[OptimizationId, ...] = get_args(OptimizationId)

@@ -6,19 +6,18 @@ module (and nothing else of the twin but its file helpers) and refuses schema ve
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from twin import __version__
 from twin.errors import TwinError
-from twin.fileio import write_atomic
+from twin.fileio import read_mapping, validated, write_atomic
 from twin.layout.models import Layout
 from twin.optimizations import OPTIMIZATIONS, OptimizationId
 from twin.results import SimulationResult
-from twin.scenario import Scenario, validation_message
+from twin.scenario import Scenario
 
 PLAN_SCHEMA = 1
 
@@ -95,20 +94,10 @@ def save_plan(plan: Plan, path: Path | str) -> None:
 
 def load_plan(path: Path | str) -> Plan:
     """Read a plan.json; a schema version this code does not know is refused with a clear message."""
-    path = Path(path)
-    if not path.is_file():
-        raise TwinError(f"plan {path}: no such file")
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise TwinError(f"plan {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(raw, dict):
-        raise TwinError(f"plan {path}: expected a JSON object")
+    label = f"plan {path}"
+    raw = read_mapping(path, label, "json")
     version = raw.get("schema")
     if version != PLAN_SCHEMA:
-        raise TwinError(f"plan {path}: schema version {version!r} is not supported (this version reads "
+        raise TwinError(f"{label}: schema version {version!r} is not supported (this version reads "
                         f"schema {PLAN_SCHEMA}; re-run `twin plan` with a matching twin)")
-    try:
-        return Plan.model_validate(raw)
-    except ValidationError as exc:
-        raise TwinError(validation_message(exc, f"plan {path}")) from None
+    return validated(Plan, raw, label)

@@ -13,11 +13,10 @@ from importlib import resources
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from twin.errors import TwinError
-from twin.fileio import refuse_overwrite, write_atomic
-from twin.scenario import validation_message
+from twin.fileio import parse_mapping, read_mapping, refuse_overwrite, validated, write_atomic
 
 PROFILE_SCHEMA = 1
 
@@ -92,16 +91,8 @@ class Profile(BaseModel):
 
 
 def _parse(text: str, label: str) -> Profile:
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise TwinError(f"profile {label}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(raw, dict):
-        raise TwinError(f"profile {label}: expected a mapping at the top level")
-    try:
-        return Profile.model_validate(raw)
-    except ValidationError as exc:
-        raise TwinError(validation_message(exc, f"profile {label}")) from None
+    label = f"profile {label}"
+    return validated(Profile, parse_mapping(text, label, "yaml"), label)
 
 
 EMBEDDED = {"a2": "a2.yaml", "a3": "a3.yaml", "cpu": "cpu.yaml", "a100": "gpu.yaml", "h100": "gpu.yaml",
@@ -130,10 +121,8 @@ def reference_profile(kind: str) -> Profile:
 
 
 def load_profile(path: Path | str) -> Profile:
-    path = Path(path)
-    if not path.is_file():
-        raise TwinError(f"profile {path}: no such file")
-    return _parse(path.read_text(), str(path))
+    label = f"profile {path}"
+    return validated(Profile, read_mapping(path, label, "yaml"), label)
 
 
 def resolve_profile(ref: str | None, kind: str, base_dir: Path | None = None) -> Profile:

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from twin.errors import TwinError
+from twin.fileio import read_mapping, validated
 from twin.layout.models import Layout
 from twin.optimizations import RECIPE_OPTIMIZATIONS, OptimizationId
 
@@ -130,26 +130,6 @@ class Scenario(BaseModel):
         return yaml.safe_dump(self.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=False)
 
 
-def validation_message(exc: ValidationError, label: str) -> str:
-    """One line naming the first offending field and why."""
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-    msg = err["msg"].removeprefix("Value error, ")
-    extra = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-    return f"{label}: field '{where}': {msg}{extra}"
-
-
 def load_scenario(path: Path | str) -> Scenario:
-    path = Path(path)
-    if not path.is_file():
-        raise TwinError(f"scenario {path}: no such file")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise TwinError(f"scenario {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(raw, dict):
-        raise TwinError(f"scenario {path}: expected a mapping at the top level")
-    try:
-        return Scenario.model_validate(raw)
-    except ValidationError as exc:
-        raise TwinError(validation_message(exc, f"scenario {path}")) from None
+    label = f"scenario {path}"
+    return validated(Scenario, read_mapping(path, label, "yaml"), label)

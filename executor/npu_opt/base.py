@@ -149,3 +149,21 @@ class Optimization(ABC):
                      mechanism: Mechanism | None = None) -> Availability:
         return Availability(id=self.id, mechanism=mechanism or self.mechanism, available=available, reason=reason,
                             targets=targets or [])
+
+    def missing_dist(self, host: HostEnv) -> Availability | None:
+        """'unavailable' naming the first of `worker_dists` not installed, else None."""
+        for dist in self.worker_dists:
+            if not host.has(dist):
+                return self.availability(False, f"unavailable: {host.missing(dist)}")
+        return None
+
+    def detect_patch(self, host: HostEnv, targets: list[PatchTarget]) -> Availability:
+        """A patch's availability: its worker distributions installed and every target found."""
+        unavailable = self.missing_dist(host)
+        if unavailable is not None:
+            return unavailable
+        checks = [host.check(t) for t in targets]
+        missing = [c.detail for c in checks if not c.found]
+        if missing:
+            return self.availability(False, missing[0], checks)
+        return self.availability(True, "patch targets found: " + ", ".join(t.label for t in targets), checks)

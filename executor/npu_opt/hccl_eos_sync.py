@@ -46,14 +46,7 @@ class HcclEosSync(Optimization):
     worker_dists = ("vllm", "torch-npu")
 
     def detect(self, host: HostEnv) -> Availability:
-        for dist in self.worker_dists:
-            if not host.has(dist):
-                return self.availability(False, f"unavailable: {host.missing(dist)}")
-        checks = [host.check(t) for t in TARGETS]
-        missing = [c.detail for c in checks if not c.found]
-        if missing:
-            return self.availability(False, missing[0], checks)
-        return self.availability(True, "patch targets found: " + ", ".join(t.label for t in TARGETS), checks)
+        return self.detect_patch(host, list(TARGETS))
 
     def apply_config(self, ctx: ApplyContext) -> str:
         ctx.request_patch(self.id)

@@ -85,14 +85,7 @@ class NoSleepMode(Optimization):
     worker_dists = ("vllm", "vllm-ascend")
 
     def detect(self, host: HostEnv) -> Availability:
-        for dist in self.worker_dists:
-            if not host.has(dist):
-                return self.availability(False, f"unavailable: {host.missing(dist)}")
-        checks = [host.check(SLEEP), host.check(WAKE_UP)]
-        missing = [c.detail for c in checks if not c.found]
-        if missing:
-            return self.availability(False, missing[0], checks)
-        return self.availability(True, f"patch targets found: {SLEEP.label}, {WAKE_UP.label}", checks)
+        return self.detect_patch(host, [SLEEP, WAKE_UP])
 
     def apply_config(self, ctx: ApplyContext) -> str:
         ctx.overrides.set("actor_rollout_ref.rollout.enable_sleep_mode", False, add=True)

@@ -8,20 +8,9 @@ from functools import cache
 from executor.npu_opt.base import ApplyContext, Optimization, OptReport
 from executor.npu_opt.host import HostEnv
 from executor.verl_config.overrides import OverrideSet
+from twin.optimizations import RECIPE_OPTIMIZATIONS
 
-MODULES = (
-    "skip_old_log_prob",
-    "directed_reshard",
-    "no_sleep_mode",
-    "late_kv_cache_init",
-    "dp_group_ports",
-    "vllm_ascend_patch_first",
-    "chunked_prefill",
-    "hccl_eos_sync",
-    "graph_mode",
-    "d2d_tensor_cache",
-    "math_reward",
-)
+MODULES = RECIPE_OPTIMIZATIONS  # one module per optimization id, named after it
 
 
 @cache

@@ -37,9 +37,9 @@ class VllmAscendPatchFirst(Optimization):
     worker_dists = ("vllm", "vllm-ascend")
 
     def detect(self, host: HostEnv) -> Availability:
-        for dist in self.worker_dists:
-            if not host.has(dist):
-                return self.availability(False, f"unavailable: {host.missing(dist)}")
+        unavailable = self.missing_dist(host)
+        if unavailable is not None:
+            return unavailable
         entry = _plugin_entry_point()
         if entry is not None:
             return self.availability(True, f"vLLM loads vLLM-Ascend as a platform plugin ({entry})")

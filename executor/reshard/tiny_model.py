@@ -10,16 +10,13 @@ against the full tensors without them ever being sent.
 
 from __future__ import annotations
 
-import json
 import math
 import zlib
-from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from twin.catalog.config import parse_config
 from twin.catalog.inventory import TensorSpec, block_slices
-from twin.catalog.registry import CATALOG_SOURCES
+from twin.catalog.registry import raw_config as registry_raw_config
 from twin.cost_models.placement import Placement
 from twin.errors import TwinError
 from twin.layout.models import Layout, TrainLayout
@@ -39,20 +36,7 @@ KEPT = ("model_type", "n_routed_experts", "num_experts", "num_experts_per_tok", 
 
 def raw_config(model: str) -> dict[str, Any]:
     """The HuggingFace config.json dict of a catalog name or a path (file or directory)."""
-    if model in CATALOG_SOURCES:
-        text = resources.files("twin.catalog").joinpath("configs", f"{model}.json").read_text()
-        return json.loads(text)
-    path = Path(model)
-    path = path / "config.json" if path.is_dir() else path
-    if not path.is_file():
-        raise TwinError(f"model config {model}: no such file")
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise TwinError(f"model config {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(raw, dict):
-        raise TwinError(f"model config {path}: expected a JSON object")
-    return raw
+    return registry_raw_config(model)[0]
 
 
 def reshard_layout(layout: Layout, keep_stage_split: bool = False) -> Layout:

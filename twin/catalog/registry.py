@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 from twin.catalog.config import ModelConfig, parse_config
 from twin.catalog.inventory import Inventory, build_inventory
 from twin.errors import TwinError
+from twin.fileio import parse_mapping, read_mapping
 
 # Catalog name -> HuggingFace repository the architecture fields were taken from
 # (verbatim copies listed in ../shared/reference/models.md).
@@ -34,31 +34,29 @@ def catalog_names() -> list[str]:
     return sorted(CATALOG_SOURCES)
 
 
-def _read_json(path: Path | str, text: str, label: str) -> dict:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TwinError(f"{label}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+def raw_config(model: str) -> tuple[dict, str]:
+    """(the HuggingFace config.json dict, a label) of a catalog name, a config.json path or its directory."""
+    if model in CATALOG_SOURCES:
+        text = resources.files("twin.catalog").joinpath("configs", f"{model}.json").read_text()
+        return parse_mapping(text, model, "json"), model
+    path = Path(model)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.suffix == ".json" or path.exists():
+        return read_mapping(path, f"model config {path}", "json"), path.parent.name or str(path)
+    raise TwinError(f"unknown model {model!r}; known models: {', '.join(catalog_names())} (or a config.json path)")
 
 
 @lru_cache(maxsize=64)
 def _load_catalog(name: str) -> ModelConfig:
-    text = resources.files("twin.catalog").joinpath("configs", f"{name}.json").read_text()
-    return parse_config(_read_json(name, text, name), name)
+    return parse_config(*raw_config(name))
 
 
 def load_config(model: str) -> ModelConfig:
     """A catalog name, a path to a config.json, or a directory holding one."""
     if model in CATALOG_SOURCES:
         return _load_catalog(model)
-    path = Path(model)
-    if path.is_dir():
-        path = path / "config.json"
-    if path.suffix == ".json" or path.exists():
-        if not path.is_file():
-            raise TwinError(f"model config {model}: no such file")
-        return parse_config(_read_json(path, path.read_text(), str(path)), path.parent.name or str(path))
-    raise TwinError(f"unknown model {model!r}; known models: {', '.join(catalog_names())} (or a config.json path)")
+    return parse_config(*raw_config(model))
 
 
 @lru_cache(maxsize=64)
