@@ -25,6 +25,19 @@ def _devices_rules(devices: int, kind: ClusterKind | None) -> list[LayoutError]:
     return errs
 
 
+def _tp_rules(tp: int, cfg: ModelConfig, kind: ClusterKind | None) -> list[LayoutError]:
+    """What TP needs in both layouts: whole heads and FFN columns per rank, and one node per TP group."""
+    errs = []
+    if cfg.num_attention_heads % tp:
+        errs.append(LayoutError("attention heads divisible by TP", f"{cfg.num_attention_heads} heads % TP{tp} != 0"))
+    if cfg.intermediate_size % tp:
+        errs.append(LayoutError("FFN size divisible by TP", f"{cfg.intermediate_size} % TP{tp} != 0"))
+    if kind is not None and tp > kind.devices_per_node:
+        errs.append(LayoutError("TP group within one node",
+                                f"TP{tp} exceeds the {kind.devices_per_node} devices per {kind.name} node"))
+    return errs
+
+
 def check_train(lay: TrainLayout, cfg: ModelConfig, devices: int,
                 kind: ClusterKind | None = None) -> list[LayoutError]:
     """Every rule `lay` breaks for `cfg` on `devices` devices (empty when valid)."""
@@ -43,17 +56,10 @@ def check_train(lay: TrainLayout, cfg: ModelConfig, devices: int,
             errs.append(LayoutError("attention heads divisible by Ulysses SP",
                                     f"{cfg.num_attention_heads} heads % SP{lay.cp} != 0"))
         return errs
-    heads = cfg.num_attention_heads
-    if heads % lay.tp:
-        errs.append(LayoutError("attention heads divisible by TP", f"{heads} heads % TP{lay.tp} != 0"))
+    errs += _tp_rules(lay.tp, cfg, kind)
     if cfg.attention == "gqa" and cfg.num_kv_heads % lay.tp:
         errs.append(LayoutError("KV heads divisible by TP (Megatron num_query_groups)",
                                 f"{cfg.num_kv_heads} KV heads % TP{lay.tp} != 0"))
-    if cfg.intermediate_size % lay.tp:
-        errs.append(LayoutError("FFN size divisible by TP", f"{cfg.intermediate_size} % TP{lay.tp} != 0"))
-    if kind is not None and lay.tp > kind.devices_per_node:
-        errs.append(LayoutError("TP group within one node",
-                                f"TP{lay.tp} exceeds the {kind.devices_per_node} devices per {kind.name} node"))
     layers = cfg.num_layers
     if lay.pp > layers:
         errs.append(LayoutError("layers over PP stages", f"PP{lay.pp} exceeds the {layers} layers"))
@@ -107,17 +113,11 @@ def check_rollout(lay: RolloutLayout, cfg: ModelConfig, devices: int,
     if lay.devices != devices:
         errs.append(LayoutError("devices = TP x DP (rollout)",
                                 f"TP{lay.tp} x DP{lay.dp} = {lay.devices}, the cluster has {devices} devices"))
-    heads, kv = cfg.num_attention_heads, cfg.num_kv_heads
-    if heads % lay.tp:
-        errs.append(LayoutError("attention heads divisible by TP", f"{heads} heads % TP{lay.tp} != 0"))
+    errs += _tp_rules(lay.tp, cfg, kind)
+    kv = cfg.num_kv_heads
     if cfg.attention == "gqa" and kv % lay.tp and lay.tp % kv:
         errs.append(LayoutError("KV heads divide TP or TP divides KV heads (vLLM replicates KV heads)",
                                 f"{kv} KV heads vs TP{lay.tp}"))
-    if cfg.intermediate_size % lay.tp:
-        errs.append(LayoutError("FFN size divisible by TP", f"{cfg.intermediate_size} % TP{lay.tp} != 0"))
-    if kind is not None and lay.tp > kind.devices_per_node:
-        errs.append(LayoutError("TP group within one node",
-                                f"TP{lay.tp} exceeds the {kind.devices_per_node} devices per {kind.name} node"))
     if lay.ep > 1:
         if cfg.moe is None:
             errs.append(LayoutError("EP needs an MoE model", f"rollout EP{lay.ep} on dense {cfg.name}"))
