@@ -22,12 +22,13 @@ import psutil
 import pytest
 
 from executor.cpu.assets import make_math_dataset, make_tiny_model
+from executor.cpu.assets_command import WARM_START_STEPS
 from executor.cpu.launch import GAP_METRICS, GRAD_NORM_METRIC, REWARD_METRICS, TIMING_METRICS, cpu_run_config
 from executor.cpu.math_problems import make_problems
 from executor.cpu.warm_start import warm_start
 from executor.reward import compute_score
 
-STEPS, BATCH_PROMPTS, N = 2, 4, 4
+STEPS, BATCH_PROMPTS, N = 2, 8, 4
 RUN_TIMEOUT_S = 600
 
 
@@ -77,7 +78,7 @@ def _metrics(path: Path) -> dict[int, dict[str, float]]:
 def grpo_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     work = tmp_path_factory.mktemp("grpo")
     model = make_tiny_model(work / "model", seed=0)
-    warm_start(model, make_problems(1000, seed=1, kinds=("identity",)), steps=200, seed=0)
+    warm_start(model, make_problems(1000, seed=1, kinds=("identity",)), steps=WARM_START_STEPS, seed=0)
     train, test = make_math_dataset(work / "data", n_train=16, n_test=4, seed=0, kinds=("identity",))
     overrides, env = cpu_run_config(
         work, model_dir=model, train_files=train, val_files=test, steps=STEPS, batch_prompts=BATCH_PROMPTS, n=N
