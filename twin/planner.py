@@ -3,8 +3,9 @@
 The search splits each pair into its training side and its rollout side, which the memory and cost models
 compute separately (a phase's peak is the training side's worst stage plus what the rollout side adds to
 every device), so thousands of pairs are screened exactly except for the reshard, whose time is bounded
-below by zero. The best pairs by that bound are then evaluated in full (exact reshard transfer lists),
-best first, until no unevaluated pair can beat the k-th best.
+below without its transfer list. The best pairs by that bound are then evaluated in full (exact reshard
+transfer lists; the simulation from the command line), best first, until no unevaluated pair can beat the
+k-th best.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from twin.cost_models.scheduling import (
     driver_seconds,
 )
 from twin.cost_models.training import TrainCost
-from twin.cost_models.transition import offload_time
+from twin.cost_models.transition import offload_time, reshard_lower_bound
 from twin.errors import TwinError
-from twin.evaluate import Evaluation
+from twin.evaluate import Evaluation, reshard_method
 from twin.layout.enumerate import enumerate_rollout, enumerate_train
 from twin.layout.models import Layout, Offload, Recompute, RolloutLayout, TrainLayout
 from twin.layout.rules import check_pair
@@ -200,7 +201,8 @@ class Planner:
         pf = self.profile
         fixed = sum(driver_seconds(self.sc, pf).values())
         bound = (t.seconds + self.rollout_seconds(r, util) + fixed
-                 + offload_time(t.memory, rm_u, self.sc, self.cluster, pf))
+                 + offload_time(t.memory, rm_u, self.sc, self.cluster, pf)
+                 + reshard_lower_bound(t.memory, rm_u, reshard_method(self.sc), self.cluster, pf))
         return Candidate(bound, index, t, RolloutSide(lay, rm_u, r.cost, r.times), util)
 
 

@@ -27,8 +27,9 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from twin.catalog.inventory import Block, TensorSpec, block_intersection, block_is_contiguous, block_numel
+from twin.catalog.inventory import Block, Inventory, TensorSpec, block_intersection, block_is_contiguous, block_numel
 from twin.cost_models.placement import Placement
+from twin.cost_models.static import tensor_table
 from twin.topology.routing import Cluster
 
 ReshardMethod = Literal["all_gather", "directed", "verl_bucketed"]
@@ -49,8 +50,12 @@ class Transfer(NamedTuple):
 
 def directed_chunk_bytes(pl: Placement) -> int:
     """Largest single-expert projection (MoE), else 64 MiB: the directed method's staging unit."""
-    experts = [t.nbytes // t.num_experts for t in pl.tensors if t.shard.ep_dim is not None]
-    return max(experts) if experts else DENSE_CHUNK_BYTES
+    return chunk_bytes(pl.inv)
+
+
+def chunk_bytes(inv: Inventory) -> int:
+    largest = tensor_table(inv).largest_expert_bytes
+    return largest if largest else DENSE_CHUNK_BYTES
 
 
 class _Holders(NamedTuple):

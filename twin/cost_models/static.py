@@ -51,6 +51,8 @@ class TensorTable:
         in_layer = self.layer >= 0
         per_layer = np.bincount(self.layer[in_layer], weights=(self.numel * self.dtype_bytes)[in_layer])
         self.largest_layer_bytes = int(per_layer.max()) if per_layer.size else 0
+        per_expert = (self.numel // self.experts * self.dtype_bytes)[self.expert]
+        self.largest_expert_bytes = int(per_expert.max()) if per_expert.size else 0  # one expert's projection
 
     def _split_numel(self, tp: int, vocab_multiple: int, mask: np.ndarray) -> np.ndarray:
         """Elements per rank of the tensors in `mask` under `tp`-way TP (padding included for vocab)."""

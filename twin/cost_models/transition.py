@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from twin.cost_models.comm import host_copy_time
 from twin.cost_models.memory import GB, RolloutMemory, TrainMemory
-from twin.cost_models.reshard import ReshardStats
+from twin.cost_models.reshard import ReshardStats, chunk_bytes
+from twin.cost_models.static import tensor_table
 from twin.profile import Profile
 from twin.scenario import Scenario
 from twin.topology.routing import Cluster
@@ -40,6 +45,24 @@ def reshard_port_time(stats: ReshardStats, cluster: Cluster, profile: Profile) -
         bw = cluster.kind.tier(tier).bandwidth_gbs.value * 1e9 * profile[f"tier_efficiency_{tier}"]
         worst = max(worst, float(per_device.max()) / bw)
     return worst + stats.rounds_max * profile["reshard_round_latency_us"] * 1e-6
+
+
+def reshard_lower_bound(tm: TrainMemory, rm: RolloutMemory, method: str, cluster: Cluster,
+                        profile: Profile) -> float:
+    """A lower bound of the reshard time of a layout pair without its transfer list (for the planner's
+    screen): the local copy, plus the transfer rounds every device must take part in. The gathers export
+    every tensor; with the directed method a device receives at least one block of every tensor outside
+    its own pipeline stage, and at least one chunk per chunk-size of what its rollout shard needs beyond
+    the most its training shard can hold."""
+    lat = profile["reshard_round_latency_us"] * 1e-6
+    table = tensor_table(tm.inv)
+    if method == "directed":
+        per_stage = np.bincount(table.stage_of(tm.lay), minlength=tm.n_stages)
+        missing = max(0.0, rm.weight_bytes - float(tm.stages.weight_bytes.max()))
+        rounds = max(int(per_stage.sum() - per_stage.max()), math.ceil(missing / chunk_bytes(tm.inv)))
+    else:
+        rounds = len(table.numel)
+    return local_copy_s(rm, cluster, profile) + rounds * lat
 
 
 def offload_moments(tm: TrainMemory, rm: RolloutMemory, scenario: Scenario, cluster: Cluster,
