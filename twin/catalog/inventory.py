@@ -224,8 +224,6 @@ class Inventory(BaseModel):
                 total += t.numel
         return total
 
-    def layer_tensors(self, layer: int) -> list[TensorSpec]:
-        return [t for t in self.tensors if t.layer == layer]
 
 
 class _Builder:

@@ -54,10 +54,6 @@ def rollout_coord(lay: RolloutLayout, rank: int) -> RolloutCoord:
                         ep=rank % size if lay.ep > 1 else 0)
 
 
-def rollout_rank(lay: RolloutLayout, tp: int, dp: int) -> int:
-    return tp + lay.tp * dp
-
-
 def train_group(lay: TrainLayout, devices: int, dim: str, rank: int = 0) -> list[int]:
     """The ranks of `rank`'s group along one dimension: tp, cp, dp, pp, ep (expert partition) or etp."""
     c = train_coord(lay, devices, rank)
