@@ -14,7 +14,7 @@ from twin.evaluate import Evaluation
 from twin.layout.models import Layout, RolloutLayout
 from twin.planner import Planner, default_scenario, search
 from twin.scenario import ClusterRef, load_scenario
-from twin.sim.step import simulate
+from twin.sim.step import simulate, simulated
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,8 +40,6 @@ def main() -> None:
                                                                          "dp": 4096}))})
     timed("DeepSeek-R1 on 4096 A3 cards (C1's layouts)", Evaluation(big), steps=1)
     start = time.perf_counter()
-    from twin.cli import simulated
-
     outcome = search(Planner(default_scenario("deepseek-r1", "a3", 128)), top=5, finalize=simulated)
     print(f"twin plan --model deepseek-r1 --cards 128: {time.perf_counter() - start:.1f} s, "
           f"{outcome.summary.pairs_evaluated} pairs screened, {outcome.summary.simulated} simulated")

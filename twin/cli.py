@@ -14,8 +14,7 @@ from twin.clirun import make_console, run_app
 from twin.errors import TwinError
 
 if TYPE_CHECKING:
-    from twin.evaluate import Evaluation
-    from twin.results import SimulationResult
+    from twin.planner import PlanOutcome
     from twin.scenario import Scenario
 
 app = typer.Typer(
@@ -198,13 +197,6 @@ def simulate_cmd(
             console.print(f"wrote {what}: {path}")
 
 
-def simulated(ev: Evaluation) -> SimulationResult:
-    """The discrete-event prediction of one candidate (the planner's full evaluation)."""
-    from twin.sim.step import simulate
-
-    return simulate(ev)[0]
-
-
 @app.command("plan")
 def plan_cmd(
     model: Annotated[str | None, typer.Option("--model", "-m", help="Catalog name or config.json path")] = None,
@@ -226,6 +218,7 @@ def plan_cmd(
     from twin.planner import Planner, default_scenario, search
     from twin.profile import load_profile
     from twin.report import print_result
+    from twin.sim.step import simulated
 
     base = None
     if keep_layout:
@@ -279,7 +272,7 @@ def plan_cmd(
     console.print(f"wrote {output}")
 
 
-def print_plan_table(outcome, sc, devices: int) -> None:
+def print_plan_table(outcome: PlanOutcome, sc: Scenario, devices: int) -> None:
     """The top-k layouts as a table, with the search summary."""
     table = Table(title=f"Best layouts for {sc.model} on {sc.cluster.cards} {sc.cluster.kind} cards "
                         f"({devices} devices)")

@@ -134,8 +134,11 @@ class Planner:
         old = 0.0 if self.sc.has("skip_old_log_prob") else log_prob
         return update + ref + old
 
-    def train_sides(self, progress: Callable[[], None] | None = None) -> tuple[list[TrainSide], int]:
-        structures = list(enumerate_train(self.cfg, self.devices, self.kind))
+    def train_structures(self) -> list[TrainLayout]:
+        return list(enumerate_train(self.cfg, self.devices, self.kind))
+
+    def train_sides(self, structures: list[TrainLayout], progress: Callable[[], None] | None = None
+                    ) -> tuple[list[TrainSide], int]:
         sides = []
         for lay in structures:
             for variant in train_variants(lay):
@@ -233,9 +236,9 @@ def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[
            finalize: Callable[[Evaluation], SimulationResult] | None = None) -> PlanOutcome:
     """Screen every pair, then evaluate the best in full until none left can beat the k-th best."""
     start = time.perf_counter()
-    tick = progress("training layouts", len(list(enumerate_train(planner.cfg, planner.devices, planner.kind)))) \
-        if progress else None
-    trains, n_train = planner.train_sides(tick)
+    structures = planner.train_structures()
+    tick = progress("training layouts", len(structures)) if progress else None
+    trains, n_train = planner.train_sides(structures, tick)
     rollouts, n_rollout = planner.rollout_sides()
     heap: list[Candidate] = []
     evaluated = 0
@@ -308,7 +311,7 @@ def _why_lost(r: SimulationResult, winner: SimulationResult) -> str:
 def _closest(planner: Planner) -> str:
     """How close the smallest-footprint training layout came to fitting."""
     best = None
-    for lay in enumerate_train(planner.cfg, planner.devices, planner.kind):
+    for lay in planner.train_structures():
         for variant in train_variants(lay):
             tm = TrainMemory(planner.inv, variant.model_copy(update={"log_prob_micro_batch": 1}), planner.devices,
                              planner.sc, planner.profile)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import simpy
@@ -72,7 +73,7 @@ class StepSimulation:
         the pass ends with the slowest. Only the first replica's spans go to the trace."""
         tc = self.ev.train_cost
         stages = range(self.ev.train_memory.n_stages)
-        lanes = self._stage_lanes()
+        lanes = self._stage_lanes
         runs = []
         for i, (tokens, sq) in enumerate(self._replicas(prompts, responses, micro)):
             if kind == "log_prob":
@@ -87,6 +88,7 @@ class StepSimulation:
         yield self.env.all_of(runs)
         return max((r.value for r in runs), key=lambda run: run.seconds)
 
+    @cached_property
     def _stage_lanes(self) -> list[str]:
         lay, devices = self.ev.layout.train, self.ev.devices
         if lay.engine == "fsdp":
@@ -197,6 +199,11 @@ class StepSimulation:
             if not name.startswith("update") or name == "update 0.0":
                 notes.append(f"{name}: pipeline bubble {run.bubble_fraction * 100:.1f} %")
         return self.ev.result(stages, "simulation", notes=notes, represented=self.represented)
+
+
+def simulated(ev: Evaluation) -> SimulationResult:
+    """The discrete-event prediction of one step (the planner's full evaluation of a candidate)."""
+    return simulate(ev)[0]
 
 
 def simulate(ev: Evaluation, steps: int = 1, seed: int | None = None) -> tuple[SimulationResult, StepSimulation]:
