@@ -51,6 +51,22 @@ class Provenance(BaseModel):
     notes: str = ""
 
 
+class CrossValidation(BaseModel):
+    """Leave-one-case-out error of a fitted profile (DESIGN section 7): refit without each case, predict it.
+
+    Relative errors are mean absolute fractions (0.08 = 8 %); they set the uncertainty band of every
+    prediction made from the profile. `domain` records what the fitting cases covered.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    cases: list[str]
+    step_rel_error: float = Field(ge=0)
+    stages_rel_error: dict[str, float] = {}
+    memory_rel_error: float | None = Field(default=None, ge=0)
+    domain: dict[str, list[str | float]] = {}  # e.g. model_family: [deepseek, qwen3], seq_len: [lo, hi]
+
+
 class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -61,6 +77,7 @@ class Profile(BaseModel):
     parent: str | None = None
     params: dict[str, Param]
     provenance: Provenance = Provenance()
+    cross_validation: CrossValidation | None = None
 
     @model_validator(mode="after")
     def _schema(self) -> Profile:

@@ -43,6 +43,19 @@ class ReshardResult(ReshardFigures):
     alternatives: dict[str, ReshardFigures] = {}
 
 
+class Uncertainty(BaseModel):
+    """The band a user should expect around a prediction (DESIGN 4.3), from the profile's cross-validated error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step_s: tuple[float, float]
+    stages_s: dict[str, tuple[float, float]] = {}
+    memory_peak_gb_max: tuple[float, float] | None = None
+    basis: str  # what the band is based on: the profile id, its leave-one-case-out error and the cases
+    in_domain: bool
+    outside: list[str] = []  # dimensions the scenario leaves: model family, sequence length, scale, ...
+
+
 class SimulationResult(BaseModel):
     """Predictions for one scenario and layout."""
 
@@ -72,3 +85,4 @@ class SimulationResult(BaseModel):
     twin_version: str
     notes: list[str] = []
     represented_ranks: dict[str, list[int]] = {}  # simulated rank -> the ranks it stands for
+    uncertainty: Uncertainty | None = None
