@@ -22,7 +22,7 @@ from twin.cost_models.scheduling import (
     UPDATE_INPUT_BYTES_PER_TOKEN,
     driver_seconds,
 )
-from twin.cost_models.transition import local_copy_s, offload_moments, reshard_port_time
+from twin.cost_models.transition import offload_moments, reshard_time
 from twin.evaluate import Evaluation
 from twin.results import SimulationResult
 from twin.sim.pipeline import PipelineRun, run_pipeline
@@ -170,7 +170,7 @@ class StepSimulation:
         self.trace.mark_memory(env.now, "transition", mem["transition"])
         stages["offload"] += yield from self._timed(drv, "transition", "rollout weights onload",
                                                     moments["before_reshard"])
-        reshard = reshard_port_time(ev.reshard(), ev.cluster, pf) + local_copy_s(ev.rollout_memory, ev.cluster, pf)
+        reshard = reshard_time(ev.reshard(), ev.cluster, pf, ev.rollout_memory)
         stages["reshard"] = yield from self._timed("reshard", "comm", f"reshard ({ev.method})", reshard)
         stages["offload"] += yield from self._timed(drv, "transition", "actor weights offload",
                                                     moments["after_reshard"])
