@@ -116,6 +116,7 @@ class Measured(BaseModel):
     tps_per_device: float | None = None  # as logged per die on A3 (verl's perf/throughput)
     rollout_tps_per_card: float | None = None  # prompt + response tokens / rollout seconds / cards
     reshard_extra_gib_per_device: dict[str, float] = {}  # reshard method -> extra memory, GiB
+    memory_peak_gb: float | None = None  # the published per-device peak (GB)
     # the values compare only with those of the named scenario: their ratio is the target, not the values
     relative_to: str | None = None
     # the values serve as the reference of other scenarios' ratios, not as targets themselves (they depend

@@ -93,7 +93,11 @@ class TrainMemory:
             # routed tokens per rank: all local tokens x top-k, spread over the TP ranks unless experts are TP-split
             etp = lay.expert_tp if lay.engine == "megatron" else 1
             routed = local * c.moe.experts_per_token * etp / tp
-            mlp_bytes = routed * (h + 3 * c.moe.expert_intermediate_size / etp)
+            # MindSpeed moe_zero_memory releases, for recompute in backward, the experts' activation output
+            # (level0) and also the dispatched inputs (level1)
+            kept_ffn = {"none": 3, "level0": 2, "level1": 2}[lay.moe_zero_memory]
+            kept_in = 0 if lay.moe_zero_memory == "level1" else h
+            mlp_bytes = routed * (kept_in + kept_ffn * c.moe.expert_intermediate_size / etp)
             mlp_bytes += local / sp * c.moe.num_experts * FP32 / BF16  # router logits in fp32
             if c.moe.shared_experts:
                 mlp_bytes += local * 3 * c.moe.shared_experts * c.moe.expert_intermediate_size / tp
@@ -117,10 +121,18 @@ class TrainMemory:
         tp = self.lay.tp if self.lay.engine == "megatron" else 1
         return tokens / self.lay.cp * self.cfg.vocab_size / tp * LOGIT_BYTES
 
+    def _micro_batch_tokens(self, sequences: int) -> float:
+        """Tokens of the largest micro-batch of a CP group: `sequences` full-length sequences, or with dynamic
+        batching the token budget (verl packs up to ppo_max_token_len_per_gpu x CP per micro-batch)."""
+        lay = self.lay
+        if lay.dynamic_batch_tokens is not None:
+            return float(lay.dynamic_batch_tokens * lay.cp)
+        return float(sequences * self.sc.workload.max_seq_len)
+
     def update_activation_bytes(self, stage: int) -> float:
         """Peak activation bytes of a stage in update_actor (1F1B: stage s holds pp - s micro-batches)."""
-        lay, wl = self.lay, self.sc.workload
-        tokens = lay.micro_batch * wl.max_seq_len
+        tokens = self._micro_batch_tokens(self.lay.micro_batch)
+        lay = self.lay
         mean, largest = self._layer_activations(tokens)
         layers = int(self.stages.layers[stage])
         h = self.cfg.hidden_size
@@ -147,8 +159,8 @@ class TrainMemory:
 
     def log_prob_activation_bytes(self, stage: int) -> float:
         """Forward-only pass: one layer live at a time, plus the fp32 logits of the micro-batch."""
-        lay, wl = self.lay, self.sc.workload
-        tokens = lay.log_prob_micro_batch * wl.max_seq_len
+        lay = self.lay
+        tokens = self._micro_batch_tokens(lay.log_prob_micro_batch)
         _, largest = self._layer_activations(tokens)
         logits = self._logits_bytes(tokens) * FP32 / LOGIT_BYTES if self.stages.has_head[stage] else 0.0
         gathered = float(tensor_table(self.inv).largest_layer_bytes) if lay.engine == "fsdp" else 0.0

@@ -290,6 +290,12 @@ class TrainCost:
         return dynamic_micro_batches(sequences * self.mean_seq, max(1, int(sequences)), budget,
                                      lay.vpp if lay.engine == "megatron" else None)
 
+    def micro_batches_of(self, lengths: np.ndarray) -> int:
+        """Dynamic micro-batches of one DP rank's sequences of these lengths."""
+        lay = self.lay
+        return dynamic_micro_batches(float(lengths.sum()), len(lengths), (lay.dynamic_batch_tokens or 0) * lay.cp,
+                                     lay.vpp if lay.engine == "megatron" else None)
+
     def pipeline_time(self, micro: int, backward: bool) -> tuple[float, int]:
         """(seconds, micro-batches) of one pass over the whole step's sequences with the 1F1B schedule."""
         lay = self.lay

@@ -60,8 +60,12 @@ class StepSimulation:
         fixed = self.sc.workload.prompt_len.dist == "fixed" and self.sc.workload.response_len.dist == "fixed"
         count = 1 if fixed else min(dp, MAX_DP_REPLICAS_SIMULATED)
         out = []
+        lay = self.ev.layout.train
         for r in range(count):
             lengths = (prompts + responses)[r * per:(r + 1) * per].astype(float)
+            if lay.dynamic_batch_tokens is not None:
+                out.append(_packed(lengths, self.ev.train_cost.micro_batches_of(lengths)))
+                continue
             m = max(1, per // micro)
             chunks = lengths[: m * micro].reshape(m, micro)
             out.append((chunks.sum(axis=1), (chunks**2).sum(axis=1)))
@@ -127,8 +131,9 @@ class StepSimulation:
         self.trace.mark_memory(env.now, "rollout", mem["rollout"])
         outcome = simulate_rollout(ev.rollout_cost, ev.memory_report.kv_tokens, sc, self.rng, self.trace, env.now)
         self.represented.update(outcome.represented)
-        yield env.timeout(outcome.seconds)
-        stages["rollout"] = outcome.seconds
+        rollout_s = outcome.seconds * wl.gen_rounds  # DAPO: further rounds of the same kind of draw
+        yield env.timeout(rollout_s)
+        stages["rollout"] = rollout_s
         stages["offload"] += yield from self._timed(drv, "transition", "offload rollout weights, free KV cache",
                                                     moments["after_rollout"])
         stages["reward"] = yield from self._timed(drv, "reward", "reward (math_verify)", driver["reward"])
@@ -199,6 +204,17 @@ class StepSimulation:
             if not name.startswith("update") or name == "update 0.0":
                 notes.append(f"{name}: pipeline bubble {run.bubble_fraction * 100:.1f} %")
         return self.ev.result(stages, "simulation", notes=notes, represented=self.represented)
+
+
+def _packed(lengths: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, squared lengths) of `m` micro-batches balanced by tokens, longest sequence first into the
+    lightest micro-batch (verl balances its dynamic micro-batches by workload the same way)."""
+    tokens, squares = np.zeros(m), np.zeros(m)
+    for length in np.sort(lengths)[::-1]:
+        i = int(np.argmin(tokens))
+        tokens[i] += length
+        squares[i] += length * length
+    return tokens, squares
 
 
 def simulated(ev: Evaluation) -> SimulationResult:
