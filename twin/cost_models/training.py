@@ -205,10 +205,23 @@ class TrainCost:
             total = total + memory_seconds(self.cluster.kind, self.pf, rows * self.cfg.vocab_size / self.tp * FP32 * 3)
         return total, attn * sl.layers
 
+    def _signature(self, stage: int) -> tuple[StageLayers, bool]:
+        """Stages with the same layers cost the same (the last sends no activations on)."""
+        return self.stage_layers[stage], stage == self.mem.n_stages - 1
+
     def microbatch_time(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike, kind: PassKind) -> PassTime:
         """A micro-batch of `tokens` tokens whose sequence lengths square-sum to `tokens_sq` through one stage
         (scalars or numpy arrays). `kind`: the forward or the backward half of a training pass (backward
         includes the recompute), or a forward-only log-prob pass."""
+        if np.ndim(tokens) == 0 and np.ndim(tokens_sq) == 0:
+            cache = self.__dict__.setdefault("_pass_cache", {})
+            key = (self._signature(stage), float(tokens), float(tokens_sq), kind)
+            if key not in cache:
+                cache[key] = self._microbatch_time(stage, tokens, tokens_sq, kind)
+            return cache[key]
+        return self._microbatch_time(stage, tokens, tokens_sq, kind)
+
+    def _microbatch_time(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike, kind: PassKind) -> PassTime:
         lay, pf = self.lay, self.pf
         fwd, attn = self._forward_compute(stage, tokens, tokens_sq)
         passes = 1
@@ -239,7 +252,7 @@ class TrainCost:
 
     def _comm_coefficients(self, stage: int, passes: int) -> tuple[float, float]:
         """A micro-batch's communication seconds as intercept + slope x tokens (linear in bytes moved)."""
-        key = (stage, passes)
+        key = (self._signature(stage), passes)
         cache = self.__dict__.setdefault("_comm_cache", {})
         if key not in cache:
             one, two = self._comm_total(stage, 1024.0, passes), self._comm_total(stage, 2048.0, passes)
