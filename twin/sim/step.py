@@ -191,8 +191,9 @@ class StepSimulation:
         self.env.run()
         return self.records
 
-    def result(self) -> SimulationResult:
-        """The DESIGN 4.3 object: mean stage times over the simulated steps."""
+    def result(self, alternatives: bool = True) -> SimulationResult:
+        """The DESIGN 4.3 object: mean stage times over the simulated steps (`alternatives`: with the other
+        reshard methods' figures)."""
         n = len(self.records)
         stages = {k: sum(r.stages_s[k] for r in self.records) / n for k in self.records[0].stages_s}
         steps_s = [sum(r.stages_s.values()) for r in self.records]
@@ -203,7 +204,8 @@ class StepSimulation:
         for name, run in last.pipelines.items():
             if not name.startswith("update") or name == "update 0.0":
                 notes.append(f"{name}: pipeline bubble {run.bubble_fraction * 100:.1f} %")
-        return self.ev.result(stages, "simulation", notes=notes, represented=self.represented)
+        return self.ev.result(stages, "simulation", notes=notes, alternatives=alternatives,
+                              represented=self.represented)
 
 
 def _packed(lengths: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -218,8 +220,11 @@ def _packed(lengths: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def simulated(ev: Evaluation) -> SimulationResult:
-    """The discrete-event prediction of one step (the planner's full evaluation of a candidate)."""
-    return simulate(ev)[0]
+    """The discrete-event prediction of one step (the planner's full evaluation of a candidate; the planner
+    adds the winner's reshard alternatives itself)."""
+    sim = StepSimulation(ev)
+    sim.run(1)
+    return sim.result(alternatives=False)
 
 
 def simulate(ev: Evaluation, steps: int = 1, seed: int | None = None) -> tuple[SimulationResult, StepSimulation]:
