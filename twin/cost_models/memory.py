@@ -32,6 +32,10 @@ BF16 = 2
 FP32 = 4
 ADAM_BYTES = 12  # fp32 master + two fp32 moments, per parameter
 LOGIT_BYTES = 2 + FP32 + FP32  # bf16 logits, fp32 log-softmax and its gradient, per vocabulary entry
+# verl's FSDP actor takes log-probs with a fused cross-entropy whose backward writes the gradient into the bf16
+# logits in place (flash-attn's triton cross_entropy, inplace_backward) or row by row (logprobs_from_logits_v2):
+# the bf16 logits and one bf16 working copy per vocabulary entry
+FSDP_LOGIT_BYTES = 2 + 2
 
 
 class TrainMemory:
@@ -117,9 +121,13 @@ class TrainMemory:
         mean = (dense * (self.cfg.num_layers - n_moe) + sparse * n_moe) / self.cfg.num_layers
         return mean, max(dense, sparse if n_moe else dense)
 
-    def _logits_bytes(self, tokens: float) -> float:
-        tp = self.lay.tp if self.lay.engine == "megatron" else 1
-        return tokens / self.lay.cp * self.cfg.vocab_size / tp * LOGIT_BYTES
+    def _logits_bytes(self, tokens: float, forward_only: bool = False) -> float:
+        """The logits of a micro-batch's last stage: Megatron's vocab-parallel fp32 cross-entropy (forward
+        only: the fp32 logits), FSDP's fused bf16 one."""
+        megatron = self.lay.engine == "megatron"
+        tp = self.lay.tp if megatron else 1
+        per_entry = (FP32 if forward_only else LOGIT_BYTES) if megatron else FSDP_LOGIT_BYTES
+        return tokens / self.lay.cp * self.cfg.vocab_size / tp * per_entry
 
     def _micro_batch_tokens(self, sequences: int) -> float:
         """Tokens of the largest micro-batch of a CP group: `sequences` full-length sequences, or with dynamic
@@ -162,7 +170,7 @@ class TrainMemory:
         lay = self.lay
         tokens = self._micro_batch_tokens(lay.log_prob_micro_batch)
         _, largest = self._layer_activations(tokens)
-        logits = self._logits_bytes(tokens) * FP32 / LOGIT_BYTES if self.stages.has_head[stage] else 0.0
+        logits = self._logits_bytes(tokens, forward_only=True) if self.stages.has_head[stage] else 0.0
         gathered = float(tensor_table(self.inv).largest_layer_bytes) if lay.engine == "fsdp" else 0.0
         return (largest + logits + gathered) * (1 + self.pf["activation_fragmentation"])
 
