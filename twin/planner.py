@@ -99,11 +99,11 @@ class Planner:
 
     def __init__(self, scenario: Scenario, profile: Profile | None = None, base_dir: Path | None = None) -> None:
         self.sc = scenario
-        self.kind: ClusterKind = cluster_kind(scenario.cluster.kind)
+        self.kind: ClusterKind = cluster_kind(scenario.cluster.kind, base_dir)
         self.cfg: ModelConfig = load_config(scenario.model)
         self.inv = load_model(self.cfg)
         self.devices = scenario.cluster.cards * self.kind.devices_per_card
-        self.profile = profile or resolve_profile(scenario.profile, self.kind.name, base_dir)
+        self.profile = profile or resolve_profile(scenario.profile, self.kind.profile_kind, base_dir)
         self.cluster = Cluster(self.kind, scenario.cluster.cards)
         self.hbm_gb = self.kind.device_spec.hbm_gb.value
         self.rejected: Counter[str] = Counter()
