@@ -51,8 +51,8 @@ UTILIZATION_MAX = 0.9
 def default_scenario(model: str, kind: str, cards: int) -> Scenario:
     """The recipes' workload (C1: GRPO, 512 prompts x 16, prompt 75, response 3039.8) and optimizations."""
     cfg = load_config(model)
-    return Scenario(name=f"plan-{cfg.name}-{kind}-{cards}", model=model, cluster=ClusterRef(kind=kind, cards=cards),
-                    workload=Workload(), optimizations=RECIPE_OPTIMIZATIONS)
+    return Scenario(name=f"plan-{cfg.name}-{cluster_kind(kind).name}-{cards}", model=model,
+                    cluster=ClusterRef(kind=kind, cards=cards), workload=Workload(), optimizations=RECIPE_OPTIMIZATIONS)
 
 
 def train_variants(lay: TrainLayout) -> Iterator[TrainLayout]:
