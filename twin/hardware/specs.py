@@ -185,7 +185,9 @@ class ClusterKind(BaseModel):
     host_memory_gb_per_node: Figure
     # cann-recipes-train: on multi-node NPU, vLLM sleep mode does not release device memory
     vllm_sleep_frees_memory: bool = True
-    profile: str | None = None  # the embedded calibration profile it uses (a kind name); default: its own name
+    # the embedded calibration profile it uses, named by its shipped kind (a user's A2-like cluster: a2);
+    # default: its own name. `--profile` / the scenario's `profile` still override it.
+    profile: str | None = None
     _key: str = PrivateAttr()
 
     @field_validator("device", mode="before")
@@ -217,6 +219,11 @@ class ClusterKind(BaseModel):
             raise ValueError("needs a 'host' tier (the device-host link)")
         if self.chip_tier is not None and self.devices_per_card == 1:
             raise ValueError("chip_tier needs devices_per_card > 1")
+        if self.profile is not None:
+            from twin.profile import EMBEDDED
+
+            if self.profile not in EMBEDDED:
+                raise ValueError(f"profile {self.profile!r} is not an embedded profile; known: {', '.join(EMBEDDED)}")
         return self
 
     def model_post_init(self, context: object, /) -> None:

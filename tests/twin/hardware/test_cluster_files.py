@@ -114,3 +114,10 @@ def test_clusters_lists_every_figure_with_its_source():
     out = twin("clusters", "--cluster", "a3")
     assert out.returncode == 0, out.stderr
     assert "sgl-kernel-npu" in out.stdout and "ep_dispatch" in out.stdout and "CloudMatrix384" in out.stdout
+
+
+def test_profile_must_be_an_embedded_one(tmp_path):
+    raw = user_a2()
+    raw["profile"] = "tpu"
+    with pytest.raises(TwinError, match="profile 'tpu' is not an embedded profile"):
+        load_cluster_file(write(tmp_path / "p.yaml", raw))
