@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 
 from rich.console import Console
@@ -50,10 +51,11 @@ def curve_rows(kind: ClusterKind) -> Iterator[tuple[str, str, str, str, str]]:
         for p in curve.points:
             yield f"{kind.device.name} {name}", f"{p.x:g} {units[name]}", f"{p.value:g}", p.confidence, p.source
     for t in kind.tiers:
+        ops = Counter(c.collective for c in t.collective_efficiency)
         for c in t.collective_efficiency:
+            peers = f"{c.peers} peer{'s' if c.peers > 1 else ''}" if ops[c.collective] > 1 else "any peers"
             for p in c.points:
-                yield (f"{t.name} {c.collective}, {c.peers} peer{'s' if c.peers > 1 else ''}", f"{p.x:g} bytes",
-                       f"{p.value:g}", p.confidence, p.source)
+                yield f"{t.name} {c.collective}, {peers}", f"{p.x:g} bytes", f"{p.value:g}", p.confidence, p.source
 
 
 def print_kinds(console: Console, kinds: list[ClusterKind]) -> None:
