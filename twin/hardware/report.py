@@ -86,4 +86,4 @@ def print_kinds(console: Console, kinds: list[ClusterKind]) -> None:
             previous = source
         console.print(curves)
     console.print("Confidence: H first-party or exact, M ambiguous first-party or third party, L folk or derived. "
-                  "HW = ../shared/reference/ascend-hardware.md.")
+                  "ascend-hardware.md = the project's shared/reference/ascend-hardware.md.")
