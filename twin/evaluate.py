@@ -52,11 +52,11 @@ class Evaluation:
         if layout is None:
             raise TwinError(f"scenario {scenario.name} has no layout; use `twin plan --scenario` to search one")
         self.layout = layout
-        self.kind = cluster_kind(scenario.cluster.kind)
+        self.kind = cluster_kind(scenario.cluster.kind, base_dir)
         self.inv: Inventory = load_model(scenario.model)
         self.devices = scenario.cluster.cards * self.kind.devices_per_card
         validate_layout(layout, self.inv.config, self.devices, self.kind, scenario.has("directed_reshard"))
-        self.profile = profile or resolve_profile(scenario.profile, self.kind.name, base_dir)
+        self.profile = profile or resolve_profile(scenario.profile, self.kind.profile_kind, base_dir)
         self.method = reshard_method(scenario)
 
     @cached_property

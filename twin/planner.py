@@ -47,8 +47,8 @@ UTILIZATION_MAX = 0.9
 def default_scenario(model: str, kind: str, cards: int) -> Scenario:
     """The recipes' workload (C1: GRPO, 512 prompts x 16, prompt 75, response 3039.8) and optimizations."""
     cfg = load_config(model)
-    return Scenario(name=f"plan-{cfg.name}-{kind}-{cards}", model=model, cluster=ClusterRef(kind=kind, cards=cards),
-                    workload=Workload(), optimizations=RECIPE_OPTIMIZATIONS)
+    return Scenario(name=f"plan-{cfg.name}-{cluster_kind(kind).name}-{cards}", model=model,
+                    cluster=ClusterRef(kind=kind, cards=cards), workload=Workload(), optimizations=RECIPE_OPTIMIZATIONS)
 
 
 def train_variants(lay: TrainLayout) -> Iterator[TrainLayout]:
@@ -95,11 +95,11 @@ class Planner:
 
     def __init__(self, scenario: Scenario, profile: Profile | None = None, base_dir: Path | None = None) -> None:
         self.sc = scenario
-        self.kind: ClusterKind = cluster_kind(scenario.cluster.kind)
+        self.kind: ClusterKind = cluster_kind(scenario.cluster.kind, base_dir)
         self.cfg: ModelConfig = load_config(scenario.model)
         self.inv = load_model(self.cfg)
         self.devices = scenario.cluster.cards * self.kind.devices_per_card
-        self.profile = profile or resolve_profile(scenario.profile, self.kind.name, base_dir)
+        self.profile = profile or resolve_profile(scenario.profile, self.kind.profile_kind, base_dir)
         self.cluster = Cluster(self.kind, scenario.cluster.cards)
         self.hbm_gb = self.kind.device_spec.hbm_gb.value
         self.rejected: Counter[str] = Counter()
