@@ -24,12 +24,12 @@ from twin.scenario import Scenario
 
 # Parameters the published end-to-end cases (C1-C3) can tell apart; the rest keep their sourced values.
 CASE_PARAMETERS = (
-    "train_matmul_efficiency", "train_expert_efficiency", "attention_efficiency", "log_prob_efficiency_scale",
-    "train_comm_overlap", "hbm_efficiency", "decode_compute_efficiency", "a2a_base_latency_us",
+    "gemm_efficiency_scale", "grouped_gemm_efficiency_scale", "attention_efficiency_scale",
+    "train_comm_overlap", "memory_efficiency_scale", "a2a_base_latency_us",
     "a2a_per_peer_latency_us", "decode_host_ms_graph", "decode_host_ms_eager", "vllm_schedule_ms",
-    "eager_launch_us_per_layer", "rollout_fixed_s", "reward_ms_per_response", "advantage_us_per_response",
+    "eager_op_launch_us", "rollout_fixed_s", "reward_ms_per_response", "worker_call_s",
     "dispatch_ray_s_per_worker", "dispatch_ray_s_per_gb", "dispatch_d2d_s", "reshard_round_latency_us",
-    "transition_fixed_s", "tier_efficiency_host",
+    "tier_efficiency_host",
 )
 
 

@@ -84,14 +84,12 @@ class JobFit:
             t = _median(gemm, "tflops")
             src = f"calibration gemm job, {len(t)} {self.dtype} points, {{}} of {min(t):.3g}-{max(t):.3g} TFLOP/s " \
                   f"over the {peak:g} TFLOP/s of the device entry"
-            self._set("train_matmul_efficiency", max(t) / peak, src.format("best"))
-            self._set("train_expert_efficiency", max(t) / peak, src.format("best"))
-            self._set("prefill_compute_efficiency", statistics.median(t) / peak, src.format("median"))
-            self._set("decode_compute_efficiency", min(t) / peak, src.format("worst"))
+            self._set("gemm_efficiency_scale", max(t) / peak, src.format("best"))
+            self._set("grouped_gemm_efficiency_scale", max(t) / peak, src.format("best"))
         attention = [r for r in self.by_job.get("attention", []) if r.op.endswith("prefill") and r.dtype == self.dtype]
         if attention:
             t = _median(attention, "tflops")
-            self._set("attention_efficiency", statistics.median(t) / peak,
+            self._set("attention_efficiency_scale", statistics.median(t) / peak,
                       f"calibration attention job, median of {len(t)} prefill points, "
                       f"{statistics.median(t):.3g} TFLOP/s")
         copy = self.by_job.get("copy", [])
@@ -100,7 +98,7 @@ class JobFit:
             host = self.kind.tier("host").bandwidth_gbs.value
             self._set("tier_efficiency_host", statistics.median(g) / host,
                       f"calibration copy job, median of {len(g)} points, {statistics.median(g):.3g} GB/s over {host:g}")
-            self._set("hbm_efficiency", max(g) / spec.hbm_bandwidth_gbs.value,
+            self._set("memory_efficiency_scale", max(g) / spec.hbm_bandwidth_gbs.value,
                       f"calibration copy job, best of {len(g)} points, {max(g):.3g} GB/s over "
                       f"{spec.hbm_bandwidth_gbs.value:g}")
 
@@ -152,7 +150,7 @@ class JobFit:
         cluster, sc = Cluster(self.kind, 1), self._scenario()
         graph = records[0].params.get("engine") == "vllm"
         names = ["decode_host_ms_graph" if graph else "decode_host_ms_eager"] + ([] if graph else
-                                                                                 ["eager_launch_us_per_layer"])
+                                                                                 ["eager_op_launch_us"])
         hbm = self.kind.device_spec.hbm_gb.value
 
         def one(profile: Profile, r: JobMeasurement) -> float:
@@ -183,7 +181,7 @@ class JobFit:
                                                                                               "backward").total
             return float(passes) + tc.optimizer_time()
 
-        self._least_squares("train", ["microbatch_overhead_ms", "optimizer_overhead_ms", "log_prob_efficiency_scale"],
+        self._least_squares("train", ["microbatch_overhead_ms", "optimizer_overhead_ms"],
                             records, one)
 
     def run(self, new_id: str, inputs: list[str]) -> JobFitOutcome:

@@ -1,10 +1,9 @@
 """The one place where an operation's size becomes a fraction of the hardware's peak.
 
-Every compute and memory-bound cost asks `efficiency(kind, profile, curve, x)`. Curves: `gemm` (x = 2*m*n*k
-FLOPs of one GEMM), `grouped_gemm` (x = tokens per expert), `attention` (x = sequence length), `memory`
-(x = bytes of one memory-bound kernel). The device kind's efficiency curve gives the shape where the cluster
-data has one; the profile's scale factor of that curve (a fit may move it inside its sourced bounds)
-multiplies it. Without a curve the scale factor alone is the efficiency.
+Every compute and memory-bound cost asks `efficiency(kind, profile, curve, x)`. Curves (the device data in
+twin.hardware): `gemm` (x = 2*m*n*k FLOPs of one GEMM), `grouped_gemm` (x = tokens per expert), `attention`
+(x = sequence length), `memory` (x = bytes of one memory-bound kernel). The profile's scale factor of each
+curve (1 = the isolated-kernel curve; a fit may move it inside its sourced bounds) multiplies it.
 """
 
 from __future__ import annotations
@@ -21,44 +20,30 @@ Curve = Literal["gemm", "grouped_gemm", "attention", "memory"]
 
 # the profile parameter that scales each curve
 SCALE: dict[Curve, str] = {
-    "gemm": "train_matmul_efficiency",
-    "grouped_gemm": "train_expert_efficiency",
-    "attention": "attention_efficiency",
-    "memory": "hbm_efficiency",
+    "gemm": "gemm_efficiency_scale",
+    "grouped_gemm": "grouped_gemm_efficiency_scale",
+    "attention": "attention_efficiency_scale",
+    "memory": "memory_efficiency_scale",
 }
-
-
-def _shape(kind: ClusterKind, curve: Curve, x: ArrayLike) -> ArrayLike:
-    """The device's efficiency curve at size `x` (1.0 where the device data has no curve)."""
-    spec = kind.device_spec
-    lookup = getattr(spec, "efficiency", None)
-    if lookup is None:
-        return np.ones_like(np.asarray(x, dtype=float)) if np.ndim(x) else 1.0
-    return lookup(curve, x)
 
 
 def efficiency(kind: ClusterKind, profile: Profile, curve: Curve, x: ArrayLike) -> ArrayLike:
     """Fraction of peak an operation of size `x` reaches (scalar or numpy array)."""
-    return _shape(kind, curve, x) * profile[SCALE[curve]]
+    return kind.device_spec.efficiency(curve, x) * profile[SCALE[curve]]
 
 
 def peak_flops(kind: ClusterKind) -> float:
     """BF16 dense peak of one device, FLOP/s."""
-    spec = kind.device_spec
-    if hasattr(spec, "peak_flops"):
-        return float(spec.peak_flops("bf16"))
-    return spec.peak_bf16_tflops.value * 1e12
+    return float(kind.device_spec.peak_flops("bf16"))
 
 
 def hbm_bytes_s(kind: ClusterKind) -> float:
     """HBM bandwidth of one device, bytes/s."""
-    spec = kind.device_spec
-    if hasattr(spec, "hbm_bandwidth_bytes_s"):
-        return float(spec.hbm_bandwidth_bytes_s)
-    return spec.hbm_bandwidth_gbs.value * 1e9
+    return float(kind.device_spec.hbm_bandwidth_bytes_s)
 
 
-def memory_seconds(kind: ClusterKind, profile: Profile, nbytes: ArrayLike) -> ArrayLike:
-    """A memory-bound kernel that reads and writes `nbytes` in total."""
+def memory_seconds(kind: ClusterKind, profile: Profile, nbytes: ArrayLike, kernels: float = 1.0) -> ArrayLike:
+    """`kernels` memory-bound kernels that move `nbytes` in total, evenly (each at its own size's efficiency)."""
     nbytes = np.asarray(nbytes, dtype=float)
-    return nbytes / (hbm_bytes_s(kind) * efficiency(kind, profile, "memory", np.maximum(nbytes, 1.0)))
+    per_kernel = np.maximum(nbytes / kernels, 1.0)
+    return nbytes / (hbm_bytes_s(kind) * efficiency(kind, profile, "memory", per_kernel))

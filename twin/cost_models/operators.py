@@ -115,10 +115,10 @@ class LayerOperators:
         eff = efficiency(self.kind, self.pf, "attention", np.maximum(np.asarray(seq_len, dtype=float), 1.0))
         return np.asarray(flops, dtype=float) / (self.peak * eff)
 
-    def elementwise_bytes_per_token(self, moe: bool, sp: int) -> float:
-        """Bytes one token moves through one layer's memory-bound kernels on a device: two RMSNorms (read
-        and write the hidden state), two residual adds (two reads, one write), rotary on queries and keys
-        (read and write), and the gated activation (read gate and up, write the product)."""
+    def elementwise_kernels(self, moe: bool, sp: int) -> np.ndarray:
+        """Bytes one token moves through each of one layer's memory-bound kernels on a device: two RMSNorms
+        (read and write the hidden state), two residual adds (two reads, one write), rotary on queries and
+        keys (read and write), and the gated activation (read gate and up, write the product)."""
         cfg = self.cfg
         h = cfg.hidden_size / sp
         if cfg.mla is not None:
@@ -126,12 +126,12 @@ class LayerOperators:
         else:
             rot = (cfg.num_attention_heads + cfg.num_kv_heads) * cfg.head_dim / self.tp
         if moe and cfg.moe is not None:
-            ffn = cfg.moe.experts_per_token * cfg.moe.expert_intermediate_size / self.tp
-            ffn += cfg.moe.shared_experts * cfg.moe.expert_intermediate_size / self.tp
+            ffn = (cfg.moe.experts_per_token + cfg.moe.shared_experts) * cfg.moe.expert_intermediate_size / self.tp
         else:
             ffn = cfg.intermediate_size / self.tp
-        return BF16 * (2 * 2 * h + 2 * 3 * h + 2 * rot + 3 * ffn)
+        return BF16 * np.array([2 * h, 2 * h, 3 * h, 3 * h, 2 * rot, 3 * ffn])
 
     def elementwise_seconds(self, tokens: ArrayLike, moe: bool, sp: int) -> ArrayLike:
-        nbytes = np.asarray(tokens, dtype=float) * self.elementwise_bytes_per_token(moe, sp)
-        return memory_seconds(self.kind, self.pf, nbytes)
+        t = np.asarray(tokens, dtype=float)
+        per_kernel = t[..., None] * self.elementwise_kernels(moe, sp)
+        return memory_seconds(self.kind, self.pf, per_kernel).sum(axis=-1)

@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike
 
 from twin.catalog.inventory import Inventory
 from twin.cost_models.comm import collective_time
-from twin.cost_models.efficiency import efficiency, hbm_bytes_s, peak_flops
+from twin.cost_models.efficiency import efficiency, memory_seconds, peak_flops
 from twin.cost_models.imbalance import expert_imbalance
 from twin.cost_models.memory import BF16, RolloutMemory
 from twin.cost_models.operators import attention_flops_per_ctx_layer, decode_attention_flops_per_ctx_layer
@@ -58,7 +58,6 @@ class RolloutCost:
         self.ro = memory.lay
         self.kind = cluster.kind
         self.peak = peak_flops(cluster.kind)
-        self.hbm = hbm_bytes_s(cluster.kind)
 
     @cached_property
     def _weights(self) -> tuple[int, int, float, float]:
@@ -106,7 +105,7 @@ class RolloutCost:
         touched, imbalance = self._expert_load(batch)
         kv_read = batch * context * self.mem.kv_bytes_per_token
         nbytes = dense_b + expert_b * np.minimum(1.0, touched * imbalance) + kv_read
-        mem_s = nbytes / (self.hbm * efficiency(self.kind, pf, "memory", nbytes))
+        mem_s = memory_seconds(self.kind, pf, nbytes, self._read_kernels)
         attn = decode_attention_flops_per_ctx_layer(cfg) * cfg.num_layers / ro.tp * batch * context
         gemm = dense_f * batch + expert_f * batch / ro.tp * imbalance
         gemm_eff = efficiency(self.kind, pf, "gemm", np.maximum(2.0 * batch * self._mean_gemm_numel, 1.0))
@@ -121,6 +120,13 @@ class RolloutCost:
         if self.dp_per_instance > 1:
             sync = EOS_SYNCS_PER_STEP * pf[f"eos_sync_ms_{self.eos_backend}"] * 1e-3
         return DecodeStep(np.maximum(mem_s, compute_s), comm, launch, host, schedule, sync)
+
+    @cached_property
+    def _read_kernels(self) -> int:
+        """Kernels a decode step's weight and KV reads split into: one per weight matrix and one attention
+        kernel per layer."""
+        table = tensor_table(self.inv)
+        return int((table.matrix & ~table.embedding).sum()) + self.cfg.num_layers
 
     @cached_property
     def _mean_gemm_numel(self) -> float:
