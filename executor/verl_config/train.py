@@ -25,8 +25,8 @@ def train_overrides(o: OverrideSet, train: TrainLayout, flavour: MegatronFlavour
     else:
         _fsdp(o, train)
     if train.dynamic_batch_tokens is not None:
-        # the ref and rollout log-prob passes read these through ${oc.select:actor_rollout_ref.actor...} (verl 0.9.1)
-        o.set(f"{ACTOR}.use_dynamic_bsz", True)
+        # use_dynamic_bsz itself is set with the batch sizes (verl_config.workload); the ref and rollout log-prob
+        # passes read both through ${oc.select:actor_rollout_ref.actor...} (verl 0.9.1)
         o.set(f"{ACTOR}.ppo_max_token_len_per_gpu", train.dynamic_batch_tokens)
 
 
