@@ -65,3 +65,43 @@ def test_cp_exchange_volume_by_hand():
     # one ring step (cp - 1 = 1) of 32768 / 2 tokens, K and V split over TP 8, bf16
     assert cp_exchange_bytes(cfg, lay, 32768) == 1 * 16384 * 2048 / 8 * 2 == 8_388_608
     assert cp_exchange_bytes(cfg, TrainLayout(tp=8, pp=2, cp=4), 32768) == 3 * 8192 * 2048 / 8 * 2
+
+
+def _evaluation(name: str, **train):
+    from pathlib import Path
+
+    from twin.evaluate import Evaluation
+    from twin.scenario import load_scenario
+
+    sc = load_scenario(Path(__file__).resolve().parents[3] / "scenarios" / f"{name}.yaml")
+    if train:
+        layout = sc.layout.model_copy(update={"train": sc.layout.train.model_copy(update=train)})
+        sc = sc.model_copy(update={"layout": layout})
+    return Evaluation(sc)
+
+
+def test_dynamic_batching_sets_micro_batches_and_their_memory():
+    # C7: sequences of 200 + 12000 = 12200 tokens on average; budget 18432 x CP 2 = 36864 tokens per micro-batch:
+    # 256 sequences need ceil(256 x 12200 / 36864) = ceil(84.72) = 85 micro-batches. The whole step's 32 x 16 = 512
+    # sequences on DP 1 (32 dies / TP8 PP2 CP2) need ceil(169.44) = 170
+    ev = _evaluation("c7-dapo-qwen3-32b-a3-32dies")
+    tc = ev.train_cost
+    assert tc.micro_batches(256, 1) == 85
+    _, m = tc.pipeline_time(1, backward=False)
+    assert m == 170
+    # activation memory follows the same budget: twice the budget, more activation memory
+    bigger = _evaluation("c7-dapo-qwen3-32b-a3-32dies", dynamic_batch_tokens=36864)
+    assert bigger.train_memory.update_activation_bytes(0) > ev.train_memory.update_activation_bytes(0)
+    assert bigger.train_cost.micro_batches(256, 1) == 43  # ceil(84.72 / 2)
+
+
+def test_learned_routing_slows_every_ep_step():
+    forced = _evaluation("c1-dsr1-a3-128")
+    learned = forced.sc.model_copy(update={"workload": forced.sc.workload.model_copy(
+        update={"expert_routing": "learned"})})
+    from twin.evaluate import Evaluation
+
+    ev = Evaluation(learned)
+    assert ev.rollout_cost.decode_step(64, 1500).total > forced.rollout_cost.decode_step(64, 1500).total
+    assert ev.train_cost.update_time() > forced.train_cost.update_time()
+    assert ev.train_cost.log_prob_time() > forced.train_cost.log_prob_time()
