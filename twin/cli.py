@@ -264,7 +264,7 @@ def plan_cmd(
         from twin.pareto import front, point
 
         everything = [point(e.layout, e.result, e.layout == plan.layout and e.result.cards == plan.predictions.cards)
-                      for _, o in searches for e in o.evaluated]
+                      for _, o in searches for e in (*o.evaluated, *o.headroom_variants)]
         pts = front(everything)
         plan = plan.model_copy(update={"pareto": pts})
     save_plan(plan, output)
@@ -288,7 +288,7 @@ def plan_cmd(
     if pareto:
         from twin.pareto import plot_front, print_front
 
-        print_front(console, pts, len(everything))
+        print_front(console, everything, pts)
         png = output.with_suffix(".pareto.png")
         plot_front(everything, pts, png, f"{sc.model} on {', '.join(str(p.sc.cluster.cards) for p, _ in searches)} "
                                           f"{sc.cluster.kind} cards: Pareto front (risk {risk})")

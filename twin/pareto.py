@@ -49,17 +49,22 @@ def front(points: list[ParetoPoint]) -> list[ParetoPoint]:
     return sorted(non_dominated(points, lambda p: axes(p, with_cost)), key=lambda p: p.step_s)
 
 
-def print_front(console: Console, pts: list[ParetoPoint], of: int) -> None:
-    table = Table(title=f"Pareto front: {len(pts)} of {of} layouts evaluated in full are not dominated on step time, "
-                        "headroom, reshard volume" + (", card-hours" if len({p.cards for p in pts}) > 1 else ""))
+def print_front(console: Console, everything: list[ParetoPoint], pts: list[ParetoPoint]) -> None:
+    """The front as a table, the chosen plan marked (and listed below the front when it is dominated)."""
+    costly = len({p.cards for p in everything}) > 1
+    table = Table(title=f"Pareto front: {len(pts)} of {len(everything)} layouts evaluated in full are not dominated on "
+                        "step time, headroom, reshard volume" + (", card-hours" if costly else ""))
     for col in ("", "cards", "layout", "step s", "headroom", "reshard GB", "card-h/step"):
         table.add_column(col, justify="left" if col in ("", "layout") else "right")
-    for p in pts:
+    dominated = [p for p in everything if p.chosen and p not in pts]
+    for p in [*pts, *dominated]:
         table.add_row("*" if p.chosen else "", str(p.cards), short(p.layout), f"{p.step_s:.1f}",
                       f"{p.headroom_fraction:.1%}", f"{p.reshard_bytes_total / 1e9:,.0f}",
-                      f"{p.card_hours_per_step:.2f}")
+                      f"{p.card_hours_per_step:.2f}", end_section=p is pts[-1] and bool(dominated))
     console.print(table)
-    console.print("* = the chosen plan")
+    note = (" (below the line: dominated; the plan is the fastest at the chosen risk with the largest utilization "
+            "that keeps the headroom)") if dominated else ""
+    console.print(f"* = the chosen plan{note}")
 
 
 def plot_front(everything: list[ParetoPoint], pts: list[ParetoPoint], path: Path, title: str) -> None:

@@ -55,7 +55,9 @@ UTILIZATION_MAX = 0.9
 # The 95th percentile of |error| of a normal error is 1.96 sigma, and its mean |error| is sigma x sqrt(2/pi):
 # a mean absolute relative error times this factor is the headroom that covers 95 % of the cases.
 P95_OF_MEAN_ABS = 1.96 / (2 / math.pi) ** 0.5
-FRONT_EVALUATIONS = 40  # screen-level Pareto candidates evaluated in full for --pareto
+FRONT_EVALUATIONS = 16  # screen-level Pareto candidates evaluated in full for --pareto
+HEADROOM_VARIANTS = 3  # --pareto: the best plans re-evaluated with less gpu_memory_utilization ...
+HEADROOM_STEPS = 4  # ... by up to this many steps, to show what more headroom costs
 
 
 def default_headroom(profile: Profile) -> tuple[float, str]:
@@ -141,6 +143,7 @@ class Planner:
             raise TwinError(f"headroom {self.headroom} is not a fraction of HBM in [0, 1)")
         self.limit_gb = self.hbm_gb * (1 - self.headroom)  # what every phase may use
         self.risk: Risk = risk
+        self.shared: dict[tuple, dict] = {}  # parallel structure -> placement and reshard lists (knobs aside)
 
     # ---- the training side -------------------------------------------------------------------------
     def train_parts(self, lay: TrainLayout) -> tuple[TrainMemory, dict[str, float]]:
@@ -288,12 +291,23 @@ class PlanOutcome:
     summary: SearchSummary
     evaluated: list[Evaluated] = field(default_factory=list)  # every fitting full evaluation, best first
     pending: list[Candidate] = field(default_factory=list)  # screened pairs never evaluated in full (a heap)
+    headroom_variants: list[Evaluated] = field(default_factory=list)  # --pareto: the best with less utilization
 
 
 def evaluate(planner: Planner, layout: Layout, finalize: Callable[[Evaluation], SimulationResult]
              ) -> tuple[SimulationResult, Evaluation, str | None]:
     """The full evaluation of one layout, and why it does not fit (None when it keeps the headroom)."""
     ev = Evaluation(planner.sc, planner.profile, layout, planner.base_dir)
+    # the placement and the reshard transfer lists depend on the parallel structure only (not on recompute,
+    # offload, micro-batches or vLLM's knobs): layouts that share it share them, as Evaluation.with_profile does
+    t, r = layout.train, layout.rollout
+    key = (t.engine, t.tp, t.pp, t.ep, t.cp, t.etp, t.moe_tp_extend_ep, t.vpp, t.stage_layers(planner.cfg.num_layers),
+           r.tp, r.dp, r.ep)
+    if key in planner.shared:
+        ev.__dict__.update(planner.shared[key])
+    else:
+        planner.shared[key] = {"cluster": ev.cluster, "placement": ev.placement,
+                               "_reshard": ev.__dict__.setdefault("_reshard", {})}
     result = finalize(ev)
     if result.memory_peak_gb_max > planner.limit_gb:
         over = "HBM" if not result.fits else f"HBM less {planner.headroom:.1%} headroom"
@@ -317,6 +331,24 @@ def evaluate_next(planner: Planner, outcome: PlanOutcome, finalize: Callable[[Ev
     outcome.evaluated.append(done)
     outcome.evaluated.sort(key=lambda e: e.key)
     return done
+
+
+def evaluate_headroom_variants(planner: Planner, outcome: PlanOutcome,
+                               finalize: Callable[[Evaluation], SimulationResult]) -> None:
+    """The best plans with gpu_memory_utilization lowered step by step: more headroom, a smaller KV cache."""
+    need = planner.sc.workload.max_seq_len
+    for best in outcome.evaluated[:HEADROOM_VARIANTS]:
+        ro = best.layout.rollout
+        for k in range(1, HEADROOM_STEPS + 1):
+            util = round(ro.gpu_memory_utilization - k * UTILIZATION_STEP, 2)
+            if util <= 0:
+                break
+            layout = best.layout.model_copy(update={"rollout": ro.model_copy(update={"gpu_memory_utilization": util})})
+            result, ev, unfit = evaluate(planner, layout, finalize)
+            outcome.summary.simulated += 1
+            if unfit or result.kv_cache_tokens_per_device < need:
+                break
+            outcome.headroom_variants.append(Evaluated(risk_key(result, planner.risk), result, ev))
 
 
 def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[], None]] | None = None,
@@ -348,23 +380,23 @@ def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[
     # the bound is below the step time, which is below its p90: nothing left can beat the k-th key
     while heap and (len(ex) < top or heap[0].bound_s < ex[top - 1].key):
         evaluate_next(planner, outcome, finalize)
-    if front:
-        evaluate_front(planner, outcome, finalize)
-    summary.rejected = dict(planner.rejected)
-    summary.wall_s = time.perf_counter() - start
     if not ex:
         outcome.best_unfit = outcome.best_unfit or _closest(planner)
-        return outcome
-    outcome.plan = _plan(planner, ex[:top], summary)
-    outcome.ranked = [e.result for e in ex[:top]]
+    else:
+        outcome.plan = _plan(planner, ex[:top], summary)
+        outcome.ranked = [e.result for e in ex[:top]]
+        if front:
+            evaluate_front(planner, outcome, finalize)
+            evaluate_headroom_variants(planner, outcome, finalize)
+    summary.rejected = dict(planner.rejected)
+    summary.wall_s = time.perf_counter() - start
     return outcome
 
 
 def evaluate_front(planner: Planner, outcome: PlanOutcome, finalize: Callable[[Evaluation], SimulationResult]
                    ) -> None:
     """Evaluate in full the pending pairs on the screen's Pareto front of step-time bound and peak memory
-    (at most FRONT_EVALUATIONS, fastest first), so that a Pareto front has layouts that trade speed for
-    headroom."""
+    (at most FRONT_EVALUATIONS, fastest first): layouts that trade speed for memory or reshard volume."""
     front = [c for c in outcome.pending
              if not any(o.bound_s <= c.bound_s and o.peak_gb <= c.peak_gb and (o.bound_s, o.peak_gb)
                         != (c.bound_s, c.peak_gb) for o in outcome.pending)]
