@@ -135,9 +135,9 @@ def parse_rollout(text: str, knobs: dict[str, object]) -> tuple[RolloutLayout, b
     return RolloutLayout(**fields), "gpu_memory_utilization" in fields
 
 
-def resolve_query(planner: Planner, query: str) -> tuple[Layout, bool]:
-    """The layout of a scenario or plan file, else of a `TRAIN | ROLLOUT` string; True when the planner
-    must still choose the knobs the string leaves open (log-prob micro-batch, utilization)."""
+def resolve_query(planner: Planner, query: str) -> tuple[Layout, bool | None]:
+    """The layout of a scenario or plan file (second value None: nothing left to choose), else of a
+    `TRAINING | ROLLOUT` string (second value: whether the utilization was left open for the planner)."""
     path = Path(query)
     if path.suffix in (".yaml", ".yml", ".json") and path.is_file():
         from twin.plan import load_plan
@@ -146,7 +146,7 @@ def resolve_query(planner: Planner, query: str) -> tuple[Layout, bool]:
         layout = load_plan(path).layout if path.suffix == ".json" else load_scenario(path).layout
         if layout is None:
             raise TwinError(f"--explain: scenario {query} has no layout")
-        return layout, False
+        return layout, None
     if "|" not in query:
         raise TwinError("--explain: give a scenario file or 'TRAINING | ROLLOUT' as the table prints them, e.g. "
                         "'TP2 PP2 EP64x rc-full off:p+g+swap | TP2 DP128 EP128 seqs64 util0.9'")
@@ -159,12 +159,12 @@ def resolve_query(planner: Planner, query: str) -> tuple[Layout, bool]:
     return Layout(train=train, rollout=rollout), not util_given
 
 
-def _choose_knobs(planner: Planner, layout: Layout, util_open: bool) -> tuple[Layout, str | None]:
-    """The knobs the planner would choose for this structure: the largest log-prob micro-batch that keeps
-    the headroom, and the largest utilization that does."""
+def choose_knobs(planner: Planner, layout: Layout, util_open: bool) -> tuple[Layout, str | None]:
+    """The knobs a layout string leaves to the planner, chosen as the search does: the largest log-prob
+    micro-batch that keeps the headroom, and (when open) the largest utilization that does; the second
+    value says why nothing is left for vLLM."""
     from twin.planner import LOG_PROB_MICRO_BATCHES
 
-    train = layout.train
     for micro in LOG_PROB_MICRO_BATCHES:
         train = layout.train.model_copy(update={"log_prob_micro_batch": micro})
         _, parts = planner.train_parts(train)
@@ -186,14 +186,14 @@ def explain_layout(planner: Planner, outcome: PlanOutcome, query: str,
     or memory limit that rejects it."""
     from twin.planner import evaluate, evaluate_next
 
-    layout, open_knobs = resolve_query(planner, query)
+    layout, util_open = resolve_query(planner, query)
     errs = check_layout(layout, planner.cfg, planner.devices, planner.kind, planner.sc.has("directed_reshard"))
     if errs:
         rule = "; ".join(str(e) for e in errs)
         return Explanation(query=query, layout=layout, rejected_by=f"rule {rule}", summary=f"invalid: {rule}")
     reason = None
-    if open_knobs:
-        layout, reason = _choose_knobs(planner, layout, True)
+    if util_open is not None:
+        layout, reason = choose_knobs(planner, layout, util_open)
     if reason is None:
         result, _, unfit = evaluate(planner, layout, finalize)
         reason = f"memory: {unfit}" if unfit else None

@@ -310,9 +310,10 @@ def evaluate(planner: Planner, layout: Layout, finalize: Callable[[Evaluation], 
                                "_reshard": ev.__dict__.setdefault("_reshard", {})}
     result = finalize(ev)
     if result.memory_peak_gb_max > planner.limit_gb:
-        over = "HBM" if not result.fits else f"HBM less {planner.headroom:.1%} headroom"
+        beyond = "" if result.fits else ", more than HBM itself"
         return result, ev, (f"{result.peak_phase} needs {result.memory_peak_gb_max:.1f} GB, over the "
-                            f"{planner.limit_gb:.1f} GB limit ({over}; HBM {planner.hbm_gb:g} GB)")
+                            f"{planner.limit_gb:.1f} GB limit (HBM {planner.hbm_gb:g} GB less {planner.headroom:.1%} "
+                            f"headroom){beyond}")
     return result, ev, None
 
 
