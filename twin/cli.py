@@ -249,6 +249,12 @@ def plan_cmd(
         _write_command_file(output)
         return
     prof = load_profile(profile) if profile else None
+    if explain:  # a malformed query fails before the search
+        from twin.explain import resolve_query
+        from twin.planner import Planner
+
+        resolve_query(Planner(_plan_scenario(scenario, model, card_counts[0] if card_counts else None, cluster), prof,
+                              headroom=headroom), explain)
     searches = [_plan_search(_plan_scenario(scenario, model, n, cluster), prof, top, headroom, risk, pareto)
                 for n in card_counts or [None]]
     planner, outcome = min(searches, key=lambda po: po[1].evaluated[0].key)
