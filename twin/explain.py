@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from twin.evaluate import Evaluation
     from twin.planner import Planner, PlanOutcome
 
-MAX_EXPLAIN_EVALUATIONS = 64  # pairs evaluated in full to place an explained layout; beyond, a rank range
+MAX_EXPLAIN_EVALUATIONS = 48  # pairs evaluated in full to place an explained layout; beyond, a rank range
 _TRAIN_DEGREE = re.compile(r"(TP|PP|CP|SP)(\d+)$")
 _EP = re.compile(r"EP(\d+)(x?)$")
 _ROLLOUT = re.compile(r"(TP|DP|EP|seqs)(\d+)$|util([0-9.]+)$")
