@@ -255,8 +255,17 @@ def plan_cmd(
 
         resolve_query(Planner(_plan_scenario(scenario, model, card_counts[0] if card_counts else None, cluster), prof,
                               headroom=headroom), explain)
-    searches = [_plan_search(_plan_scenario(scenario, model, n, cluster), prof, top, headroom, risk, pareto)
-                for n in card_counts or [None]]
+    searches, unfit = [], []
+    for n in card_counts or [None]:
+        try:
+            sc = _plan_scenario(scenario, model, n, cluster)
+            searches.append(_plan_search(sc, prof, top, headroom, risk, pareto))
+        except TwinError as exc:  # with several card counts, one that fits nothing is reported, not fatal
+            if len(card_counts) < 2:
+                raise
+            unfit.append(str(exc))
+    if not searches:
+        raise TwinError("; ".join(unfit))
     planner, outcome = min(searches, key=lambda po: po[1].evaluated[0].key)
     plan = outcome.plan
     if explain:
@@ -287,6 +296,8 @@ def plan_cmd(
                   f"ranked by {risk}")
     for p, o in searches:
         print_plan_table(o, p.sc, p.devices)
+    for line in unfit:
+        console.print(line, markup=False)
     if plan.explained:
         from twin.explain import print_explanation
 

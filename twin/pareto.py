@@ -54,22 +54,23 @@ def print_front(console: Console, everything: list[ParetoPoint], pts: list[Paret
     costly = len({p.cards for p in everything}) > 1
     table = Table(title=f"Pareto front: {len(pts)} of {len(everything)} layouts evaluated in full are not dominated on "
                         "step time, headroom, reshard volume" + (", card-hours" if costly else ""))
-    for col in ("", "cards", "layout", "step s", "headroom", "reshard GB", "card-h/step"):
-        table.add_column(col, justify="left" if col in ("", "layout") else "right")
+    for col in ("#", "cards", "layout", "step s", "headroom", "reshard GB", "card-h/step"):
+        table.add_column(col, justify="left" if col in ("#", "layout") else "right")
     dominated = [p for p in everything if p.chosen and p not in pts]
-    for p in [*pts, *dominated]:
-        table.add_row("*" if p.chosen else "", str(p.cards), short(p.layout), f"{p.step_s:.1f}",
+    for i, p in enumerate([*pts, *dominated]):
+        label = (str(i + 1) if i < len(pts) else "") + ("*" if p.chosen else "")
+        table.add_row(label, str(p.cards), short(p.layout), f"{p.step_s:.1f}",
                       f"{p.headroom_fraction:.1%}", f"{p.reshard_bytes_total / 1e9:,.0f}",
                       f"{p.card_hours_per_step:.2f}", end_section=p is pts[-1] and bool(dominated))
     console.print(table)
     note = (" (below the line: dominated; the plan is the fastest at the chosen risk with the largest utilization "
             "that keeps the headroom)") if dominated else ""
-    console.print(f"* = the chosen plan{note}")
+    console.print(f"# = the number on the plot; * = the chosen plan{note}")
 
 
 def plot_front(everything: list[ParetoPoint], pts: list[ParetoPoint], path: Path, title: str) -> None:
-    """Step time against headroom, colour = reshard volume; the front joined, the chosen plan starred,
-    dominated layouts grey. One marker shape per card count."""
+    """Step time against headroom, colour = reshard volume; the front numbered as its table, the chosen plan
+    starred, dominated layouts grey. One marker shape per card count."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -91,19 +92,22 @@ def plot_front(everything: list[ParetoPoint], pts: list[ParetoPoint], path: Path
             sc = ax.scatter([p.step_s for p in mine], [p.headroom_fraction * 100 for p in mine],
                             c=[p.reshard_bytes_total / 1e9 for p in mine], cmap="viridis", vmin=0, vmax=vmax,
                             marker=m, s=60, edgecolors="black", label=f"Pareto front ({cards} cards)")
+    for i, p in enumerate(pts):
+        ax.annotate(str(i + 1), (p.step_s, p.headroom_fraction * 100), fontsize=8, xytext=(6, 4),
+                    textcoords="offset points")
     chosen = [p for p in everything if p.chosen]
     if chosen:
         ax.scatter([chosen[0].step_s], [chosen[0].headroom_fraction * 100], marker="*", s=400, facecolors="none",
                    edgecolors="red", linewidths=1.5, label="chosen plan")
         ax.annotate(short(chosen[0].layout), (chosen[0].step_s, chosen[0].headroom_fraction * 100), fontsize=7,
-                    xytext=(8, -14), textcoords="offset points", color="red")
+                    xytext=(10, 10), textcoords="offset points", color="red")
     if sc is not None:
         fig.colorbar(sc, ax=ax, label="reshard volume per step, GB")
     ax.set_xlabel("predicted step time, s (lower is better)")
     ax.set_ylabel("memory headroom in the worst phase, % of HBM (higher is safer)")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="center right")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
