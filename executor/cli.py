@@ -104,11 +104,13 @@ def _real_run(plan_path, plan, spec, target, paths, options) -> None:
         raise fail(f"verl exited with status {status}; log {paths.log}", status)
 
 
+from executor.command_file import command_file  # noqa: E402
 from executor.cpu.assets_command import cpu_assets  # noqa: E402  (typer only at import; the rest lazily)
 from executor.reshard.command import check_reshard  # noqa: E402
 
 app.command("check-reshard")(check_reshard)
 app.command("cpu-assets")(cpu_assets)
+app.command("command-file")(command_file)
 
 
 @app.callback()

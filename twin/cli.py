@@ -14,7 +14,8 @@ from twin.clirun import make_console, run_app
 from twin.errors import TwinError
 
 if TYPE_CHECKING:
-    from twin.planner import PlanOutcome
+    from twin.planner import Planner, PlanOutcome
+    from twin.profile import Profile
     from twin.scenario import Scenario
 
 app = typer.Typer(
@@ -187,7 +188,8 @@ def simulate_cmd(
 @app.command("plan")
 def plan_cmd(
     model: Annotated[str | None, typer.Option("--model", "-m", help="Catalog name or config.json path")] = None,
-    cards: Annotated[int | None, typer.Option("--cards", "-c", help="Cards: 910B on A2, 910C on A3")] = None,
+    cards: Annotated[str | None, typer.Option("--cards", "-c", help="Cards: 910B on A2, 910C on A3; several "
+                                                                    "(64,96,128) to let the count vary")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", help="Cluster kind (default a3) or a cluster YAML "
                                                                   "file")] = None,
     scenario: Annotated[str | None, typer.Option(help="Scenario YAML: workload, optimizations, profile "
@@ -197,17 +199,27 @@ def plan_cmd(
     profile: Annotated[str | None, typer.Option(help="Calibration profile YAML")] = None,
     keep_layout: Annotated[bool, typer.Option(
         "--keep-layout", help="With --scenario: plan its own layout (validate and predict, no search)")] = False,
+    explain: Annotated[str | None, typer.Option(
+        "--explain", help="Why not this layout: 'TRAINING | ROLLOUT' as the table prints them, or a scenario "
+                          "or plan file with a layout")] = None,
+    headroom: Annotated[float | None, typer.Option(
+        "--headroom", min=0.0, max=0.99, help="Fraction of HBM every phase keeps free (default: the profile's "
+                                              "memory uncertainty)")] = None,
+    pareto: Annotated[bool, typer.Option("--pareto", help="Print and plot (PNG beside the plan) the layouts not "
+                                                          "dominated on step time, headroom, reshard volume")] = False,
+    risk: Annotated[str, typer.Option("--risk", help="Rank by p50 (the prediction) or p90 (the upper end of its "
+                                                     "band)")] = "p50",
     as_json: JsonOpt = False,
 ) -> None:
     """Search every valid layout pair, rank those that fit by predicted step time, write plan.json."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from twin.plan import save_plan
-    from twin.planner import Planner, default_scenario, search
     from twin.profile import load_profile
     from twin.report import print_result
     from twin.sim.step import simulated
 
+    if risk not in ("p50", "p90"):
+        raise TwinError(f"--risk {risk!r}: give p50 or p90")
+    card_counts = _card_counts(cards)
     base = None
     if cluster is not None:
         from twin.hardware import resolve_cluster_ref
@@ -226,57 +238,181 @@ def plan_cmd(
             return
         print_result(console, plan.predictions, sc.measured)
         console.print(f"wrote {output}")
+        _write_command_file(output)
         return
-    if scenario is not None:
-        sc, base = load_case(scenario)
-        updates = {"layout": None}
-        if model or cards or cluster:
-            updates["model"] = model or sc.model
-            updates["cluster"] = sc.cluster.model_copy(update={k: v for k, v in (("kind", cluster), ("cards", cards))
-                                                               if v is not None})
-        sc = sc.model_copy(update=updates)
-    else:
+    prof = load_profile(profile) if profile else None
+    if explain:  # a malformed query fails before the search
+        from twin.explain import resolve_query
+        from twin.planner import Planner
+
+        resolve_query(Planner(_plan_scenario(scenario, model, card_counts[0] if card_counts else None, cluster), prof,
+                              headroom=headroom), explain)
+    searches, unfit = [], []
+    for n in card_counts or [None]:
+        try:
+            sc = _plan_scenario(scenario, model, n, cluster)
+            searches.append(_plan_search(sc, prof, top, headroom, risk, pareto))
+        except TwinError as exc:  # with several card counts, one that fits nothing is reported, not fatal
+            if len(card_counts) < 2:
+                raise
+            unfit.append(str(exc))
+    if not searches:
+        raise TwinError("; ".join(unfit))
+    planner, outcome = min(searches, key=lambda po: po[1].evaluated[0].key)
+    plan = outcome.plan
+    if explain:
+        from twin.explain import explain_layout, resolve_query
+
+        layout, _ = resolve_query(planner, explain)
+        where = next(((p, o) for p, o in searches if p.devices == layout.rollout.devices), (planner, outcome))
+        plan = plan.model_copy(update={"explained": explain_layout(*where, explain, simulated)})
+    everything, pts = [], []
+    if pareto:
+        from twin.pareto import front, point
+
+        everything = [point(e.layout, e.result, e.layout == plan.layout and e.result.cards == plan.predictions.cards)
+                      for _, o in searches for e in (*o.evaluated, *o.headroom_variants)]
+        pts = front(everything)
+        plan = plan.model_copy(update={"pareto": pts})
+    save_plan(plan, output)
+    if as_json:
+        sys.stdout.write(plan.model_dump_json(by_alias=True, indent=2) + "\n")
+        return
+    sc = planner.sc
+    wl = sc.workload
+    source = f"scenario {scenario}" if scenario else "the recipes' defaults (C1); pass --scenario to change them"
+    console.print(f"workload from {source}: {wl.algorithm.upper()}, {wl.global_batch} prompts x n={wl.n}, "
+                  f"prompt mean {wl.prompt_len.mean:g} (max {wl.prompt_len.max}), response mean "
+                  f"{wl.response_len.mean:g} (max {wl.response_len.max}); optimizations: {', '.join(sc.optimizations)}")
+    console.print(f"headroom {planner.headroom:.1%} of HBM in every phase ({planner.headroom_source}); "
+                  f"ranked by {risk}")
+    for p, o in searches:
+        print_plan_table(o, p.sc, p.devices)
+    for line in unfit:
+        console.print(line, markup=False)
+    if plan.explained:
+        from twin.explain import print_explanation
+
+        print_explanation(console, plan.explained, plan.layout)
+    if pareto:
+        from twin.pareto import plot_front, print_front
+
+        print_front(console, everything, pts)
+        png = output.with_suffix(".pareto.png")
+        plot_front(everything, pts, png, f"{sc.model} on {', '.join(str(p.sc.cluster.cards) for p, _ in searches)} "
+                                          f"{sc.cluster.kind} cards: Pareto front (risk {risk})")
+        console.print(f"wrote {png}")
+    console.print(f"wrote {output}")
+    _write_command_file(output)
+
+
+def _card_counts(cards: str | None) -> list[int]:
+    """`--cards 128` or `--cards 64,96,128`."""
+    if cards is None:
+        return []
+    try:
+        counts = sorted({int(c) for c in cards.split(",") if c.strip()})
+    except ValueError:
+        raise TwinError(f"--cards {cards!r}: give a card count or several separated by commas") from None
+    if not counts or min(counts) < 1:
+        raise TwinError(f"--cards {cards!r}: card counts must be positive")
+    return counts
+
+
+def _plan_scenario(path: str | None, model: str | None, cards: int | None, cluster: str | None) -> Scenario:
+    """The scenario a search plans: a scenario file without its layout (with the overrides), else the recipes'
+    defaults."""
+    from twin.planner import default_scenario
+
+    if path is None:
         if model is None or cards is None:
             raise TwinError("give --model and --cards, or --scenario")
-        sc = default_scenario(model, cluster or "a3", cards)
-    planner = Planner(sc, load_profile(profile) if profile else None, base_dir=base)
+        return default_scenario(model, cluster or "a3", cards)
+    sc, _ = load_case(path)
+    updates: dict[str, object] = {"layout": None}
+    if model or cards or cluster:
+        updates["model"] = model or sc.model
+        updates["cluster"] = sc.cluster.model_copy(update={k: v for k, v in (("kind", cluster), ("cards", cards))
+                                                           if v is not None})
+    return sc.model_copy(update=updates)
+
+
+def _plan_search(sc: Scenario, profile: Profile | None, top: int, headroom: float | None, risk: str,
+                 front: bool) -> tuple[Planner, PlanOutcome]:
+    """One search with a progress bar; no layout that fits is a one-line error."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from twin.planner import Planner, search
+    from twin.sim.step import simulated
+
+    planner = Planner(sc, profile, headroom=headroom, risk=risk)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=make_console(stderr=True), transient=True) as bar:
         def progress(label: str, total: int):
             task = bar.add_task(label, total=total)
             return lambda: bar.advance(task)
 
-        outcome = search(planner, top, progress, finalize=simulated)
+        outcome = search(planner, top, progress, finalize=simulated, front=front)
     if outcome.plan is None:
         raise TwinError(f"no layout of {planner.cfg.name} fits {sc.cluster.cards} {planner.kind.name} cards "
-                        f"({planner.devices} devices of {planner.hbm_gb:g} GB); closest: {outcome.best_unfit}; "
-                        f"rejected: {dict(outcome.summary.rejected)}")
-    save_plan(outcome.plan, output)
-    if as_json:
-        sys.stdout.write(outcome.plan.model_dump_json(by_alias=True, indent=2) + "\n")
+                        f"({planner.devices} devices of {planner.hbm_gb:g} GB, {planner.headroom:.1%} kept free); "
+                        f"closest: {outcome.best_unfit}; rejected: {dict(outcome.summary.rejected)}")
+    return planner, outcome
+
+
+def _write_command_file(plan_path: Path) -> None:
+    """Beside the plan, the exact command `executor run` will launch, written by the installed executor (the
+    twin never imports it)."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("executor")
+    target = plan_path.with_suffix(".command.sh")
+    if exe is None:
+        console.print("executor is not installed: no command file written")
         return
-    wl = sc.workload
-    source = f"scenario {scenario}" if scenario else "the recipes' defaults (C1); pass --scenario to change them"
-    console.print(f"workload from {source}: {wl.algorithm.upper()}, {wl.global_batch} prompts x n={wl.n}, "
-                  f"prompt mean {wl.prompt_len.mean:g} (max {wl.prompt_len.max}), response mean "
-                  f"{wl.response_len.mean:g} (max {wl.response_len.max}); optimizations: {', '.join(sc.optimizations)}")
-    print_plan_table(outcome, sc, planner.devices)
-    console.print(f"wrote {output}")
+    done = subprocess.run([exe, "command-file", str(plan_path), "-o", str(target)], capture_output=True, text=True,
+                          timeout=300)
+    if done.returncode:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        console.print(f"no command file: {lines[-1] if lines else f'executor exited {done.returncode}'}")
+        return
+    console.print(f"wrote {target} (what `executor run {plan_path}` launches)")
+
+
+def _band(value: float, band: tuple[float, float] | None, fmt: str) -> str:
+    return f"{value:{fmt}} [{band[0]:{fmt}}-{band[1]:{fmt}}]" if band else f"{value:{fmt}} [?]"
 
 
 def print_plan_table(outcome: PlanOutcome, sc: Scenario, devices: int) -> None:
-    """The top-k layouts as a table, with the search summary."""
+    """The top-k layouts with their bands and headroom, which of them #1 cannot be told from, and the search."""
+    from twin.explain import bands_overlap, headroom_fraction, step_band
+
+    plan = outcome.plan
     table = Table(title=f"Best layouts for {sc.model} on {sc.cluster.cards} {sc.cluster.kind} cards "
-                        f"({devices} devices)")
-    for col in ("#", "training", "rollout", "peak GB / HBM", "step s", "TPS/card", "reshard GB"):
+                        f"({devices} devices); \\[lo-hi] = uncertainty band, \\[?] = unknown")
+    for col in ("#", "training", "rollout", "peak GB / HBM", "headroom", "step s", "TPS/card", "reshard GB"):
         table.add_column(col, justify="left" if col in ("training", "rollout") else "right")
+    best = outcome.ranked[0]
+    close = []
     for i, r in enumerate(outcome.ranked):
-        lay = outcome.plan.layout if i == 0 else outcome.plan.runner_ups[i - 1].layout
+        lay = plan.layout if i == 0 else plan.runner_ups[i - 1].layout
         ro = lay.rollout
+        band = step_band(r)
+        tps_band = (r.tps_per_card * r.step_s / band[1], r.tps_per_card * r.step_s / band[0]) if band else None
+        mem = r.uncertainty.memory_peak_gb_max if r.uncertainty else None
+        if i and bands_overlap(r, best):
+            close.append(f"#{i + 1}")
         table.add_row(str(i + 1), lay.train.short(), f"{ro.short()} util{ro.gpu_memory_utilization:g}",
-                      f"{r.memory_peak_gb_max:.1f} / {r.hbm_gb:g} ({r.peak_phase})", f"{r.step_s:.1f}",
-                      f"{r.tps_per_card:.1f}", f"{r.reshard.bytes_total / 1e9:,.1f}")
+                      f"{_band(r.memory_peak_gb_max, mem, '.1f')} / {r.hbm_gb:g} ({r.peak_phase})",
+                      f"{headroom_fraction(r):.1%}", _band(r.step_s, band, ".1f"),
+                      _band(r.tps_per_card, tps_band, ".1f"), f"{r.reshard.bytes_total / 1e9:,.1f}")
     console.print(table)
+    if close:
+        console.print(f"[yellow]{', '.join(close)} overlap the band of #1: which is faster is not known[/]")
+    elif best.uncertainty is None:
+        console.print("bands unknown (the profile has no cross-validated error): differences smaller than the "
+                      "model's error are not known")
     s = outcome.summary
     rejected = ", ".join(f"{k}: {v}" for k, v in sorted(s.rejected.items(), key=lambda kv: -kv[1])) or "none"
     console.print(f"searched {s.train_layouts} training x {s.rollout_layouts} rollout structures, "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,6 +21,7 @@ from twin.results import SimulationResult
 from twin.scenario import Scenario
 
 PLAN_SCHEMA = 1
+Risk = Literal["p50", "p90"]  # the step-time quantile candidates are ranked by
 
 
 class PlanOptimization(BaseModel):
@@ -38,8 +40,25 @@ class PlanOptimization(BaseModel):
         return cls(id=opt_id, enabled=enabled, mechanism=info.mechanism, effect=info.twin_effect)
 
 
+class Versus(BaseModel):
+    """How a layout compares with the chosen plan: its stages beside the plan's, the stage that decides
+    the difference, and whether the two step-time bands overlap (None: a band is unknown)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step_s: float
+    step_band: tuple[float, float] | None = None
+    stages_s: dict[str, float] = {}
+    best_stages_s: dict[str, float] = {}
+    deciding_stage: str | None = None  # the stage that adds most to the difference (None: faster everywhere)
+    deciding_delta_s: float = 0.0
+    band_overlap: bool | None = None
+    headroom_fraction: float  # of HBM, left free in the worst phase
+
+
 class RunnerUp(BaseModel):
-    """A layout that lost, with its predictions and why."""
+    """A layout that lost, with its predictions and why (the optional fields came with the explain work;
+    older plans without them stay valid)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -50,6 +69,37 @@ class RunnerUp(BaseModel):
     memory_peak_gb_max: float
     reshard_bytes_total: int
     why_lost: str
+    cards: int | None = None
+    versus: Versus | None = None
+
+
+class Explanation(BaseModel):
+    """`twin plan --explain`: where a given layout stands in the search, or what rejects it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str  # the layout as given (a table string or a scenario file)
+    layout: Layout | None = None  # with the knobs the planner chose where the query left them open
+    rejected_by: str | None = None  # the rule or memory limit that rejects it
+    rank: int | None = None  # 1 = the plan; rank_upper > rank when not every faster pair was evaluated
+    rank_upper: int | None = None
+    evaluated: int = 0  # layouts evaluated in full to place it
+    versus: Versus | None = None
+    summary: str
+
+
+class ParetoPoint(BaseModel):
+    """A candidate no other beats on every axis: step time, memory headroom, reshard volume (and cost)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    layout: Layout
+    cards: int
+    step_s: float
+    headroom_fraction: float
+    reshard_bytes_total: int
+    card_hours_per_step: float
+    chosen: bool = False
 
 
 class SearchSummary(BaseModel):
@@ -79,6 +129,11 @@ class Plan(BaseModel):
     profile: str
     runner_ups: list[RunnerUp] = []
     search: SearchSummary | None = None
+    headroom_fraction: float | None = None  # of HBM, kept free in every phase by every candidate
+    headroom_source: str | None = None
+    risk: Risk = "p50"
+    explained: Explanation | None = None
+    pareto: list[ParetoPoint] = []
 
     def enabled(self, opt_id: str) -> bool:
         return any(o.id == opt_id and o.enabled for o in self.optimizations)

@@ -6,11 +6,16 @@ every device), so thousands of pairs are screened exactly except for the reshard
 below without its transfer list. The best pairs by that bound are then evaluated in full (exact reshard
 transfer lists; the simulation from the command line), best first, until no unevaluated pair can beat the
 k-th best.
+
+Every candidate keeps a memory headroom (a fraction of HBM, by default the profile's memory uncertainty)
+in every phase, and the ranking uses a quantile of the step-time band (`risk`): p50 the prediction,
+p90 the upper end of its uncertainty band where the result carries one.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -27,11 +32,12 @@ from twin.cost_models.training import TrainCost
 from twin.cost_models.transition import offload_time, reshard_lower_bound
 from twin.errors import TwinError
 from twin.evaluate import Evaluation, reshard_method, sleep_frees_memory
+from twin.explain import risk_key, runner_up
 from twin.layout.enumerate import enumerate_rollout, enumerate_train
 from twin.layout.models import Layout, Offload, Recompute, RolloutLayout, TrainLayout
 from twin.layout.rules import check_pair
 from twin.optimizations import RECIPE_OPTIMIZATIONS
-from twin.plan import Plan, PlanOptimization, RunnerUp, SearchSummary
+from twin.plan import Plan, PlanOptimization, Risk, SearchSummary
 from twin.profile import Profile, resolve_profile
 from twin.results import SimulationResult
 from twin.scenario import ClusterRef, Scenario, Workload
@@ -42,6 +48,27 @@ MAX_NUM_SEQS = (32, 64, 128, 256)
 LOG_PROB_MICRO_BATCHES = (8, 4, 2, 1)
 UTILIZATION_STEP = 0.05
 UTILIZATION_MAX = 0.9
+# The 95th percentile of |error| of a normal error is 1.96 sigma, and its mean |error| is sigma x sqrt(2/pi):
+# a mean absolute relative error times this factor is the headroom that covers 95 % of the cases.
+P95_OF_MEAN_ABS = 1.96 / (2 / math.pi) ** 0.5
+FRONT_EVALUATIONS = 16  # screen-level Pareto candidates evaluated in full for --pareto
+HEADROOM_VARIANTS = 3  # --pareto: the best plans re-evaluated with less gpu_memory_utilization ...
+HEADROOM_STEPS = 4  # ... by up to this many steps, to show what more headroom costs
+
+
+def default_headroom(profile: Profile) -> tuple[float, str]:
+    """The fraction of HBM every phase keeps free, and where it comes from: the profile's cross-validated
+    memory error when it has one, else its sourced `memory_headroom_fraction`."""
+    cv = profile.cross_validation
+    if cv is not None and cv.memory_rel_error:
+        return (min(0.5, cv.memory_rel_error * P95_OF_MEAN_ABS),
+                f"{profile.id}: leave-one-case-out memory error {cv.memory_rel_error:.1%} "
+                f"x {P95_OF_MEAN_ABS:.2f} (p95)")
+    param = profile.params.get("memory_headroom_fraction")
+    if param is None:
+        raise TwinError(f"profile {profile.id} has neither a cross-validated memory error nor "
+                        "memory_headroom_fraction; pass --headroom")
+    return param.value, f"profile {profile.id}: memory_headroom_fraction, sourced there"
 
 
 def default_scenario(model: str, kind: str, cards: int) -> Scenario:
@@ -88,12 +115,14 @@ class Candidate:
     train: TrainSide = field(compare=False)
     rollout: RolloutSide = field(compare=False)
     utilization: float = field(compare=False)
+    peak_gb: float = field(default=0.0, compare=False)  # the screen's worst phase (reshard buffers aside)
 
 
 class Planner:
     """Searches the layouts of one scenario's model on its cluster."""
 
-    def __init__(self, scenario: Scenario, profile: Profile | None = None, base_dir: Path | None = None) -> None:
+    def __init__(self, scenario: Scenario, profile: Profile | None = None, base_dir: Path | None = None,
+                 headroom: float | None = None, risk: Risk = "p50") -> None:
         self.sc = scenario
         self.kind: ClusterKind = cluster_kind(scenario.cluster.kind, base_dir)
         self.cfg: ModelConfig = load_config(scenario.model)
@@ -104,20 +133,30 @@ class Planner:
         self.hbm_gb = self.kind.device_spec.hbm_gb.value
         self.rejected: Counter[str] = Counter()
         self.base_dir = base_dir
+        self.headroom, self.headroom_source = ((headroom, "--headroom") if headroom is not None
+                                               else default_headroom(self.profile))
+        if not 0 <= self.headroom < 1:
+            raise TwinError(f"headroom {self.headroom} is not a fraction of HBM in [0, 1)")
+        self.limit_gb = self.hbm_gb * (1 - self.headroom)  # what every phase may use
+        self.risk: Risk = risk
+        self.shared: dict[tuple, dict] = {}  # parallel structure -> placement and reshard lists (knobs aside)
 
     # ---- the training side -------------------------------------------------------------------------
+    def train_parts(self, lay: TrainLayout) -> tuple[TrainMemory, dict[str, float]]:
+        """The training side's memory model and its worst stage's GB in each phase."""
+        tm = TrainMemory(self.inv, lay, self.devices, self.sc, self.profile)
+        per_stage = [train_parts(tm, s) for s in range(tm.n_stages)]
+        return tm, {phase: max(p[phase].total for p in per_stage) for phase in per_stage[0]}
+
     def _train_side(self, lay: TrainLayout) -> TrainSide | None:
         for micro in LOG_PROB_MICRO_BATCHES:
-            cand = lay.model_copy(update={"log_prob_micro_batch": micro})
-            tm = TrainMemory(self.inv, cand, self.devices, self.sc, self.profile)
-            per_stage = [train_parts(tm, s) for s in range(tm.n_stages)]
-            parts = {phase: max(p[phase].total for p in per_stage) for phase in per_stage[0]}
-            if parts["update"] > self.hbm_gb:
-                self.rejected["training: update_actor exceeds HBM"] += 1
+            tm, parts = self.train_parts(lay.model_copy(update={"log_prob_micro_batch": micro}))
+            if parts["update"] > self.limit_gb:
+                self.rejected["training: update_actor exceeds HBM less headroom"] += 1
                 return None
-            if parts["log_prob"] <= self.hbm_gb:
-                return TrainSide(cand, tm, parts, self._train_seconds(tm))
-        self.rejected["training: log-prob pass exceeds HBM"] += 1
+            if parts["log_prob"] <= self.limit_gb:
+                return TrainSide(tm.lay, tm, parts, self._train_seconds(tm))
+        self.rejected["training: log-prob pass exceeds HBM less headroom"] += 1
         return None
 
     def _train_seconds(self, tm: TrainMemory) -> float:
@@ -142,13 +181,7 @@ class Planner:
     # ---- the rollout side --------------------------------------------------------------------------
     def rollout_sides(self) -> tuple[list[RolloutSide], int]:
         wl = self.sc.workload
-        chunked = self.sc.has("chunked_prefill")
-        knobs = {
-            "graph_mode": self.sc.has("graph_mode"),
-            "enable_chunked_prefill": chunked,
-            "max_num_batched_tokens": 1024 if chunked else max(8192, wl.max_seq_len),
-        }
-        structures = list(enumerate_rollout(self.cfg, self.devices, self.kind, **knobs))
+        structures = list(enumerate_rollout(self.cfg, self.devices, self.kind, **self.rollout_knobs()))
         sides = []
         for lay in structures:
             per_replica = wl.responses / lay.dp
@@ -158,10 +191,18 @@ class Planner:
                 if seqs in seen:
                     continue
                 seen.add(seqs)
-                cand = lay.model_copy(update={"max_num_seqs": seqs})
-                rm = RolloutMemory(self.inv, cand, self.profile, self.hbm_gb)
-                sides.append(RolloutSide(cand, rm, RolloutCost(self.inv, self.sc, self.cluster, self.profile, rm)))
+                sides.append(self.rollout_side(lay.model_copy(update={"max_num_seqs": seqs})))
         return sides, len(structures)
+
+    def rollout_knobs(self) -> dict[str, object]:
+        """The rollout settings the scenario's optimizations fix (not searched)."""
+        chunked = self.sc.has("chunked_prefill")
+        return {"graph_mode": self.sc.has("graph_mode"), "enable_chunked_prefill": chunked,
+                "max_num_batched_tokens": 1024 if chunked else max(8192, self.sc.workload.max_seq_len)}
+
+    def rollout_side(self, lay: RolloutLayout) -> RolloutSide:
+        rm = RolloutMemory(self.inv, lay, self.profile, self.hbm_gb)
+        return RolloutSide(lay, rm, RolloutCost(self.inv, self.sc, self.cluster, self.profile, rm))
 
     def rollout_seconds(self, side: RolloutSide, util: float) -> float:
         if util not in side.times:
@@ -169,11 +210,15 @@ class Planner:
         return side.times[util]
 
     # ---- pairing -----------------------------------------------------------------------------------
+    def utilization(self, train_rollout_gb: float) -> float:
+        """The largest gpu_memory_utilization (in steps, at most the cap) that keeps the headroom in the
+        rollout phase: vLLM takes utilization x HBM beside what training leaves on the device."""
+        room = (self.limit_gb - train_rollout_gb) / self.hbm_gb
+        return round(min(UTILIZATION_MAX, int(room / UTILIZATION_STEP + 1e-9) * UTILIZATION_STEP), 2)
+
     def pair(self, t: TrainSide, r: RolloutSide, index: int) -> Candidate | None:
         """Screen one pair: choose gpu_memory_utilization, check every phase, bound the step time."""
-        room = (self.hbm_gb - t.parts["rollout"]) / self.hbm_gb
-        util = min(UTILIZATION_MAX, int(room / UTILIZATION_STEP + 1e-9) * UTILIZATION_STEP)
-        util = round(util, 2)
+        util = self.utilization(t.parts["rollout"])
         if util <= 0:
             self.rejected["rollout: no memory left for vLLM"] += 1
             return None
@@ -188,15 +233,16 @@ class Planner:
         rm_u = RolloutMemory(self.inv, lay, self.profile, self.hbm_gb)
         add = rollout_parts(self.sc, rm_u, 0.0, sleep_frees_memory(self.sc))
         for phase in ("update", "log_prob", "transition"):
-            if t.parts[phase] + add[phase].total > self.hbm_gb:
-                self.rejected[f"pair: {phase} exceeds HBM"] += 1
+            if t.parts[phase] + add[phase].total > self.limit_gb:
+                self.rejected[f"pair: {phase} exceeds HBM less headroom"] += 1
                 return None
+        peak = max(t.parts[phase] + add[phase].total for phase in add)
         pf = self.profile
         fixed = sum(driver_seconds(self.sc, pf).values())
         bound = (t.seconds + self.rollout_seconds(r, util) + fixed
                  + offload_time(t.memory, rm_u, self.sc, self.cluster, pf)
                  + reshard_lower_bound(t.memory, rm_u, reshard_method(self.sc), self.cluster, pf))
-        return Candidate(bound, index, t, RolloutSide(lay, rm_u, r.cost, r.times), util)
+        return Candidate(bound, index, t, RolloutSide(lay, rm_u, r.cost, r.times), util, peak)
 
 
 def _pareto(sides: list[TrainSide]) -> list[TrainSide]:
@@ -215,16 +261,91 @@ def _pareto(sides: list[TrainSide]) -> list[TrainSide]:
 
 
 @dataclass
+class Evaluated:
+    """A candidate evaluated in full that keeps the headroom, with its ranking key."""
+
+    key: float
+    result: SimulationResult
+    evaluation: Evaluation
+
+    @property
+    def layout(self) -> Layout:
+        return self.evaluation.layout
+
+
+@dataclass
 class PlanOutcome:
     plan: Plan | None
     ranked: list[SimulationResult]
     best_unfit: str | None
     summary: SearchSummary
+    evaluated: list[Evaluated] = field(default_factory=list)  # every fitting full evaluation, best first
+    pending: list[Candidate] = field(default_factory=list)  # screened pairs never evaluated in full (a heap)
+    headroom_variants: list[Evaluated] = field(default_factory=list)  # --pareto: the best with less utilization
+
+
+def evaluate(planner: Planner, layout: Layout, finalize: Callable[[Evaluation], SimulationResult]
+             ) -> tuple[SimulationResult, Evaluation, str | None]:
+    """The full evaluation of one layout, and why it does not fit (None when it keeps the headroom)."""
+    ev = Evaluation(planner.sc, planner.profile, layout, planner.base_dir)
+    # the placement and the reshard transfer lists depend on the parallel structure only (not on recompute,
+    # offload, micro-batches or vLLM's knobs): layouts that share it share them, as Evaluation.with_profile does
+    t, r = layout.train, layout.rollout
+    key = (t.engine, t.tp, t.pp, t.ep, t.cp, t.etp, t.moe_tp_extend_ep, t.vpp, t.stage_layers(planner.cfg.num_layers),
+           r.tp, r.dp, r.ep)
+    if key in planner.shared:
+        ev.__dict__.update(planner.shared[key])
+    else:
+        planner.shared[key] = {"cluster": ev.cluster, "placement": ev.placement,
+                               "_reshard": ev.__dict__.setdefault("_reshard", {})}
+    result = finalize(ev)
+    if result.memory_peak_gb_max > planner.limit_gb:
+        beyond = "" if result.fits else ", more than HBM itself"
+        return result, ev, (f"{result.peak_phase} needs {result.memory_peak_gb_max:.1f} GB, over the "
+                            f"{planner.limit_gb:.1f} GB limit (HBM {planner.hbm_gb:g} GB less {planner.headroom:.1%} "
+                            f"headroom){beyond}")
+    return result, ev, None
+
+
+def evaluate_next(planner: Planner, outcome: PlanOutcome, finalize: Callable[[Evaluation], SimulationResult]
+                  ) -> Evaluated | None:
+    """Pop the pending pair with the lowest bound and evaluate it in full (None when it does not fit)."""
+    cand = heapq.heappop(outcome.pending)
+    layout = Layout(train=cand.train.layout, rollout=cand.rollout.layout)
+    result, ev, unfit = evaluate(planner, layout, finalize)
+    outcome.summary.simulated += 1
+    if unfit:
+        planner.rejected["pair: exceeds HBM less headroom with the exact reshard buffers"] += 1
+        outcome.best_unfit = outcome.best_unfit or unfit
+        return None
+    done = Evaluated(risk_key(result, planner.risk), result, ev)
+    outcome.evaluated.append(done)
+    outcome.evaluated.sort(key=lambda e: e.key)
+    return done
+
+
+def evaluate_headroom_variants(planner: Planner, outcome: PlanOutcome,
+                               finalize: Callable[[Evaluation], SimulationResult]) -> None:
+    """The best plans with gpu_memory_utilization lowered step by step: more headroom, a smaller KV cache."""
+    need = planner.sc.workload.max_seq_len
+    for best in outcome.evaluated[:HEADROOM_VARIANTS]:
+        ro = best.layout.rollout
+        for k in range(1, HEADROOM_STEPS + 1):
+            util = round(ro.gpu_memory_utilization - k * UTILIZATION_STEP, 2)
+            if util <= 0:
+                break
+            layout = best.layout.model_copy(update={"rollout": ro.model_copy(update={"gpu_memory_utilization": util})})
+            result, ev, unfit = evaluate(planner, layout, finalize)
+            outcome.summary.simulated += 1
+            if unfit or result.kv_cache_tokens_per_device < need:
+                break
+            outcome.headroom_variants.append(Evaluated(risk_key(result, planner.risk), result, ev))
 
 
 def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[], None]] | None = None,
-           finalize: Callable[[Evaluation], SimulationResult] | None = None) -> PlanOutcome:
-    """Screen every pair, then evaluate the best in full until none left can beat the k-th best."""
+           finalize: Callable[[Evaluation], SimulationResult] | None = None, front: bool = False) -> PlanOutcome:
+    """Screen every pair, then evaluate the best in full until none left can beat the k-th best (and, with
+    `front`, the screen's step-time/memory Pareto front too)."""
     start = time.perf_counter()
     structures = planner.train_structures()
     tick = progress("training layouts", len(structures)) if progress else None
@@ -242,39 +363,55 @@ def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[
             if tick:
                 tick()
     heapq.heapify(heap)
-    fitting = len(heap)
-    exact: list[tuple[float, SimulationResult, Evaluation]] = []
-    finalize = finalize or (lambda ev: ev.analytical(alternatives=False))
-    best_unfit: str | None = None
-    while heap and (len(exact) < top or heap[0].bound_s < exact[top - 1][0]):
-        cand = heapq.heappop(heap)
-        layout = Layout(train=cand.train.layout, rollout=cand.rollout.layout)
-        ev = Evaluation(planner.sc, planner.profile, layout, planner.base_dir)
-        result = finalize(ev)
-        if not result.fits:
-            planner.rejected["pair: exceeds HBM with the exact reshard buffers"] += 1
-            best_unfit = best_unfit or f"{result.memory_peak_gb_max:.1f} GB in {result.peak_phase}"
-            continue
-        exact.append((result.step_s, result, ev))
-        exact.sort(key=lambda e: e[0])
     summary = SearchSummary(train_layouts=n_train, rollout_layouts=n_rollout, pairs_evaluated=evaluated,
-                            pairs_fitting=fitting, rejected=dict(planner.rejected), simulated=len(exact),
-                            wall_s=time.perf_counter() - start)
-    if not exact:
-        return PlanOutcome(None, [], best_unfit or _closest(planner), summary)
-    ranked = exact[:top]
-    _, winner, ev = ranked[0]
-    runner_ups = [RunnerUp(rank=i + 2, layout=e.layout, step_s=r.step_s, tps_per_card=r.tps_per_card,
-                           memory_peak_gb_max=r.memory_peak_gb_max, reshard_bytes_total=r.reshard.bytes_total,
-                           why_lost=_why_lost(r, winner))
-                  for i, (_, r, e) in enumerate(ranked[1:])]
+                            pairs_fitting=len(heap), rejected={}, wall_s=0.0)
+    outcome = PlanOutcome(None, [], None, summary, pending=heap)
+    finalize = finalize or (lambda ev: ev.analytical(alternatives=False))
+    ex = outcome.evaluated
+    # the bound is below the step time, which is below its p90: nothing left can beat the k-th key
+    while heap and (len(ex) < top or heap[0].bound_s < ex[top - 1].key):
+        evaluate_next(planner, outcome, finalize)
+    if not ex:
+        outcome.best_unfit = outcome.best_unfit or _closest(planner)
+    else:
+        outcome.plan = _plan(planner, ex[:top], summary)
+        outcome.ranked = [e.result for e in ex[:top]]
+        if front:
+            evaluate_front(planner, outcome, finalize)
+            evaluate_headroom_variants(planner, outcome, finalize)
+    summary.rejected = dict(planner.rejected)
+    summary.wall_s = time.perf_counter() - start
+    return outcome
+
+
+def evaluate_front(planner: Planner, outcome: PlanOutcome, finalize: Callable[[Evaluation], SimulationResult]
+                   ) -> None:
+    """Evaluate in full the pending pairs on the screen's Pareto front of step-time bound and peak memory
+    (at most FRONT_EVALUATIONS, fastest first): layouts that trade speed for memory or reshard volume."""
+    front = [c for c in outcome.pending
+             if not any(o.bound_s <= c.bound_s and o.peak_gb <= c.peak_gb and (o.bound_s, o.peak_gb)
+                        != (c.bound_s, c.peak_gb) for o in outcome.pending)]
+    chosen = {id(c) for c in sorted(front)[:FRONT_EVALUATIONS]}
+    rest = [c for c in outcome.pending if id(c) not in chosen]
+    outcome.pending[:] = [c for c in outcome.pending if id(c) in chosen]
+    heapq.heapify(outcome.pending)
+    while outcome.pending:
+        evaluate_next(planner, outcome, finalize)
+    outcome.pending[:] = rest
+    heapq.heapify(outcome.pending)
+
+
+def _plan(planner: Planner, ranked: list[Evaluated], summary: SearchSummary) -> Plan:
+    winner, ev = ranked[0].result, ranked[0].evaluation
+    runner_ups = [runner_up(i + 2, e.layout, e.result, winner, planner.sc.cluster.cards, planner.risk)
+                  for i, e in enumerate(ranked[1:])]
     layout = ev.layout
     scenario = planner.sc.model_copy(update={"layout": layout})
     predictions = winner.model_copy(update={"reshard": ev.reshard_result(alternatives=True)})
-    plan = Plan(scenario=scenario, layout=layout,
+    return Plan(scenario=scenario, layout=layout,
                 optimizations=[PlanOptimization.of(o, True) for o in planner.sc.optimizations],
-                predictions=predictions, profile=planner.profile.id, runner_ups=runner_ups, search=summary)
-    return PlanOutcome(plan, [r for _, r, _ in ranked], None, summary)
+                predictions=predictions, profile=planner.profile.id, runner_ups=runner_ups, search=summary,
+                headroom_fraction=planner.headroom, headroom_source=planner.headroom_source, risk=planner.risk)
 
 
 def fixed_plan(scenario: Scenario, profile: Profile | None = None, base_dir: Path | None = None,
@@ -288,14 +425,6 @@ def fixed_plan(scenario: Scenario, profile: Profile | None = None, base_dir: Pat
     return Plan(scenario=scenario, layout=scenario.layout,
                 optimizations=[PlanOptimization.of(o, True) for o in scenario.optimizations],
                 predictions=predictions, profile=ev.profile.id)
-
-
-def _why_lost(r: SimulationResult, winner: SimulationResult) -> str:
-    slower = (r.step_s - winner.step_s) / winner.step_s * 100
-    worst = max(r.stages_s, key=lambda k: r.stages_s[k] - winner.stages_s.get(k, 0.0))
-    delta = r.stages_s[worst] - winner.stages_s.get(worst, 0.0)
-    return (f"step {slower:.1f} % slower ({r.step_s:.0f} s vs {winner.step_s:.0f} s); "
-            f"most of it in {worst} (+{delta:.0f} s)")
 
 
 def _closest(planner: Planner) -> str:

@@ -1,0 +1,59 @@
+"""`executor command-file PLAN.json -o FILE`: the exact launch `executor run` builds, as a shell script to read
+or diff before starting (the Hydra overrides one per line, the environment one export per line).
+
+`twin plan -o plan.json` calls this command (the twin never imports the executor) and writes the script
+beside the plan. The script is what `executor run PLAN --workdir WORKDIR` launches on this host: the same
+build, without the checks a real start adds (installed verl's config validation, preflight, hardware).
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from executor.spec import LaunchSpec
+
+
+def render(spec: LaunchSpec, plan_path: Path, workdir: Path) -> str:
+    """The launch as a bash script: cd to the work directory, export the environment, exec verl."""
+    exe, *args = spec.command
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# What `executor run {plan_path} --workdir {workdir}` launches on this host, written by",
+        "# `executor command-file` (twin plan calls it). executor run also validates the overrides against the",
+        "# installed verl and runs its preflight checks before it starts this.",
+        "set -euo pipefail",
+        f"mkdir -p {shlex.quote(str(workdir))}",
+        f"cd {shlex.quote(str(workdir))}",
+        *(f"export {key}={shlex.quote(value)}" for key, value in sorted(spec.env.items())),
+        f"exec {shlex.quote(exe)} \\",
+    ]
+    lines += [f"  {shlex.quote(arg)}" + (" \\" if i < len(args) - 1 else "") for i, arg in enumerate(args)]
+    return "\n".join(lines) + "\n"
+
+
+def command_file(
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN.json", help="plan written by `twin plan`")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="where to write the script")],
+    workdir: Annotated[Path | None, typer.Option(help="run directory (default runs/<scenario name>)")] = None,
+    model_path: Annotated[str | None, typer.Option(help="HuggingFace checkpoint directory")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="directory with train.parquet and test.parquet")] = None,
+    steps: Annotated[int | None, typer.Option(min=1, help="trainer.total_training_steps")] = None,
+) -> None:
+    """Write the exact command and environment `executor run PLAN.json` will launch, to read or diff first."""
+    from executor.npu_opt.host import HostEnv
+    from executor.options import LaunchOptions
+    from executor.targets import target_for
+    from twin.fileio import write_atomic
+    from twin.plan import load_plan
+
+    plan = load_plan(plan_path)
+    workdir = (workdir or Path("runs") / plan.scenario.name).resolve()
+    options = LaunchOptions(workdir=workdir, model_path=model_path, data_dir=data_dir.resolve() if data_dir else None,
+                            steps=steps)
+    spec = target_for(plan.scenario.cluster.kind).build(plan, options, HostEnv())
+    write_atomic(output, render(spec, plan_path, workdir))
+    output.chmod(0o755)

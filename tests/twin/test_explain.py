@@ -1,0 +1,118 @@
+"""`twin plan --explain`: a layout placed in the search (rank, stages beside the plan's, the deciding stage),
+or the rule or memory limit that rejects it."""
+
+from pathlib import Path
+
+import pytest
+
+from twin.errors import TwinError
+from twin.evaluate import Evaluation
+from twin.explain import explain_layout, parse_rollout, parse_train, resolve_query, short
+from twin.planner import Planner, default_scenario, search
+from twin.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def analytical(ev):
+    return ev.analytical(alternatives=False)
+
+
+@pytest.fixture
+def planned():
+    planner = Planner(default_scenario("qwen2.5-7b", "a3", 8))  # 16 dies: plans in about a second
+    return planner, search(planner, 3)
+
+
+def test_table_strings_read_back_to_the_same_layout(planned):
+    planner, outcome = planned
+    for e in outcome.evaluated:
+        layout, util_open = resolve_query(planner, short(e.layout))
+        assert util_open is False
+        assert layout.rollout == e.layout.rollout
+        assert layout.train == e.layout.train.model_copy(update={"log_prob_micro_batch": 1})
+
+
+def test_a_runner_up_gets_its_rank_and_the_stage_that_decides(planned):
+    planner, outcome = planned
+    best, second = outcome.evaluated[0], outcome.evaluated[1]
+    ex = explain_layout(planner, outcome, short(second.layout), analytical)
+    assert ex.rejected_by is None and ex.layout == second.layout
+    assert (ex.rank, ex.rank_upper) == (2, None)
+    delta = {k: second.result.stages_s[k] - best.result.stages_s[k] for k in best.result.stages_s}
+    stage = max(delta, key=delta.get)
+    assert ex.versus.deciding_stage == stage and ex.versus.deciding_delta_s == pytest.approx(delta[stage])
+    assert ex.versus.stages_s == second.result.stages_s and ex.versus.best_stages_s == best.result.stages_s
+    assert ex.summary.startswith("rank 2 of") and f"most of it in {stage}" in ex.summary
+    assert ex.versus.band_overlap is None  # the embedded profile carries no band yet: unknown, said so
+    assert "band unknown" in ex.summary
+
+
+def test_the_plan_itself_is_rank_one(planned):
+    planner, outcome = planned
+    ex = explain_layout(planner, outcome, short(outcome.plan.layout), analytical)
+    assert ex.rank == 1 and ex.versus.deciding_stage is None and ex.versus.deciding_delta_s == 0
+
+
+def test_open_utilization_is_chosen_as_the_search_does(planned):
+    planner, outcome = planned
+    lay = outcome.plan.layout
+    ex = explain_layout(planner, outcome, f"{lay.train.short()} | {lay.rollout.short()}", analytical)
+    assert ex.layout == lay and ex.rank == 1
+
+
+def test_an_invalid_layout_names_the_rule(planned):
+    planner, outcome = planned
+    ex = explain_layout(planner, outcome, "TP8 PP1 | TP2 DP8 seqs64", analytical)
+    assert ex.rank is None and ex.rejected_by == ("rule attention heads divisible by TP: 28 heads % TP8 != 0; KV heads "
+                                                  "divisible by TP (Megatron num_query_groups): 4 KV heads % TP8 != 0")
+    ex = explain_layout(planner, outcome, "TP3 PP1 | TP2 DP8 seqs64", analytical)
+    assert "devices = TP x PP x CP x DP: 16 devices are not divisible by TP3 x PP1 x CP1 = 3" in ex.rejected_by
+
+
+def test_a_layout_over_the_memory_limit_names_the_phase_and_the_limit(planned):
+    planner, outcome = planned
+    ex = explain_layout(planner, outcome, "FSDP SP4 off:p+g+o | TP1 DP16 seqs256 util0.95", analytical)
+    assert ex.rank is None
+    assert ex.rejected_by.startswith("memory: rollout needs")
+    assert ex.rejected_by.endswith(f"over the {64 * (1 - 0.074):.1f} GB limit (HBM 64 GB less 7.4% headroom), "
+                                   "more than HBM itself")
+
+
+def test_a_scenario_file_is_explained_with_its_own_layout():
+    path = ROOT / "scenarios" / "c5-qwen25-7b-a3-16dies.yaml"
+    sc = load_scenario(path)
+    planner = Planner(sc.model_copy(update={"layout": None}))
+    outcome = search(planner, 2)
+    ex = explain_layout(planner, outcome, str(path), analytical)
+    own = Evaluation(sc).analytical(alternatives=False)
+    best = outcome.evaluated[0].result
+    assert ex.layout == sc.layout and ex.versus.step_s == own.step_s
+    faster = sum(1 for e in outcome.evaluated if e.result.step_s < own.step_s)
+    unknown = sum(1 for c in outcome.pending if c.bound_s < own.step_s)
+    assert ex.rank == faster + 1 > 1 and ex.rank_upper == (ex.rank + unknown if unknown else None)
+    delta = {k: own.stages_s[k] - best.stages_s[k] for k in own.stages_s}
+    assert ex.versus.deciding_stage == max(delta, key=delta.get)
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("TP2 XX3 | TP2 DP8", "training token 'XX3'"),
+    ("TP2 PP1 | TP2 DP8 util", "rollout token 'util'"),
+    ("TP2 PP1", "give a scenario file or 'TRAINING | ROLLOUT'"),
+    ("TP2 PP1 | TP2 DP8 util1.5", "gpu_memory_utilization"),
+])
+def test_bad_queries_are_one_clear_error(text, fragment):
+    planner = Planner(default_scenario("qwen2.5-7b", "a3", 8))
+    with pytest.raises(TwinError, match=fragment.replace("|", r"\|")):
+        resolve_query(planner, text)
+
+
+def test_parse_tokens():
+    t = parse_train("TP4 PP8 EP8x CP2 rc-full off:p+g+swap")
+    assert (t.tp, t.pp, t.ep, t.cp, t.moe_tp_extend_ep) == (4, 8, 8, 2, True)
+    assert t.recompute.granularity == "full" and t.recompute.layers == 1
+    assert (t.offload.param, t.offload.grad, t.offload.optimizer) == (True, True, "swap")
+    f = parse_train("FSDP SP4 off:p+g+o")
+    assert (f.engine, f.cp, f.offload.optimizer) == ("fsdp", 4, "offload")
+    r, given = parse_rollout("TP2 DP128 EP256 seqs64 util0.8", {"graph_mode": True})
+    assert (r.tp, r.dp, r.ep, r.max_num_seqs, r.gpu_memory_utilization, given) == (2, 128, 256, 64, 0.8, True)

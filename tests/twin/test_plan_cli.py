@@ -1,0 +1,57 @@
+"""`twin plan` as a user runs it with the explain, headroom and risk options, and the command file it
+writes beside the plan through the installed executor."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from twin import cli
+from twin.plan import plan_json_schema
+
+
+def twin(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "twin", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+@pytest.mark.skipif(shutil.which("executor") is None, reason="the executor console script is not installed")
+def test_plan_explains_and_writes_the_command_beside_it(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    out = twin("plan", "--model", "qwen2.5-7b", "--cards", "8", "--top", "2", "--headroom", "0.1", "-o", "p/plan.json",
+               "--explain", "TP8 PP1 | TP2 DP8 seqs64", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "headroom 10.0% of HBM in every phase (--headroom); ranked by p50" in out.stdout
+    assert "invalid: attention heads divisible by TP: 28 heads % TP8 != 0" in out.stdout
+    plan = json.loads((tmp_path / "p" / "plan.json").read_text())
+    jsonschema.validate(plan, plan_json_schema())
+    assert plan["headroom_fraction"] == 0.1 and plan["predictions"]["memory_peak_gb_max"] <= 64 * 0.9
+    assert plan["explained"]["rejected_by"].startswith("rule attention heads divisible by TP")
+    assert plan["runner_ups"][0]["versus"]["stages_s"] and plan["runner_ups"][0]["why_lost"]
+    command = (tmp_path / "p" / "plan.command.sh").read_text()
+    util = plan["layout"]["rollout"]["gpu_memory_utilization"]
+    assert "verl.trainer.main_ppo" in command
+    assert f"actor_rollout_ref.rollout.gpu_memory_utilization={util:g}" in command
+    assert "export HCCL_BUFFSIZE=300" in command
+    assert "wrote p/plan.command.sh" in out.stdout
+
+
+def test_without_executor_the_command_file_is_skipped_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    cli._write_command_file(tmp_path / "plan.json")
+    assert capsys.readouterr().out == "executor is not installed: no command file written\n"
+    assert not (tmp_path / "plan.command.sh").exists()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--risk", "p70"), "--risk 'p70': give p50 or p90"),
+    (("--cards", "8,x"), "give a card count or several separated by commas"),
+    (("--explain", "TP2 PP1"), "give a scenario file or 'TRAINING | ROLLOUT'"),
+])
+def test_bad_options_get_one_line(tmp_path, args, fragment):
+    base = ["plan", "--model", "qwen2.5-7b", "-o", "plan.json"]
+    out = twin(*base, *(args if "--cards" in args else ("--cards", "8", *args)), cwd=tmp_path)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and fragment in out.stderr

@@ -1,0 +1,247 @@
+"""Why not this layout: place a layout in the planner's search, or name what rejects it.
+
+Also the comparisons the plan records for every runner-up: the step-time quantile candidates are ranked
+by (`--risk`), whether two predictions' uncertainty bands overlap (then the ranking between them is not
+known), and the stage that decides the difference.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+from twin.errors import TwinError
+from twin.layout.models import Layout, Offload, Recompute, RolloutLayout, TrainLayout
+from twin.layout.rules import check_layout
+from twin.plan import Explanation, Risk, RunnerUp, Versus
+from twin.results import SimulationResult
+
+if TYPE_CHECKING:
+    from twin.evaluate import Evaluation
+    from twin.planner import Planner, PlanOutcome
+
+MAX_EXPLAIN_EVALUATIONS = 48  # pairs evaluated in full to place an explained layout; beyond, a rank range
+_TRAIN_DEGREE = re.compile(r"(TP|PP|CP|SP)(\d+)$")
+_EP = re.compile(r"EP(\d+)(x?)$")
+_ROLLOUT = re.compile(r"(TP|DP|EP|seqs)(\d+)$|util([0-9.]+)$")
+
+
+# ---- bands and ranking ------------------------------------------------------------------------------
+def step_band(r: SimulationResult) -> tuple[float, float] | None:
+    """The step-time band of a prediction, None when it carries none (unknown)."""
+    return tuple(r.uncertainty.step_s) if r.uncertainty is not None else None
+
+
+def risk_key(r: SimulationResult, risk: Risk) -> float:
+    """What candidates are ranked by: p50 the prediction, p90 the upper end of its band (the prediction
+    itself when the band is unknown)."""
+    band = step_band(r)
+    return max(r.step_s, band[1]) if risk == "p90" and band is not None else r.step_s
+
+
+def bands_overlap(a: SimulationResult, b: SimulationResult) -> bool | None:
+    """Whether the step-time bands overlap (the order of the two is then not known); None if one is unknown."""
+    ba, bb = step_band(a), step_band(b)
+    if ba is None or bb is None:
+        return None
+    return ba[0] <= bb[1] and bb[0] <= ba[1]
+
+
+def headroom_fraction(r: SimulationResult) -> float:
+    """The fraction of HBM the worst phase leaves free."""
+    return 1 - r.memory_peak_gb_max / r.hbm_gb
+
+
+def versus(r: SimulationResult, best: SimulationResult) -> Versus:
+    stages = list(dict.fromkeys([*best.stages_s, *r.stages_s]))
+    delta = {k: r.stages_s.get(k, 0.0) - best.stages_s.get(k, 0.0) for k in stages}
+    worst = max(stages, key=lambda k: delta[k])
+    return Versus(step_s=r.step_s, step_band=step_band(r), stages_s=r.stages_s, best_stages_s=best.stages_s,
+                  deciding_stage=worst if delta[worst] > 0 else None, deciding_delta_s=max(delta[worst], 0.0),
+                  band_overlap=bands_overlap(r, best), headroom_fraction=headroom_fraction(r))
+
+
+def why(v: Versus, best: SimulationResult, risk: Risk) -> str:
+    """One line: how much slower, which stage decides, and whether the difference is known."""
+    diff = (v.step_s - best.step_s) / best.step_s * 100
+    if diff >= 0:
+        text = f"step {diff:.1f} % slower ({v.step_s:.0f} s vs {best.step_s:.0f} s)"
+    else:
+        text = f"step {-diff:.1f} % faster at p50 ({v.step_s:.0f} s vs {best.step_s:.0f} s) but higher at {risk}"
+    if v.deciding_stage:
+        text += f"; most of it in {v.deciding_stage} (+{v.deciding_delta_s:.0f} s)"
+    if v.band_overlap:
+        text += "; the bands overlap: the difference is within the model's error, not known"
+    elif v.band_overlap is None:
+        text += "; band unknown"
+    return text
+
+
+def runner_up(rank: int, layout: Layout, r: SimulationResult, best: SimulationResult, cards: int,
+              risk: Risk = "p50") -> RunnerUp:
+    v = versus(r, best)
+    return RunnerUp(rank=rank, layout=layout, step_s=r.step_s, tps_per_card=r.tps_per_card,
+                    memory_peak_gb_max=r.memory_peak_gb_max, reshard_bytes_total=r.reshard.bytes_total,
+                    why_lost=why(v, best, risk), cards=cards, versus=v)
+
+
+# ---- the layout a user asks about -------------------------------------------------------------------
+def short(layout: Layout) -> str:
+    """A layout as the plan table prints it, and as --explain reads it back."""
+    ro = layout.rollout
+    return f"{layout.train.short()} | {ro.short()} util{ro.gpu_memory_utilization:g}"
+
+
+def parse_train(text: str) -> TrainLayout:
+    """`TP2 PP2 EP64x rc-full off:p+g+swap` (or `FSDP SP4 off:p+g+o`) as the table prints it."""
+    fields: dict[str, object] = {}
+    for tok in text.split():
+        m, ep = _TRAIN_DEGREE.match(tok), _EP.match(tok)
+        if tok == "FSDP":
+            fields["engine"] = "fsdp"
+        elif m:
+            fields["cp" if m[1] in ("CP", "SP") else m[1].lower()] = int(m[2])
+        elif ep:
+            fields["ep"], fields["moe_tp_extend_ep"] = int(ep[1]), bool(ep[2])
+        elif tok in ("rc-sel", "rc-full"):
+            fields["recompute"] = (Recompute(granularity="selective") if tok == "rc-sel"
+                                   else Recompute(granularity="full", method="uniform", layers=1))
+        elif tok.startswith("off:"):
+            tags = tok[4:].split("+")
+            optimizer = "swap" if "swap" in tags else ("offload" if "o" in tags else "none")
+            fields["offload"] = Offload(param="p" in tags, grad="g" in tags, optimizer=optimizer)
+        else:
+            raise TwinError(f"--explain: training token {tok!r} is not one of TPn PPn EPn[x] CPn FSDP SPn "
+                            "rc-sel rc-full off:p+g+o|swap")
+    return TrainLayout(**fields)
+
+
+def parse_rollout(text: str, knobs: dict[str, object]) -> tuple[RolloutLayout, bool]:
+    """`TP2 DP128 EP128 seqs64 util0.9`; the second value says whether the utilization was given."""
+    fields: dict[str, object] = dict(knobs)
+    for tok in text.split():
+        m = _ROLLOUT.match(tok)
+        if not m:
+            raise TwinError(f"--explain: rollout token {tok!r} is not one of TPn DPn EPn seqsN utilF")
+        if m[3] is not None:
+            fields["gpu_memory_utilization"] = float(m[3])
+        else:
+            fields["max_num_seqs" if m[1] == "seqs" else m[1].lower()] = int(m[2])
+    return RolloutLayout(**fields), "gpu_memory_utilization" in fields
+
+
+def resolve_query(planner: Planner, query: str) -> tuple[Layout, bool | None]:
+    """The layout of a scenario or plan file (second value None: nothing left to choose), else of a
+    `TRAINING | ROLLOUT` string (second value: whether the utilization was left open for the planner)."""
+    path = Path(query)
+    if path.suffix in (".yaml", ".yml", ".json") and path.is_file():
+        from twin.plan import load_plan
+        from twin.scenario import load_scenario
+
+        layout = load_plan(path).layout if path.suffix == ".json" else load_scenario(path).layout
+        if layout is None:
+            raise TwinError(f"--explain: scenario {query} has no layout")
+        return layout, None
+    if "|" not in query:
+        raise TwinError("--explain: give a scenario file or 'TRAINING | ROLLOUT' as the table prints them, e.g. "
+                        "'TP2 PP2 EP64x rc-full off:p+g+swap | TP2 DP128 EP128 seqs64 util0.9'")
+    train_text, rollout_text = query.split("|", 1)
+    try:
+        rollout, util_given = parse_rollout(rollout_text, planner.rollout_knobs())
+        train = parse_train(train_text)
+    except ValueError as exc:  # pydantic's own checks of a layout
+        raise TwinError(f"--explain: {' '.join(str(exc).split())}") from None
+    return Layout(train=train, rollout=rollout), not util_given
+
+
+def choose_knobs(planner: Planner, layout: Layout, util_open: bool) -> tuple[Layout, str | None]:
+    """The knobs a layout string leaves to the planner, chosen as the search does: the largest log-prob
+    micro-batch that keeps the headroom, and (when open) the largest utilization that does; the second
+    value says why nothing is left for vLLM."""
+    from twin.planner import LOG_PROB_MICRO_BATCHES
+
+    for micro in LOG_PROB_MICRO_BATCHES:
+        train = layout.train.model_copy(update={"log_prob_micro_batch": micro})
+        _, parts = planner.train_parts(train)
+        if max(parts.values()) <= planner.limit_gb:
+            break
+    rollout = layout.rollout
+    if util_open:
+        util = planner.utilization(parts["rollout"])
+        if util <= 0:
+            return layout, (f"memory: training keeps {parts['rollout']:.1f} GB on a device during rollout, "
+                            f"nothing left for vLLM under the {planner.limit_gb:.1f} GB limit")
+        rollout = rollout.model_copy(update={"gpu_memory_utilization": util})
+    return Layout(train=train, rollout=rollout), None
+
+
+def explain_layout(planner: Planner, outcome: PlanOutcome, query: str,
+                   finalize: Callable[[Evaluation], SimulationResult]) -> Explanation:
+    """Place the queried layout in the search: its rank and its stages beside the best plan's, or the rule
+    or memory limit that rejects it."""
+    from twin.planner import evaluate, evaluate_next
+
+    layout, util_open = resolve_query(planner, query)
+    errs = check_layout(layout, planner.cfg, planner.devices, planner.kind, planner.sc.has("directed_reshard"))
+    if errs:
+        rule = "; ".join(str(e) for e in errs)
+        return Explanation(query=query, layout=layout, rejected_by=f"rule {rule}", summary=f"invalid: {rule}")
+    reason = None
+    if util_open is not None:
+        layout, reason = choose_knobs(planner, layout, util_open)
+    if reason is None:
+        result, _, unfit = evaluate(planner, layout, finalize)
+        reason = f"memory: {unfit}" if unfit else None
+        need = planner.sc.workload.max_seq_len
+        if reason is None and result.kv_cache_tokens_per_device < need:
+            reason = (f"memory: the KV cache holds {result.kv_cache_tokens_per_device:,} tokens per device, less "
+                      f"than one full sequence ({need:,})")
+    if reason is not None:
+        return Explanation(query=query, layout=layout, rejected_by=reason, summary=f"rejected by {reason}")
+    key = risk_key(result, planner.risk)
+    n = 0
+    while outcome.pending and outcome.pending[0].bound_s < key and n < MAX_EXPLAIN_EVALUATIONS:
+        evaluate_next(planner, outcome, finalize)
+        n += 1
+    better = sum(1 for e in outcome.evaluated if e.key < key and e.layout != layout)
+    unknown = sum(1 for c in outcome.pending if c.bound_s < key)
+    best = outcome.evaluated[0].result if outcome.evaluated else result
+    v = versus(result, best)
+    rank = better + 1
+    where = f"rank {rank}" if not unknown else f"rank {rank} to {rank + unknown}"
+    text = f"{where} of {outcome.summary.pairs_fitting:,} fitting pairs"
+    if rank > 1:
+        text += f": {why(v, best, planner.risk)}"
+    return Explanation(query=query, layout=layout, rank=rank, rank_upper=rank + unknown if unknown else None,
+                       evaluated=n, versus=v, summary=text)
+
+
+def print_explanation(console: Console, ex: Explanation, best_layout: Layout | None) -> None:
+    """One screen: the verdict, and the stages beside the best plan's with the deciding stage marked."""
+    console.print(f"[bold]--explain[/] {ex.query}")
+    if ex.layout is not None:
+        plan = f"   (plan: {short(best_layout)})" if best_layout else ""
+        console.print(f"  as searched: {short(ex.layout)}{plan}")
+    style = "red" if ex.rejected_by else ("green" if ex.rank == 1 else "yellow")
+    console.print(f"  [{style}]{ex.summary}[/]")
+    v = ex.versus
+    if v is None:
+        return
+    table = Table(title="Predicted stages, s")
+    for col in ("stage", "plan", "this layout", "difference"):
+        table.add_column(col, justify="left" if col == "stage" else "right")
+    for stage in dict.fromkeys([*v.best_stages_s, *v.stages_s]):
+        b, t = v.best_stages_s.get(stage, 0.0), v.stages_s.get(stage, 0.0)
+        mark = "bold yellow" if stage == v.deciding_stage else ""
+        row = (stage, f"{b:.1f}", f"{t:.1f}", f"{t - b:+.1f}")
+        table.add_row(*(f"[{mark}]{c}[/]" if mark else c for c in row))
+    table.add_row("[bold]step[/]", f"{sum(v.best_stages_s.values()):.1f}", f"{v.step_s:.1f}",
+                  f"{v.step_s - sum(v.best_stages_s.values()):+.1f}")
+    console.print(table)
+    band = f"band {v.step_band[0]:.0f}-{v.step_band[1]:.0f} s" if v.step_band else "band unknown"
+    console.print(f"  this layout: {band}, {v.headroom_fraction:.1%} of HBM free in its worst phase")
