@@ -44,6 +44,19 @@ def print_launch(spec) -> None:
     out.print(optimization_table(spec.optimizations))
 
 
+def refuse_unsupported(spec) -> None:
+    """Stop before anything starts when the plan enables an optimization its layout cannot run with."""
+    refused = [r for r in spec.optimizations if r.state == "refused"]
+    if not refused:
+        return
+    out.print(optimization_table(spec.optimizations))
+    for r in refused:
+        err.print(f"executor: refused: {r.id}: {r.detail}", markup=False)
+    err.print("executor: error: the plan cannot run as written; nothing was started (re-plan with `twin plan`, "
+              "or switch the refused optimizations off in the scenario)", markup=False)
+    raise typer.Exit(2)
+
+
 @app.command()
 def run(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN.json", help="plan written by `twin plan`")],
@@ -74,6 +87,7 @@ def run(
             target.require_hardware(plan.predictions.devices)
         spec = target.build(plan, options, HostEnv())
         validate(spec.overrides)
+        refuse_unsupported(spec)
         if dry_run:
             print_launch(spec)
             return

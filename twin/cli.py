@@ -14,6 +14,7 @@ from twin.clirun import make_console, run_app
 from twin.errors import TwinError
 
 if TYPE_CHECKING:
+    from twin.plan import Plan
     from twin.planner import PlanOutcome
     from twin.scenario import Scenario
 
@@ -234,6 +235,7 @@ def plan_cmd(
             return
         print_result(console, plan.predictions, sc.measured)
         console.print(f"wrote {output}")
+        print_refusals(plan)
         return
     if scenario is not None:
         sc, base = load_case(scenario)
@@ -270,6 +272,14 @@ def plan_cmd(
                   f"{wl.response_len.mean:g} (max {wl.response_len.max}); optimizations: {', '.join(sc.optimizations)}")
     print_plan_table(outcome, sc, planner.devices)
     console.print(f"wrote {output}")
+    print_refusals(outcome.plan)
+
+
+def print_refusals(plan: Plan) -> None:
+    """Say, after writing it, when `executor run` will refuse the plan (and why), as the plan records it."""
+    for opt_id, reasons in plan.executor_refusals().items():
+        console.print(f"note: `executor run` refuses this plan before launch: {opt_id}: {'; '.join(reasons)}; switch "
+                      f"it off in a scenario (optimizations) to run the layout without it", markup=False)
 
 
 def print_plan_table(outcome: PlanOutcome, sc: Scenario, devices: int) -> None:

@@ -282,7 +282,7 @@ def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[
     scenario = planner.sc.model_copy(update={"layout": layout})
     predictions = winner.model_copy(update={"reshard": ev.reshard_result(alternatives=True)})
     plan = Plan(scenario=scenario, layout=layout,
-                optimizations=[PlanOptimization.of(o, True) for o in planner.sc.optimizations],
+                optimizations=[PlanOptimization.of(o, True, layout) for o in planner.sc.optimizations],
                 predictions=predictions, profile=planner.profile.id, runner_ups=runner_ups, search=summary)
     return PlanOutcome(plan, [r for _, r, _ in ranked], None, summary)
 
@@ -296,7 +296,7 @@ def fixed_plan(scenario: Scenario, profile: Profile | None = None, base_dir: Pat
     result = (finalize or (lambda e: e.analytical(alternatives=False)))(ev)
     predictions = result.model_copy(update={"reshard": ev.reshard_result(alternatives=True)})
     return Plan(scenario=scenario, layout=scenario.layout,
-                optimizations=[PlanOptimization.of(o, True) for o in scenario.optimizations],
+                optimizations=[PlanOptimization.of(o, True, scenario.layout) for o in scenario.optimizations],
                 predictions=predictions, profile=ev.profile.id)
 
 
