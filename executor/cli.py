@@ -41,6 +41,8 @@ def print_launch(spec) -> None:
     out.print("Environment:", style="bold")
     for key, value in sorted(spec.env.items()):
         out.print(f"{key}={shlex.quote(value)}", markup=False)
+    if spec.engines:
+        out.print("Engines: " + ", ".join(f"{k} {v}" for k, v in spec.engines.items()), markup=False)
     out.print(optimization_table(spec.optimizations))
 
 

@@ -23,6 +23,13 @@ def registry() -> dict[str, Optimization]:
     return out
 
 
+def find(opt_id: str) -> Optimization | None:
+    """A DESIGN section 6 optimization, or an engine-compatibility patch of the CPU target, by id."""
+    from executor.cpu.vllm_compat import PATCHES
+
+    return registry().get(opt_id) or next((p for p in PATCHES if p.id == opt_id), None)
+
+
 def apply_all(ctx: ApplyContext, host: HostEnv) -> list[OptReport]:
     """Detect every optimization; apply the plan's enabled, available and supported ones; report each."""
     reports = []
