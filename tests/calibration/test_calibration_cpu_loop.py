@@ -87,3 +87,11 @@ def test_predicted_reshard_bytes_equal_the_measured(loop):
     received = [r["received_bytes"] for r in measured["ranks"]]
     assert sum(received) == predicted["bytes_total"]
     assert max(received) == predicted["bytes_per_device_max"]
+
+
+def test_reshard_rollout_side_measured_by_vllm(loop):
+    reshard = loop["reshard"]  # vLLM loaded the weights at the plan's TP2: its slices, not the twin's list
+    assert reshard["bytes_source"] == "engine" and reshard["engines"]["rollout"].startswith("vllm ")
+    engine = reshard["engine"]
+    assert engine["received_equal_to_twin"] and engine["blocks_equal_to_twin"] and engine["vllm_loaded_bit_exact"]
+    assert all(r["received_bytes"] > 0 for r in engine["ranks"])

@@ -258,8 +258,9 @@ for name, w in full.items():
         expected[name] = w
 same = lambda a, b: a.contiguous().view(torch.uint8).equal(b.contiguous().view(torch.uint8))
 exact = sorted(got) == sorted(expected) and all(same(got[k], expected[k]) for k in expected)
-print(json.dumps({"rank": rank, "exact": exact, "tensors": len(got), "stats": ckpt.last_stats,
-                  "restored": not hasattr(worker.actor.engine, "get_per_tensor_param")}), flush=True)
+line = json.dumps({"rank": rank, "exact": exact, "tensors": len(got), "stats": ckpt.last_stats,
+                   "restored": not hasattr(worker.actor.engine, "get_per_tensor_param")})
+os.write(1, (line + "\n").encode())  # one write: the two ranks' lines never interleave
 dist.destroy_process_group()
 if rank == 1:
     os._exit(0)
