@@ -41,7 +41,22 @@ def print_launch(spec) -> None:
     out.print("Environment:", style="bold")
     for key, value in sorted(spec.env.items()):
         out.print(f"{key}={shlex.quote(value)}", markup=False)
+    if spec.engines:
+        out.print("Engines: " + ", ".join(f"{k} {v}" for k, v in spec.engines.items()), markup=False)
     out.print(optimization_table(spec.optimizations))
+
+
+def refuse_unsupported(spec) -> None:
+    """Stop before anything starts when the plan enables an optimization its layout cannot run with."""
+    refused = [r for r in spec.optimizations if r.state == "refused"]
+    if not refused:
+        return
+    out.print(optimization_table(spec.optimizations))
+    for r in refused:
+        err.print(f"executor: refused: {r.id}: {r.detail}", markup=False)
+    err.print("executor: error: the plan cannot run as written; nothing was started (re-plan with `twin plan`, "
+              "or switch the refused optimizations off in the scenario)", markup=False)
+    raise typer.Exit(2)
 
 
 @app.command()
@@ -74,6 +89,7 @@ def run(
             target.require_hardware(plan.predictions.devices)
         spec = target.build(plan, options, HostEnv())
         validate(spec.overrides)
+        refuse_unsupported(spec)
         if dry_run:
             print_launch(spec)
             return

@@ -32,7 +32,8 @@ def new_record(plan_path: Path, plan: Plan, spec: LaunchSpec, paths: RunPaths) -
         host={"hostname": socket.gethostname(), "platform": platform.platform(), "python": sys.version.split()[0],
               "ray_address": os.environ.get("RAY_ADDRESS", "local")},
         workdir=str(paths.workdir), log_path=str(paths.log), metrics_path=str(paths.metrics),
-        optimizations=[_status(r) for r in spec.optimizations], patch_reports_dir=str(paths.patch_reports),
+        optimizations=[_status(r) for r in spec.optimizations], engines=spec.engines,
+        patch_reports_dir=str(paths.patch_reports),
         started_at=datetime.now(timezone.utc),
     )
 

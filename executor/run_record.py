@@ -49,6 +49,7 @@ class RunRecord(BaseModel):
     log_path: str
     metrics_path: str
     optimizations: list[OptimizationStatus] = []
+    engines: dict[str, str] = {}  # "train" / "rollout" -> the engine (and version) that ran it
     patch_reports_dir: str | None = None  # per-process JSON reports of the worker hook (pid, patches applied)
     started_at: datetime
     ended_at: datetime | None = None

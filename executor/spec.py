@@ -17,6 +17,7 @@ class LaunchSpec(BaseModel):
     overrides: list[str]
     env: dict[str, str]
     optimizations: list[OptReport] = []
+    engines: dict[str, str] = {}  # "train" / "rollout" -> the engine (and version) that runs it
 
     @property
     def command(self) -> list[str]:

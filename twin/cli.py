@@ -14,6 +14,7 @@ from twin.clirun import make_console, run_app
 from twin.errors import TwinError
 
 if TYPE_CHECKING:
+    from twin.plan import Plan
     from twin.planner import Planner, PlanOutcome
     from twin.profile import Profile
     from twin.scenario import Scenario
@@ -239,6 +240,7 @@ def plan_cmd(
         print_result(console, plan.predictions, sc.measured)
         console.print(f"wrote {output}")
         _write_command_file(output)
+        print_refusals(plan)
         return
     prof = load_profile(profile) if profile else None
     if explain:  # a malformed query fails before the search
@@ -304,6 +306,7 @@ def plan_cmd(
         console.print(f"wrote {png}")
     console.print(f"wrote {output}")
     _write_command_file(output)
+    print_refusals(plan)
 
 
 def _card_counts(cards: str | None) -> list[int]:
@@ -382,6 +385,13 @@ def _write_command_file(plan_path: Path) -> None:
 
 def _band(value: float, band: tuple[float, float] | None, fmt: str) -> str:
     return f"{value:{fmt}} [{band[0]:{fmt}}-{band[1]:{fmt}}]" if band else f"{value:{fmt}} [?]"
+
+
+def print_refusals(plan: Plan) -> None:
+    """Say, after writing it, when `executor run` will refuse the plan (and why), as the plan records it."""
+    for opt_id, reasons in plan.executor_refusals().items():
+        console.print(f"note: `executor run` refuses this plan before launch: {opt_id}: {'; '.join(reasons)}; switch "
+                      f"it off in a scenario (optimizations) to run the layout without it", markup=False)
 
 
 def print_plan_table(outcome: PlanOutcome, sc: Scenario, devices: int) -> None:

@@ -1,14 +1,20 @@
 """The Ascend recipe optimizations (DESIGN section 6): ids, what each does, how the executor applies it.
 
 The ids are part of the scenario and plan formats. The twin models the effect of each; the executor
-applies each (executor/npu_opt/, one module per id).
+applies each (executor/npu_opt/, one module per id). `EXECUTOR_SUPPORT` says which layouts the executor's
+implementation runs today: `twin plan` marks a plan whose layout one of them refuses, and `executor run`
+refuses such a plan before anything starts, both from `executor_refusals` (the twin does not import the
+executor, DESIGN section 2, so the facts live here).
 """
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from twin.layout.models import Layout
 
 OptimizationId = Literal[
     "skip_old_log_prob",
@@ -110,3 +116,37 @@ OPTIMIZATIONS: dict[str, OptimizationInfo] = {
 }
 
 RECIPE_OPTIMIZATIONS: tuple[OptimizationId, ...] = get_args(OptimizationId)
+
+
+class ExecutorSupport(BaseModel):
+    """The layouts the executor's implementation of one optimization runs; None: any."""
+
+    model_config = ConfigDict(frozen=True)
+
+    train_engines: tuple[Literal["megatron", "fsdp"], ...] | None = None
+    rollout_tp_max: int | None = None
+    where: str  # the executor code that enforces the limit at run time
+
+
+EXECUTOR_SUPPORT: dict[str, ExecutorSupport] = {
+    # executor/npu_opt/directed_reshard_backend.py: fsdp_shards reads FSDP2 DTensor shards only, and
+    # rollout_named_tensors hands verl's rollout adapters whole tensors or whole experts only (rollout TP1)
+    "directed_reshard": ExecutorSupport(
+        train_engines=("fsdp",), rollout_tp_max=1,
+        where="executor/npu_opt/directed_reshard_backend.py (fsdp_shards, rollout_named_tensors)"),
+}
+
+
+def executor_refusals(opt_id: str, layout: Layout) -> list[str]:
+    """Why the executor cannot run optimization `opt_id` with `layout` (empty when it can)."""
+    support = EXECUTOR_SUPPORT.get(opt_id)
+    if support is None:
+        return []
+    reasons = []
+    if support.train_engines is not None and layout.train.engine not in support.train_engines:
+        reasons.append(f"its weight sync reads {'/'.join(support.train_engines)} training shards only, the layout "
+                       f"trains with {layout.train.engine}")
+    if support.rollout_tp_max is not None and layout.rollout.tp > support.rollout_tp_max:
+        reasons.append(f"it feeds rollout TP <= {support.rollout_tp_max} only, the layout's rollout has "
+                       f"TP{layout.rollout.tp}")
+    return [*reasons, f"enforced in {support.where}"] if reasons else []

@@ -16,7 +16,7 @@ from twin import __version__
 from twin.errors import TwinError
 from twin.fileio import read_mapping, validated, write_atomic
 from twin.layout.models import Layout
-from twin.optimizations import OPTIMIZATIONS, OptimizationId
+from twin.optimizations import OPTIMIZATIONS, OptimizationId, executor_refusals
 from twin.results import SimulationResult
 from twin.scenario import Scenario
 
@@ -33,11 +33,15 @@ class PlanOptimization(BaseModel):
     enabled: bool
     mechanism: str
     effect: str
+    # why `executor run` refuses this plan for this optimization (its layout is one the executor's
+    # implementation cannot run, twin.optimizations.EXECUTOR_SUPPORT); empty when it runs
+    executor_refusals: list[str] = []
 
     @classmethod
-    def of(cls, opt_id: OptimizationId, enabled: bool) -> PlanOptimization:
+    def of(cls, opt_id: OptimizationId, enabled: bool, layout: Layout) -> PlanOptimization:
         info = OPTIMIZATIONS[opt_id]
-        return cls(id=opt_id, enabled=enabled, mechanism=info.mechanism, effect=info.twin_effect)
+        return cls(id=opt_id, enabled=enabled, mechanism=info.mechanism, effect=info.twin_effect,
+                   executor_refusals=executor_refusals(opt_id, layout) if enabled else [])
 
 
 class Versus(BaseModel):
@@ -137,6 +141,10 @@ class Plan(BaseModel):
 
     def enabled(self, opt_id: str) -> bool:
         return any(o.id == opt_id and o.enabled for o in self.optimizations)
+
+    def executor_refusals(self) -> dict[str, list[str]]:
+        """Optimization id -> why `executor run` refuses this plan (empty when it runs as written)."""
+        return {o.id: o.executor_refusals for o in self.optimizations if o.executor_refusals}
 
 
 def plan_json_schema() -> dict:

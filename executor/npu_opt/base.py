@@ -24,7 +24,9 @@ if TYPE_CHECKING:
     from twin.plan import Plan
 
 Mechanism = Literal["native", "patch", "config", "env"]
-State = Literal["applied", "unavailable", "off"]
+# refused: the plan enables it but the executor's implementation cannot run the plan's layout
+# (twin.optimizations.executor_refusals); `executor run` stops before anything starts
+State = Literal["applied", "unavailable", "off", "refused"]
 
 PATCH_MARK = "__executor_npu_opt__"
 

@@ -69,8 +69,7 @@ class DirectedReshard(Optimization):
             return self.availability(False, f"unavailable: {TRANSFER_MODULE} or {BACKEND_MODULE} is missing",
                                      [registry])
         return self.availability(True, f"checkpoint-engine backend {backend!r} from {BACKEND_MODULE} (transfer: "
-                                 f"{TRANSFER_MODULE}); shard source FSDP2, rollout TP1 (with or without EP); "
-                                 "untested on NPU", [registry])
+                                 f"{TRANSFER_MODULE}); untested on NPU", [registry])
 
     def apply_config(self, ctx: ApplyContext) -> str:
         backend = transfer_backend()
@@ -84,13 +83,7 @@ class DirectedReshard(Optimization):
         ctx.overrides.set(f"{kwargs}.layout", plan.layout.model_dump_json(), add=True)
         ctx.overrides.set(f"{kwargs}.devices", plan.predictions.devices, add=True)
         ctx.request_patch(self.id)
-        refused = [why for bad, why in (
-            (plan.layout.train.engine != "fsdp", "its Megatron trainer's shard export is not implemented"),
-            (plan.layout.rollout.tp > 1, f"rollout TP{plan.layout.rollout.tp} needs TP-split blocks verl cannot load"),
-        ) if bad]
-        detail = f"checkpoint_engine.backend={backend} from {BACKEND_MODULE}"
-        return detail + (f"; the workers REFUSE this plan at the first weight sync: {'; '.join(refused)}"
-                         if refused else "")
+        return f"checkpoint_engine.backend={backend} from {BACKEND_MODULE}"
 
     def apply_in_worker(self) -> WorkerPatchResult:
         from executor.npu_opt.patching import install

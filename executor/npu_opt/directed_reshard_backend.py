@@ -45,6 +45,7 @@ from twin.catalog.inventory import TensorSpec
 from twin.catalog.registry import load_model
 from twin.cost_models.placement import Placement
 from twin.layout.models import Layout
+from twin.optimizations import executor_refusals
 
 if TYPE_CHECKING:
     import torch
@@ -67,6 +68,9 @@ class DirectedCheckpointEngine(ColocatedCheckpointEngine):
             raise ExecutorError(f"checkpoint engine {BACKEND!r} needs engine_kwargs.{BACKEND}.model, layout and "
                                 "devices (executor run sets them from the plan)")
         lay = Layout.model_validate_json(layout)
+        refusals = executor_refusals("directed_reshard", lay)
+        if refusals:  # `executor run` refuses such plans before launch; this guards hand-written configs
+            raise ExecutorError(f"checkpoint engine {BACKEND!r}: " + "; ".join(refusals))
         self.placement = Placement(load_model(model), lay.train, lay.rollout, int(devices))
         self._schedule: Schedule | None = None
         self.last_stats: dict[str, Any] = {}

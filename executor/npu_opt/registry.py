@@ -8,7 +8,7 @@ from functools import cache
 from executor.npu_opt.base import ApplyContext, Optimization, OptReport
 from executor.npu_opt.host import HostEnv
 from executor.verl_config.overrides import OverrideSet
-from twin.optimizations import RECIPE_OPTIMIZATIONS
+from twin.optimizations import RECIPE_OPTIMIZATIONS, executor_refusals
 
 MODULES = RECIPE_OPTIMIZATIONS  # one module per optimization id, named after it
 
@@ -23,8 +23,15 @@ def registry() -> dict[str, Optimization]:
     return out
 
 
+def find(opt_id: str) -> Optimization | None:
+    """A DESIGN section 6 optimization, or an engine-compatibility patch of the CPU target, by id."""
+    from executor.cpu.vllm_compat import PATCHES
+
+    return registry().get(opt_id) or next((p for p in PATCHES if p.id == opt_id), None)
+
+
 def apply_all(ctx: ApplyContext, host: HostEnv) -> list[OptReport]:
-    """Detect every optimization; apply the plan's enabled and available ones; report each."""
+    """Detect every optimization; apply the plan's enabled, available and supported ones; report each."""
     reports = []
     for opt_id, opt in registry().items():
         found = opt.detect(host)
@@ -34,6 +41,12 @@ def apply_all(ctx: ApplyContext, host: HostEnv) -> list[OptReport]:
             continue
         if not found.available:
             reports.append(OptReport(id=opt_id, mechanism=found.mechanism, state="unavailable", detail=found.reason,
+                                     targets=found.targets))
+            continue
+        refusals = executor_refusals(opt_id, ctx.plan.layout)
+        if refusals:
+            reports.append(OptReport(id=opt_id, mechanism=found.mechanism, state="refused",
+                                     detail="cannot run this plan's layout: " + "; ".join(refusals),
                                      targets=found.targets))
             continue
         own = ApplyContext(plan=ctx.plan, overrides=OverrideSet(), env={}, worker_patches=ctx.worker_patches)

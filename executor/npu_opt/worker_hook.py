@@ -20,9 +20,9 @@ from executor.versions import installed_version
 
 
 def _apply(opt_id: str) -> WorkerPatchResult:
-    from executor.npu_opt.registry import registry
+    from executor.npu_opt.registry import find
 
-    opt = registry().get(opt_id)
+    opt = find(opt_id)
     if opt is None:
         return WorkerPatchResult(id=opt_id, error=f"unknown optimization id {opt_id!r}")
     missing = [d for d in opt.worker_dists if installed_version(d) is None]

