@@ -12,19 +12,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from executor.console import err, fail, out
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Launch verl GRPO/DAPO runs from twin plans, with the Ascend recipe optimizations.")
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
-
-
-def fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"executor: error: {message}", markup=False)
-    return typer.Exit(code)
-
 
 def optimization_table(reports: list) -> Table:
     table = Table(title="Optimizations (DESIGN section 6)")

@@ -55,7 +55,7 @@ def check_reshard(
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
 ) -> None:
     """Run the weight reshard of PLAN.json for real on local processes; compare with the twin's prediction."""
-    from executor.cli import fail
+    from executor.console import fail
     from twin.errors import TwinError
 
     try:
@@ -142,7 +142,7 @@ def _compare(method: str, ranks: list[dict[str, Any]], st: Any) -> dict[str, Any
 def _print(report: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from executor.cli import out
+    from executor.console import out
 
     lay = report["layouts"]
     out.print(f"plan {report['plan']} ({report['scenario']}): {report['model']}, {report['model_source']}; "
