@@ -154,9 +154,9 @@ def test_ingest_errors_are_one_line(tmp_path, metrics_file, run_cli):
     not_json.write_text("schema: 1\n")
     cases = [
         (["ingest", str(unrelated), "-o", str(tmp_path / "a.jsonl")], "no verl step metrics"),
-        (["ingest", str(metrics_file), "--plan", str(not_json), "-o", str(tmp_path / "b.jsonl")], "not JSON"),
+        (["ingest", str(metrics_file), "--plan", str(not_json), "-o", str(tmp_path / "b.jsonl")], "not valid JSON"),
         (["ingest", str(metrics_file), "--plan", str(tmp_path / "none"), "-o", str(tmp_path / "c.jsonl")],
-         "cannot read plan"),
+         "no such file"),
     ]
     for args, message in cases:
         result = run_cli(*args)
