@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from twin.clirun import make_console, run_app
+from twin.clirun import bounded, json_text, make_console, run_app
 from twin.errors import TwinError
+from twin.fileio import check_target
+from twin.scenario import MAX_CARDS, MAX_SEED
 
 if TYPE_CHECKING:
     from twin.planner import PlanOutcome
@@ -27,13 +29,15 @@ app = typer.Typer(
 console = make_console()
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog name (see `twin models`) or a config.json path")]
-CardsOpt = Annotated[int, typer.Option("--cards", "-c", help="Cards as the recipes count them: 910B on A2, 910C on A3")]
+CARDS_DOMAIN = bounded(1, MAX_CARDS, "8192 A3 cards (16,384 dies) is the largest cluster the planner is exercised on")
+CardsOpt = Annotated[int, typer.Option("--cards", "-c", callback=CARDS_DOMAIN,
+                                       help="Cards as the recipes count them: 910B on A2, 910C on A3")]
 ClusterOpt = Annotated[str, typer.Option("--cluster", help="Cluster kind (see `twin clusters`)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table")]
 
 
 def _print_json(obj: object) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+    sys.stdout.write(json_text(obj) + "\n")
 
 
 @app.command("models")
@@ -112,7 +116,9 @@ def clusters_cmd(as_json: JsonOpt = False) -> None:
 
 @app.command("layouts")
 def layouts_cmd(model: ModelOpt, cards: CardsOpt, cluster: ClusterOpt = "a3",
-                sample: Annotated[int, typer.Option(help="How many layouts of each kind to show")] = 8,
+                sample: Annotated[int, typer.Option(callback=bounded(1, 10_000, "a sample shows at least one "
+                                                                    "layout of each kind"),
+                                                    help="How many layouts of each kind to show")] = 8,
                 as_json: JsonOpt = False) -> None:
     """Count the valid training and rollout layouts of a model on a cluster, and show a sample."""
     from twin.catalog.registry import load_config
@@ -158,8 +164,12 @@ def simulate_cmd(
     as_json: JsonOpt = False,
     trace: Annotated[Path | None, typer.Option(help="Write a Chrome/Perfetto trace (JSON) of the step")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write PNG plots (memory timeline, stage breakdown) here")] = None,
-    steps: Annotated[int, typer.Option(min=1, help="Steps to simulate (stage times are their mean)")] = 1,
-    seed: Annotated[int | None, typer.Option(help="Seed of the length draws (default: the scenario's)")] = None,
+    steps: Annotated[int, typer.Option(callback=bounded(1, 1000, "each step is simulated in full; 1000 steps "
+                                                                  "average out any length draw"),
+                                       help="Steps to simulate (stage times are their mean)")] = 1,
+    seed: Annotated[int | None, typer.Option(callback=bounded(0, MAX_SEED, "numpy seeds are non-negative 64-bit "
+                                                                         "numbers"),
+                                             help="Seed of the length draws (default: the scenario's)")] = None,
     analytical: Annotated[bool, typer.Option("--analytical", help="Closed-form model instead of the "
                                                                   "discrete-event simulation")] = False,
     profile: Annotated[str | None, typer.Option(help="Calibration profile YAML (default: the scenario's, "
@@ -170,6 +180,10 @@ def simulate_cmd(
     from twin.profile import load_profile
     from twin.report import print_result
 
+    if trace:
+        check_target(trace, f"--trace {trace}", [case, profile])
+    if plot:
+        check_target(plot, f"--plot {plot}", [case, profile], directory=True)
     scenario, base = load_case(case)
     ev = Evaluation(scenario, load_profile(profile) if profile else None, base_dir=base)
     if analytical:
@@ -200,15 +214,21 @@ def simulate_cmd(
 @app.command("plan")
 def plan_cmd(
     model: Annotated[str | None, typer.Option("--model", "-m", help="Catalog name or config.json path")] = None,
-    cards: Annotated[int | None, typer.Option("--cards", "-c", help="Cards: 910B on A2, 910C on A3")] = None,
+    cards: Annotated[int | None, typer.Option("--cards", "-c", callback=CARDS_DOMAIN,
+                                              help="Cards: 910B on A2, 910C on A3")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", help="Cluster kind (default a3)")] = None,
     scenario: Annotated[str | None, typer.Option(help="Scenario YAML: workload, optimizations, profile "
                                                       "(its layout is ignored; --model/--cards override)")] = None,
-    top: Annotated[int, typer.Option("--top", "-k", min=1, help="Layouts to rank and show")] = 5,
+    top: Annotated[int, typer.Option("--top", "-k", callback=bounded(1, 100, "each ranked layout is simulated "
+                                                                            "in full"),
+                                     help="Layouts to rank and show")] = 5,
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the plan")] = Path("plan.json"),
     profile: Annotated[str | None, typer.Option(help="Calibration profile YAML")] = None,
     keep_layout: Annotated[bool, typer.Option(
         "--keep-layout", help="With --scenario: plan its own layout (validate and predict, no search)")] = False,
+    time_limit: Annotated[float | None, typer.Option(
+        "--time-limit", callback=bounded(1, 86_400, "seconds of search, at least one, at most a day"),
+        help="Seconds to search; past them the best plan found so far is written, saying so")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Search every valid layout pair, rank those that fit by predicted step time, write plan.json."""
@@ -220,6 +240,7 @@ def plan_cmd(
     from twin.report import print_result
     from twin.sim.step import simulated
 
+    check_target(output, f"--output {output}", [scenario, profile, model])
     base = None
     if keep_layout:
         if scenario is None:
@@ -254,7 +275,8 @@ def plan_cmd(
             task = bar.add_task(label, total=total)
             return lambda: bar.advance(task)
 
-        outcome = search(planner, top, progress, finalize=simulated)
+        outcome = search(planner, top, progress, finalize=simulated,
+                         deadline=time.perf_counter() + time_limit if time_limit else None)
     if outcome.plan is None:
         raise TwinError(f"no layout of {planner.cfg.name} fits {sc.cluster.cards} {planner.kind.name} cards "
                         f"({planner.devices} devices of {planner.hbm_gb:g} GB); closest: {outcome.best_unfit}; "
@@ -269,6 +291,8 @@ def plan_cmd(
                   f"prompt mean {wl.prompt_len.mean:g} (max {wl.prompt_len.max}), response mean "
                   f"{wl.response_len.mean:g} (max {wl.response_len.max}); optimizations: {', '.join(sc.optimizations)}")
     print_plan_table(outcome, sc, planner.devices)
+    if outcome.summary.stopped:
+        console.print(f"[bold]stopped early[/]: {outcome.summary.stopped}; this is the best plan found so far")
     console.print(f"wrote {output}")
 
 

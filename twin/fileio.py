@@ -168,13 +168,37 @@ def read_mapping(path: Path | str, label: str, fmt: Literal["json", "yaml"]) -> 
     return parse_mapping(read_text(path, label), label, fmt)
 
 
-def validation_message(exc: ValidationError, label: str) -> str:
-    """One line naming the first offending field and why."""
+_LIMITS = ("less_than", "less_than_equal", "greater_than", "greater_than_equal", "finite_number")
+
+
+def validation_message(exc: ValidationError, label: str, cls: type[BaseModel] | None = None) -> str:
+    """One line naming the first offending field and why; a limit is followed by the field's description
+    (the reason for the limit) when `cls` declares one."""
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err["loc"]) or "(top level)"
     msg = " ".join(err["msg"].removeprefix("Value error, ").split())
+    why = _description(cls, err["loc"]) if cls is not None and err["type"] in _LIMITS else None
     extra = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-    return f"{label}: field '{where}': {msg}{extra}"
+    return f"{label}: field '{where}': {msg}{f' ({why})' if why else ''}{extra}"
+
+
+def _description(cls: type[BaseModel], loc: tuple) -> str | None:
+    """The description of the field at `loc` inside `cls` (nested models followed), if any."""
+    import typing
+
+    info = None
+    for part in loc:
+        fields = getattr(cls, "model_fields", None)
+        if not isinstance(part, str) or not fields or part not in fields:
+            break
+        info = fields[part]
+        inner = [a for a in typing.get_args(info.annotation) if isinstance(a, type)] or [info.annotation]
+        cls = next((a for a in inner if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if cls is None:
+            break
+    if info is None:
+        return None
+    return info.description or next((m.description for m in info.metadata if getattr(m, "description", None)), None)
 
 
 def validated(cls: type[M], raw: dict, label: str) -> M:
@@ -182,7 +206,9 @@ def validated(cls: type[M], raw: dict, label: str) -> M:
     try:
         return cls.model_validate(raw)
     except ValidationError as exc:
-        raise TwinError(validation_message(exc, label)) from None
+        raise TwinError(validation_message(exc, label, cls)) from None
+    except RecursionError:
+        raise TwinError(f"{label}: nested too deeply") from None
 
 
 def _same(a: Path, b: Path) -> bool:

@@ -233,9 +233,14 @@ class PlanOutcome:
 
 
 def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[], None]] | None = None,
-           finalize: Callable[[Evaluation], SimulationResult] | None = None) -> PlanOutcome:
-    """Screen every pair, then evaluate the best in full until none left can beat the k-th best."""
+           finalize: Callable[[Evaluation], SimulationResult] | None = None,
+           deadline: float | None = None) -> PlanOutcome:
+    """Screen every pair, then evaluate the best in full until none left can beat the k-th best.
+
+    Past `deadline` (a time.perf_counter() value) screening stops and at most one more candidate is evaluated
+    in full if none is yet; the summary says where the search stopped."""
     start = time.perf_counter()
+    stopped: str | None = None
     structures = planner.train_structures()
     tick = progress("training layouts", len(structures)) if progress else None
     trains, n_train = planner.train_sides(structures, tick)
@@ -244,6 +249,9 @@ def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[
     evaluated = 0
     tick = progress("layout pairs", len(trains) * len(rollouts)) if progress else None
     for t in trains:
+        if deadline is not None and time.perf_counter() > deadline:
+            stopped = f"time limit reached after screening {evaluated:,} of {len(trains) * len(rollouts):,} pairs"
+            break
         for r in rollouts:
             evaluated += 1
             cand = planner.pair(t, r, evaluated)
@@ -257,6 +265,9 @@ def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[
     finalize = finalize or (lambda ev: ev.analytical(alternatives=False))
     best_unfit: str | None = None
     while heap and (len(exact) < top or heap[0].bound_s < exact[top - 1][0]):
+        if deadline is not None and exact and time.perf_counter() > deadline:
+            stopped = stopped or f"time limit reached with {len(heap):,} screened pairs not evaluated in full"
+            break
         cand = heapq.heappop(heap)
         layout = Layout(train=cand.train.layout, rollout=cand.rollout.layout)
         ev = Evaluation(planner.sc, planner.profile, layout, planner.base_dir)
@@ -269,7 +280,7 @@ def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[
         exact.sort(key=lambda e: e[0])
     summary = SearchSummary(train_layouts=n_train, rollout_layouts=n_rollout, pairs_evaluated=evaluated,
                             pairs_fitting=fitting, rejected=dict(planner.rejected), simulated=len(exact),
-                            wall_s=time.perf_counter() - start)
+                            wall_s=time.perf_counter() - start, stopped=stopped)
     if not exact:
         return PlanOutcome(None, [], best_unfit or _closest(planner), summary)
     ranked = exact[:top]

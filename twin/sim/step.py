@@ -56,9 +56,10 @@ class StepSimulation:
     def _replicas(self, prompts: np.ndarray, responses: np.ndarray, micro: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per simulated DP replica, (tokens, squared lengths) of each of its micro-batches."""
         dp = self.ev.train_memory.dp
-        per = len(responses) // dp
+        per = max(1, len(responses) // dp)  # a replica given less than one sequence still runs one
+        micro = min(micro, per)  # a micro-batch never holds more sequences than its replica has
         fixed = self.sc.workload.prompt_len.dist == "fixed" and self.sc.workload.response_len.dist == "fixed"
-        count = 1 if fixed else min(dp, MAX_DP_REPLICAS_SIMULATED)
+        count = 1 if fixed else min(dp, MAX_DP_REPLICAS_SIMULATED, len(responses) // per)
         out = []
         for r in range(count):
             lengths = (prompts + responses)[r * per:(r + 1) * per].astype(float)
