@@ -72,6 +72,7 @@ def check_reshard(
 
 def _check(plan_path: Path, world: int | None, method: str, model_config: Path | None, device: str, seed: int,
            timeout: float) -> dict[str, Any]:
+    from executor.plan_check import check_plan
     from executor.reshard.spawn import run_ranks
     from executor.reshard.tiny_model import (
         checked_placement,
@@ -86,6 +87,7 @@ def _check(plan_path: Path, world: int | None, method: str, model_config: Path |
     from twin.plan import load_plan
 
     plan = load_plan(plan_path)
+    check_plan(plan, plan_path)
     if device == "npu" and importlib.util.find_spec("torch_npu") is None:
         raise TwinError("--device npu: torch_npu is not installed on this host (no Ascend NPU); use --device cpu")
     devices = plan.predictions.devices
