@@ -11,7 +11,6 @@ shard must be bit-exact; anything else exits 1.
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 from enum import Enum
 from pathlib import Path
@@ -56,6 +55,7 @@ def check_reshard(
 ) -> None:
     """Run the weight reshard of PLAN.json for real on local processes; compare with the twin's prediction."""
     from executor.console import fail
+    from twin.clirun import json_text
     from twin.errors import TwinError
 
     try:
@@ -63,7 +63,7 @@ def check_reshard(
     except TwinError as exc:  # ExecutorError included
         raise fail(str(exc)) from None
     if as_json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        sys.stdout.write(json_text(report) + "\n")
     else:
         _print(report)
     if not report["ok"]:
