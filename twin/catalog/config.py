@@ -244,7 +244,7 @@ def parse_config(raw: Any, name: str) -> ModelConfig:
     if not isinstance(raw, dict):
         raise TwinError(f"config.json of {name}: expected a JSON object, got {type(raw).__name__}")
     model_type = raw.get("model_type")
-    if model_type not in _PARSERS:
+    if not isinstance(model_type, str) or model_type not in _PARSERS:
         raise TwinError(
             f"config.json of {name}: model_type {model_type!r} is not supported "
             f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
