@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from twin.clirun import bounded, json_text, make_console, run_app
+from twin.clirun import bounded, json_text, make_console, run_app, working
 from twin.errors import TwinError
 from twin.fileio import check_target
 from twin.scenario import MAX_CARDS, MAX_SEED
@@ -128,8 +128,9 @@ def layouts_cmd(model: ModelOpt, cards: CardsOpt, cluster: ClusterOpt = "a3",
     cfg = load_config(model)
     kind = cluster_kind(cluster)
     devices = cards * kind.devices_per_card
-    train = list(enumerate_train(cfg, devices, kind))
-    rollout = list(enumerate_rollout(cfg, devices, kind))
+    with working(f"enumerating layouts of {cfg.name} on {devices} devices"):
+        train = list(enumerate_train(cfg, devices, kind))
+        rollout = list(enumerate_rollout(cfg, devices, kind))
     if as_json:
         _print_json({
             "model": cfg.name, "cluster": kind.name, "cards": cards, "devices": devices,
@@ -193,7 +194,8 @@ def simulate_cmd(
     else:
         from twin.sim.step import simulate
 
-        result, sim = simulate(ev, steps=steps, seed=seed)
+        with working(f"simulating {steps} step(s) of {scenario.name}"):
+            result, sim = simulate(ev, steps=steps, seed=seed)
         result = result.model_copy(update={"reshard": ev.reshard_result(alternatives=True)})
         if trace:
             sim.trace.write(trace)

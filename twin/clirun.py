@@ -91,3 +91,8 @@ def _finite(obj: Any) -> Any:
 def json_text(obj: Any, indent: int | None = 2) -> str:
     """Strict JSON: a NaN or infinite number becomes null (bare NaN/Infinity is not JSON)."""
     return json.dumps(_finite(obj), indent=indent, allow_nan=False)
+
+
+def working(what: str):
+    """A transient spinner on stderr while a long computation runs (drawn only on a terminal)."""
+    return make_console(stderr=True).status(f"{what}...", spinner="dots")

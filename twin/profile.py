@@ -38,8 +38,9 @@ class Param(BaseModel):
         # of peak (or of a pass, or hidden) is at most 1 ("fraction of nominal" on CPU may exceed it)
         if self.value < 0:
             raise ValueError(f"value {self.value} is negative; a profile holds times, sizes, rates and fractions")
-        if self.unit.startswith("fraction") and "nominal" not in self.unit and self.value > 1:
-            raise ValueError(f"value {self.value} exceeds 1, but its unit is a {self.unit}")
+        most = 100.0 if "nominal" in self.unit else 1.0  # the cpu profile's nominal figures are bounded at 20x
+        if self.unit.startswith("fraction") and self.value > most:
+            raise ValueError(f"value {self.value} exceeds {most:g}, but its unit is a {self.unit}")
         if self.bounds is not None:
             lo, hi = self.bounds
             if not lo <= self.value <= hi:

@@ -114,7 +114,7 @@ def simulate_rollout(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.rand
     full_rank, note = per_rank, None
     if rows * per_rank > MAX_SEQUENCES or per_rank > MAX_PER_RANK:  # each queue cut to a representative part
         per_rank = max(1, min(MAX_SEQUENCES // rows, MAX_PER_RANK))
-        note = sampled_note("rollout", rows * full_rank, rows * per_rank)
+        note = sampled_note("rollout (simulated ranks)", rows * full_rank, rows * per_rank)
     scale = full_rank / per_rank
     prompts = sample_lengths(wl.prompt_len, rows * per_rank, rng).reshape(rows, per_rank)
     targets = sample_lengths(wl.response_len, rows * per_rank, rng).reshape(rows, per_rank)
