@@ -12,7 +12,7 @@ from rich.table import Table
 
 from twin.clirun import bounded, json_text, make_console, run_app, working
 from twin.errors import TwinError
-from twin.fileio import check_target
+from twin.fileio import check_target, output_dir
 from twin.scenario import MAX_CARDS, MAX_SEED
 
 if TYPE_CHECKING:
@@ -184,7 +184,7 @@ def simulate_cmd(
     if trace:
         check_target(trace, f"--trace {trace}", [case, profile])
     if plot:
-        check_target(plot, f"--plot {plot}", [case, profile], directory=True)
+        output_dir(plot, f"--plot {plot}", [case, profile])
     scenario, base = load_case(case)
     ev = Evaluation(scenario, load_profile(profile) if profile else None, base_dir=base)
     if analytical:

@@ -249,7 +249,7 @@ def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[
     evaluated = 0
     tick = progress("layout pairs", len(trains) * len(rollouts)) if progress else None
     for t in trains:
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline is not None and heap and time.perf_counter() > deadline:  # something fits: stop screening
             stopped = f"time limit reached after screening {evaluated:,} of {len(trains) * len(rollouts):,} pairs"
             break
         for r in rollouts:
