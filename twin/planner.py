@@ -275,7 +275,8 @@ def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[
             break
         if full >= MAX_FULL_EVALUATIONS and exact:
             stopped = stopped or (f"{full} pairs evaluated in full (the most the planner evaluates); {len(heap):,} "
-                                  f"screened pairs whose lower bound is below the {top}th best step time were not")
+                                  f"screened pairs were not, the best of them bounded below at {heap[0].bound_s:.1f} s "
+                                  f"against {exact[min(top, len(exact)) - 1][0]:.1f} s for the {top}th best")
             break
         full += 1
         cand = heapq.heappop(heap)
