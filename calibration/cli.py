@@ -6,6 +6,7 @@ Bad input ends with one line on stderr and a non-zero exit, never a traceback.
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -89,7 +90,7 @@ def run(
     if outcome.interrupted:
         stderr.print(f"interrupted: the {outcome.measured} records measured in this run are in {output}; "
                      "run the same command again to resume", highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_INTERRUPTED)
+        sys.exit(EXIT_INTERRUPTED)  # past typer's own Ctrl-C handling: this line is the whole message
     if outcome.failed:
         raise typer.Exit(EXIT_FAILED_POINTS)
 
@@ -255,7 +256,6 @@ def report(
     as_json: Annotated[bool, typer.Option("--json", help="print the report as one JSON object")] = False,
 ) -> None:
     """Predicted vs measured for every measured case of the profile's cluster kind, fitted and held out apart."""
-    import sys
 
     from calibration.report import build_report
     from calibration.report_print import print_report

@@ -17,6 +17,8 @@ from rich.console import Console
 
 from twin.errors import TwinError
 
+INTERRUPTED = 130  # the shell's exit status of a command ended by SIGINT
+
 
 def make_console(stderr: bool = False) -> Console:
     """A rich console; when output is not a terminal, wide enough that tables are not truncated."""
@@ -52,9 +54,11 @@ def run_app(app: typer.Typer, prog: str, user_errors: tuple[type[BaseException],
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         sys.stderr.write(f"{prog}: interrupted\n")
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except BrokenPipeError:
         sys.exit(0)
+    if code == INTERRUPTED:  # typer turns Ctrl-C inside a command into this code
+        sys.stderr.write(f"{prog}: interrupted\n")
     if isinstance(code, int) and code:
         sys.exit(code)
 
