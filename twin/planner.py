@@ -241,8 +241,8 @@ def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[
            deadline: float | None = None) -> PlanOutcome:
     """Screen every pair, then evaluate the best in full until none left can beat the k-th best.
 
-    Past `deadline` (a time.perf_counter() value) screening stops and at most one more candidate is evaluated
-    in full if none is yet; the summary says where the search stopped."""
+    Past `deadline` (a time.perf_counter() value) screening stops once some pair fits and evaluation in full
+    stops once one candidate is ranked; past MAX_FULL_EVALUATIONS it stops too. The summary says why."""
     start = time.perf_counter()
     stopped: str | None = None
     structures = planner.train_structures()
