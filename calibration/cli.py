@@ -6,6 +6,7 @@ Bad input ends with one line on stderr and a non-zero exit, never a traceback.
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -69,7 +70,9 @@ def run(
     from calibration.jobs.base import RunContext
     from calibration.run_summary import summary_table
     from calibration.runner import run_jobs
+    from twin.fileio import check_target
 
+    check_target(output, f"--output {output}", [model_config])
     for name in jobs:
         load_job(name)  # unknown names fail before torch is imported
     if model_config is not None and not model_config.is_file():
@@ -87,7 +90,7 @@ def run(
     if outcome.interrupted:
         stderr.print(f"interrupted: the {outcome.measured} records measured in this run are in {output}; "
                      "run the same command again to resume", highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_INTERRUPTED)
+        sys.exit(EXIT_INTERRUPTED)  # past typer's own Ctrl-C handling: this line is the whole message
     if outcome.failed:
         raise typer.Exit(EXIT_FAILED_POINTS)
 
@@ -144,15 +147,14 @@ def fit(
     from calibration.fit_jobs import JobFit
     from calibration.fit_report import print_fit, print_job_fit
     from calibration.measurements import JobMeasurement
-    from twin.fileio import refuse_overwrite
+    from twin.fileio import check_target, refuse_overwrite
     from twin.profile import load_profile, reference_profile, save_profile
     from twin.scenario import load_scenario
 
     if not measurements and not cases:
         raise CalibrationError("give measurements.jsonl files, --cases, or both")
     refuse_overwrite(output, "a calibration profile")
-    if any(p.resolve() == output.resolve() for p in [*(measurements or []), *([profile] if profile else [])]):
-        raise CalibrationError(f"{output} is one of the inputs; a fit never overwrites its input")
+    check_target(output, f"--output {output}", [*(measurements or []), profile, model_config, *(cases or [])])
     base = load_profile(profile) if profile else reference_profile(kind)
     result = base
     new_id = new_id or output.stem
@@ -231,9 +233,10 @@ def case(
 ) -> None:
     """Write the scenario with the run's steady-state stage times, step time and throughput as `measured`."""
     from calibration.runs import write_case
-    from twin.fileio import refuse_overwrite
+    from twin.fileio import check_target, refuse_overwrite
 
     refuse_overwrite(output, "a scenario file")
+    check_target(output, f"--output {output}", [runs, scenario])
     sc = _run_case(runs, scenario, skip_steps, use)
     write_case(sc, output)
     assert sc.measured is not None
@@ -253,12 +256,11 @@ def report(
     as_json: Annotated[bool, typer.Option("--json", help="print the report as one JSON object")] = False,
 ) -> None:
     """Predicted vs measured for every measured case of the profile's cluster kind, fitted and held out apart."""
-    import json
-    import sys
 
     from calibration.report import build_report
     from calibration.report_print import print_report
-    from twin.clirun import make_console
+    from twin.clirun import json_text, make_console
+    from twin.fileio import check_target
     from twin.profile import load_profile
     from twin.scenario import load_scenario
 
@@ -266,6 +268,8 @@ def report(
         raise CalibrationError("--runs and --scenario go together: the run's records and the scenario it executed")
     prof = load_profile(profile)
     files = _case_files(cases if cases is not None else [] if runs else [Path("scenarios")])
+    if plot is not None:
+        check_target(plot, f"--plot {plot}", [profile, *files, *(cases or []), runs, scenario])
     loaded = [load_scenario(f) for f in files]
     if runs is not None and scenario is not None:
         loaded.append(_run_case(runs, scenario, skip_steps, CaseUse.judge))
@@ -273,9 +277,9 @@ def report(
     if plot is not None:
         from calibration.report_plot import plot_report
 
-        plot_report(result, plot)
+        plot_report(result, plot, f"--plot {plot}", [profile, *files, runs, scenario])
     if as_json:
-        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+        sys.stdout.write(json_text(result.to_json()) + "\n")
     else:
         out = make_console()
         print_report(out, result)

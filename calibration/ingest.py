@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,6 +22,9 @@ from calibration.measurements import (
     load_measurements,
 )
 from calibration.verl_logs import LogFormat, ParsedLog, parse_log
+from twin.fileio import MAX_DEPTH, check_target, decode_text, json_depth, parse_mapping, read_bytes, validation_message
+
+MAX_LOG_BYTES = 1 << 30  # a verl metrics file of a long run is tens of MB; 1 GiB bounds the memory it takes
 
 JOB = "verl"
 PREFIXES = ("timing_s/", "timing_per_token_ms/", "perf/", "response_length/", "prompt_length/")
@@ -79,23 +85,17 @@ class IngestResult:
 
 
 def _read_text(path: Path, what: str) -> str:
-    try:
-        return path.read_bytes().decode("utf-8", errors="replace")
-    except OSError as exc:
-        raise CalibrationError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    """A log through the file boundary (regular files only, at most MAX_LOG_BYTES); undecodable bytes of a
+    console log are replaced, so a stray byte costs one unreadable line, not the log."""
+    return read_bytes(path, f"{what} {path}", MAX_LOG_BYTES).decode("utf-8", errors="replace")
 
 
 def plan_identity(path: Path) -> PlanIdentity:
     """Path and sha256 of a plan file, with its "scenario" and "layout" fields where present."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise CalibrationError(f"cannot read plan {path}: {exc.strerror or exc}") from None
-    try:
-        plan = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CalibrationError(f"plan {path} is not JSON: {exc}") from None
-    fields = plan if isinstance(plan, dict) else {}
+    label = f"plan {path}"
+    data = read_bytes(path, label)
+    plan = parse_mapping(decode_text(data, label), label, "json")
+    fields = plan
     return PlanIdentity(path=str(path.resolve()), sha256=hashlib.sha256(data).hexdigest(),
                         scenario=fields.get("scenario"), layout=fields.get("layout"))
 
@@ -104,8 +104,8 @@ def resolve_source(path: Path) -> Source:
     """A log as given, or the log named by an executor run record (its metrics file, else its console log)."""
     text = _read_text(path, "log")
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError:
+        obj = json.loads(text) if json_depth(text) <= MAX_DEPTH else None
+    except ValueError:
         obj = None
     if not (isinstance(obj, dict) and "metrics_path" in obj and "log_path" in obj):
         return Source(path, run_id=str(path.resolve()))
@@ -116,7 +116,7 @@ def resolve_source(path: Path) -> Source:
     try:
         record = RunRecord.model_validate(obj)
     except ValidationError as exc:
-        raise CalibrationError(f"run record {path} is malformed: {exc.errors()[0]['msg']}") from None
+        raise CalibrationError(validation_message(exc, f"run record {path}")) from None
     run = RunInfo(
         record_path=str(path.resolve()), scenario=record.scenario, cluster_kind=record.cluster_kind,
         cards=record.cards, devices=record.devices, plan_path=record.plan_path, plan_sha256=record.plan_sha256,
@@ -139,6 +139,15 @@ def _locate(name: str, bases: list[Path]) -> Path | None:
     return next((p for p in options if p.is_file()), None)
 
 
+def impossible(metric: str, value: float) -> str | None:
+    """Why `value` cannot be a measurement of `metric` (a negative time, count, length, rate or size)."""
+    if value < 0 and unit_of(metric) in ("s", "ms", "tokens", "tokens/s/device", "GiB", "fraction"):
+        return f"{metric} = {value:g} is negative"
+    if unit_of(metric) == "fraction" and "mfu" in metric and value > 1:
+        return f"{metric} = {value:g} exceeds 1"
+    return None
+
+
 def records_of(
     source: Source, parsed: ParsedLog, plan: PlanIdentity | None
 ) -> tuple[list[RunMeasurement], SourceReport]:
@@ -148,7 +157,16 @@ def records_of(
     seen_steps: set[int] = set()
     duplicates: list[int] = []
     non_finite = 0
+    bad_lines = list(parsed.bad_lines)
     for step in parsed.steps:
+        if step.step < 0:
+            bad_lines.append(BadLine(step.line, f"step {step.step} is negative"))
+            continue
+        why = next((w for m, v in step.values.items() if selected(m) and v is not None
+                    for w in [impossible(m, v)] if w), None)
+        if why:
+            bad_lines.append(BadLine(step.line, why))
+            continue
         if step.step in seen_steps:
             duplicates.append(step.line)
             continue
@@ -164,34 +182,57 @@ def records_of(
                 metric=metric, value=value, unit=unit_of(metric), step=step.step,
                 source=SourceRef(path=str(source.path.resolve()), line=step.line), run=source.run, plan=plan,
             ))
-    report = SourceReport(source.path, parsed.format, len(seen_steps), len(records), parsed.bad_lines,
+    report = SourceReport(source.path, parsed.format, len(seen_steps), len(records), bad_lines,
                           parsed.other_lines, non_finite, duplicates)
     return records, report
 
 
 def ingest(logs: list[Path], out: Path, plan_path: Path | None = None, append: bool = False) -> IngestResult:
-    """Read every log, then append its records to `out` (which must not exist unless `append`)."""
-    if out.exists() and not append:
-        raise CalibrationError(f"{out} exists; ingest never overwrites it (pass --append to add to it)")
-    if not out.parent.is_dir():
-        raise CalibrationError(f"output directory {out.parent} does not exist")
+    """Read every log, then append its records to `out` (which must not exist unless `append`).
+
+    The output is checked first (never one of the inputs, never a directory or device) and locked
+    (fcntl.flock) from reading the records already there to writing the new ones, so concurrent
+    `--append` runs never duplicate a record.
+    """
+    check_target(out, f"output {out}", [*logs, plan_path])
     plan = plan_identity(plan_path) if plan_path is not None else None
     sources = [resolve_source(path) for path in logs]
-    done = load_measurements(out).keys() if out.exists() else set()
-    result = IngestResult()
-    batches = []
-    for source in sources:
-        records, report = records_of(source, parse_log(source.path, _read_text(source.path, "log")), plan)
-        fresh = [r for r in records if r.key not in done]
-        report.already_in_output = len(records) - len(fresh)
-        done |= {r.key for r in fresh}
-        batches.append(fresh)
-        result.reports.append(report)
-    if not any(report.steps for report in result.reports):
+    parsed = [(source, parse_log(source.path, _read_text(source.path, "log"))) for source in sources]
+    if not any(p.steps for _, p in parsed):
         raise CalibrationError(f"no verl step metrics found in {', '.join(str(p) for p in logs)}")
-    with MeasurementWriter(out) as writer:
-        for batch in batches:
-            for record in batch:
-                writer.write(record)
-        result.written = writer.written
+    with _locked_output(out, append):
+        done = load_measurements(out).keys()
+        result = IngestResult()
+        batches = []
+        for source, log in parsed:
+            records, report = records_of(source, log, plan)
+            fresh = [r for r in records if r.key not in done]
+            report.already_in_output = len(records) - len(fresh)
+            done |= {r.key for r in fresh}
+            batches.append(fresh)
+            result.reports.append(report)
+        with MeasurementWriter(out) as writer:
+            for batch in batches:
+                for record in batch:
+                    writer.write(record)
+            result.written = writer.written
     return result
+
+
+@contextmanager
+def _locked_output(out: Path, append: bool) -> Iterator[None]:
+    """`out` opened (created only when new, unless `append`) and held under an exclusive flock."""
+    import fcntl
+
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | (0 if append else os.O_EXCL)
+    try:
+        fd = os.open(out, flags, 0o666)
+    except FileExistsError:
+        raise CalibrationError(f"{out} exists; ingest never overwrites it (pass --append to add to it)") from None
+    except OSError as exc:
+        raise CalibrationError(f"output {out}: cannot open ({exc.strerror or exc})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

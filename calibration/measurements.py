@@ -198,13 +198,18 @@ def parse_measurement(text: str | bytes) -> JobMeasurement | RunMeasurement:
     return _ADAPTER.validate_json(text)
 
 
+MAX_FILE_BYTES = 1 << 30  # a measurements file of a long run is tens of MB; 1 GiB bounds what it may take
+
+
 def load_measurements(path: Path | str) -> LoadedMeasurements:
     """Read a measurements file; malformed lines are counted with their line numbers, never fatal."""
     loaded = LoadedMeasurements()
     path = Path(path)
     if not path.exists():
         return loaded
-    data = path.read_bytes()
+    from twin.fileio import read_bytes
+
+    data = read_bytes(path, f"measurements {path}", MAX_FILE_BYTES)
     lines = data.split(b"\n")
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():

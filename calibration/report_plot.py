@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from calibration.report import GROUP_TITLES, GROUPS, Report, Row
 from calibration.report_print import mape_text, quantity_label
+from twin.fileio import save_figure
 
 COLOURS = {"fitted": "#4c72b0", "held_out": "#dd8452"}
 MARKERS = {"s": "o", "tokens/s": "^", "ratio": "s"}
@@ -19,7 +19,7 @@ def _unit(row: Row) -> str:
     return "s" if row.target.is_stage or row.target.quantity == "step" else "tokens/s"
 
 
-def plot_report(report: Report, path: Path) -> None:
+def plot_report(report: Report, path: Path, label: str | None = None, inputs: Iterable[Path | None] = ()) -> None:
     """Left: the signed relative error of every row; right: predicted vs measured with the identity line.
     Rows measured as 0 (no relative error, no place on a log axis) are counted in the caption only."""
     from matplotlib.figure import Figure
@@ -65,16 +65,4 @@ def plot_report(report: Report, path: Path) -> None:
     if zero or unplotted:
         fig.text(0.01, 0.005, f"not in the scatter (see the table): {zero} measured as 0 s, {unplotted} predicted "
                  "as 0 s", fontsize=8)
-    _save_atomic(fig, path)
-
-
-def _save_atomic(fig, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=110, format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    save_figure(fig, path, dpi=110, label=label, inputs=inputs)

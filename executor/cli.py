@@ -12,19 +12,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from executor.console import err, fail, out
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Launch verl GRPO/DAPO runs from twin plans, with the Ascend recipe optimizations.")
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
-
-
-def fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"executor: error: {message}", markup=False)
-    return typer.Exit(code)
-
 
 def optimization_table(reports: list) -> Table:
     table = Table(title="Optimizations (DESIGN section 6)")
@@ -72,6 +65,7 @@ def run(
     from executor.errors import ValidationFailed
     from executor.npu_opt.host import HostEnv
     from executor.options import LaunchOptions, RunPaths
+    from executor.plan_check import check_plan
     from executor.targets import target_for
     from executor.validate import validate
     from executor.versions import check_verl_version
@@ -80,9 +74,9 @@ def run(
 
     try:
         plan = load_plan(plan_path)
+        check_plan(plan, plan_path)
         check_verl_version()
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        options = LaunchOptions(workdir=(workdir or Path("runs") / f"{plan.scenario.name}-{stamp}").resolve(),
+        options = LaunchOptions(workdir=_workdir(workdir, plan.scenario.name, plan_path),
                                 model_path=model_path, data_dir=data_dir.resolve() if data_dir else None, steps=steps)
         target = target_for(plan.scenario.cluster.kind)
         if not dry_run:
@@ -100,6 +94,21 @@ def run(
         raise typer.Exit(2) from None
     except TwinError as exc:
         raise fail(str(exc)) from None
+
+
+def _workdir(given: Path | None, name: str, plan_path: Path) -> Path:
+    """The run directory: as given (a directory or a new path, never a file or device), else runs/<name>-<stamp>,
+    which must stay inside runs/."""
+    from twin.errors import TwinError
+    from twin.fileio import check_target
+
+    if given is not None:
+        return check_target(given, f"--workdir {given}", [plan_path], directory=True).resolve()
+    runs = Path("runs").resolve()
+    path = (runs / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}").resolve()
+    if path.parent != runs:
+        raise TwinError(f"scenario name {name!r} would put the run directory outside runs/ ({path})")
+    return path
 
 
 def _real_run(plan_path, plan, spec, target, paths, options) -> None:

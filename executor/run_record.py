@@ -11,9 +11,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from twin.fileio import write_atomic
+from twin.fileio import read_bytes, read_mapping, validated, write_atomic
 
 RUN_RECORD_SCHEMA = 1
 
@@ -39,8 +39,8 @@ class RunRecord(BaseModel):
     plan_sha256: str
     scenario: str
     cluster_kind: str
-    cards: int
-    devices: int
+    cards: int = Field(ge=1)
+    devices: int = Field(ge=1)
     command: list[str]
     env: dict[str, str]
     versions: dict[str, str]
@@ -55,9 +55,16 @@ class RunRecord(BaseModel):
     ended_at: datetime | None = None
     exit_status: int | None = None
 
+    @model_validator(mode="after")
+    def _schema(self) -> RunRecord:
+        if self.schema_version != RUN_RECORD_SCHEMA:
+            raise ValueError(f"run record schema {self.schema_version} is not supported (this executor writes "
+                             f"{RUN_RECORD_SCHEMA})")
+        return self
+
 
 def sha256_file(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return hashlib.sha256(read_bytes(path, f"plan {path}", 1 << 30)).hexdigest()
 
 
 def save_record(record: RunRecord, path: Path) -> None:
@@ -65,4 +72,5 @@ def save_record(record: RunRecord, path: Path) -> None:
 
 
 def load_record(path: Path) -> RunRecord:
-    return RunRecord.model_validate_json(Path(path).read_text())
+    label = f"run record {path}"
+    return validated(RunRecord, read_mapping(path, label, "json"), label)

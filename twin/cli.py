@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from twin.clirun import make_console, run_app
+from twin.clirun import bounded, json_text, make_console, run_app, working
 from twin.errors import TwinError
+from twin.fileio import check_target, output_dir
+from twin.scenario import MAX_CARDS, MAX_SEED
 
 if TYPE_CHECKING:
     from twin.plan import Plan
@@ -29,13 +31,15 @@ app = typer.Typer(
 console = make_console()
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog name (see `twin models`) or a config.json path")]
-CardsOpt = Annotated[int, typer.Option("--cards", "-c", help="Cards as the recipes count them: 910B on A2, 910C on A3")]
+CARDS_DOMAIN = bounded(1, MAX_CARDS, "8192 A3 cards (16,384 dies) is the largest cluster the planner is exercised on")
+CardsOpt = Annotated[int, typer.Option("--cards", "-c", callback=CARDS_DOMAIN,
+                                       help="Cards as the recipes count them: 910B on A2, 910C on A3")]
 ClusterOpt = Annotated[str, typer.Option("--cluster", help="Cluster kind (see `twin clusters`) or a cluster YAML file")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table")]
 
 
 def _print_json(obj: object) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+    sys.stdout.write(json_text(obj) + "\n")
 
 
 @app.command("models")
@@ -93,7 +97,9 @@ def clusters_cmd(as_json: JsonOpt = False, cluster: Annotated[list[str] | None, 
 
 @app.command("layouts")
 def layouts_cmd(model: ModelOpt, cards: CardsOpt, cluster: ClusterOpt = "a3",
-                sample: Annotated[int, typer.Option(help="How many layouts of each kind to show")] = 8,
+                sample: Annotated[int, typer.Option(callback=bounded(1, 10_000, "a sample shows at least one "
+                                                                    "layout of each kind"),
+                                                    help="How many layouts of each kind to show")] = 8,
                 as_json: JsonOpt = False) -> None:
     """Count the valid training and rollout layouts of a model on a cluster, and show a sample."""
     from twin.catalog.registry import load_config
@@ -103,8 +109,9 @@ def layouts_cmd(model: ModelOpt, cards: CardsOpt, cluster: ClusterOpt = "a3",
     cfg = load_config(model)
     kind = cluster_kind(cluster)
     devices = cards * kind.devices_per_card
-    train = list(enumerate_train(cfg, devices, kind))
-    rollout = list(enumerate_rollout(cfg, devices, kind))
+    with working(f"enumerating layouts of {cfg.name} on {devices} devices"):
+        train = list(enumerate_train(cfg, devices, kind))
+        rollout = list(enumerate_rollout(cfg, devices, kind))
     if as_json:
         _print_json({
             "model": cfg.name, "cluster": kind.name, "cards": cards, "devices": devices,
@@ -147,8 +154,12 @@ def simulate_cmd(
     as_json: JsonOpt = False,
     trace: Annotated[Path | None, typer.Option(help="Write a Chrome/Perfetto trace (JSON) of the step")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write PNG plots (memory timeline, stage breakdown) here")] = None,
-    steps: Annotated[int, typer.Option(min=1, help="Steps to simulate (stage times are their mean)")] = 1,
-    seed: Annotated[int | None, typer.Option(help="Seed of the length draws (default: the scenario's)")] = None,
+    steps: Annotated[int, typer.Option(callback=bounded(1, 1000, "each step is simulated in full; 1000 steps "
+                                                                  "average out any length draw"),
+                                       help="Steps to simulate (stage times are their mean)")] = 1,
+    seed: Annotated[int | None, typer.Option(callback=bounded(0, MAX_SEED, "numpy seeds are non-negative 64-bit "
+                                                                         "numbers"),
+                                             help="Seed of the length draws (default: the scenario's)")] = None,
     analytical: Annotated[bool, typer.Option("--analytical", help="Closed-form model instead of the "
                                                                   "discrete-event simulation")] = False,
     profile: Annotated[str | None, typer.Option(help="Calibration profile YAML (default: the scenario's, "
@@ -159,6 +170,10 @@ def simulate_cmd(
     from twin.profile import load_profile
     from twin.report import print_result
 
+    if trace:
+        check_target(trace, f"--trace {trace}", [case, profile])
+    if plot:
+        output_dir(plot, f"--plot {plot}", [case, profile])
     scenario, base = load_case(case)
     ev = Evaluation(scenario, load_profile(profile) if profile else None, base_dir=base)
     if analytical:
@@ -168,7 +183,8 @@ def simulate_cmd(
     else:
         from twin.sim.step import simulate
 
-        result, sim = simulate(ev, steps=steps, seed=seed)
+        with working(f"simulating {steps} step(s) of {scenario.name}"):
+            result, sim = simulate(ev, steps=steps, seed=seed)
         result = result.model_copy(update={"reshard": ev.reshard_result(alternatives=True)})
         if trace:
             sim.trace.write(trace)
@@ -195,7 +211,9 @@ def plan_cmd(
                                                                   "file")] = None,
     scenario: Annotated[str | None, typer.Option(help="Scenario YAML: workload, optimizations, profile "
                                                       "(its layout is ignored; --model/--cards override)")] = None,
-    top: Annotated[int, typer.Option("--top", "-k", min=1, help="Layouts to rank and show")] = 5,
+    top: Annotated[int, typer.Option("--top", "-k", callback=bounded(1, 100, "each ranked layout is simulated "
+                                                                            "in full"),
+                                     help="Layouts to rank and show")] = 5,
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the plan")] = Path("plan.json"),
     profile: Annotated[str | None, typer.Option(help="Calibration profile YAML")] = None,
     keep_layout: Annotated[bool, typer.Option(
@@ -210,6 +228,9 @@ def plan_cmd(
                                                           "dominated on step time, headroom, reshard volume")] = False,
     risk: Annotated[str, typer.Option("--risk", help="Rank by p50 (the prediction) or p90 (the upper end of its "
                                                      "band)")] = "p50",
+    time_limit: Annotated[float | None, typer.Option(
+        "--time-limit", callback=bounded(1, 86_400, "seconds of search, at least one, at most a day"),
+        help="Seconds to search; past them the best plan found so far is written, saying so")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Search every valid layout pair, rank those that fit by predicted step time, write plan.json."""
@@ -218,6 +239,7 @@ def plan_cmd(
     from twin.report import print_result
     from twin.sim.step import simulated
 
+    check_target(output, f"--output {output}", [scenario, profile, model])
     if risk not in ("p50", "p90"):
         raise TwinError(f"--risk {risk!r}: give p50 or p90")
     card_counts = _card_counts(cards)
@@ -249,11 +271,12 @@ def plan_cmd(
 
         resolve_query(Planner(_plan_scenario(scenario, model, card_counts[0] if card_counts else None, cluster), prof,
                               headroom=headroom), explain)
+    deadline = time.perf_counter() + time_limit if time_limit else None
     searches, unfit = [], []
     for n in card_counts or [None]:
         try:
             sc = _plan_scenario(scenario, model, n, cluster)
-            searches.append(_plan_search(sc, prof, top, headroom, risk, pareto))
+            searches.append(_plan_search(sc, prof, top, headroom, risk, pareto, deadline))
         except TwinError as exc:  # with several card counts, one that fits nothing is reported, not fatal
             if len(card_counts) < 2:
                 raise
@@ -292,6 +315,10 @@ def plan_cmd(
         print_plan_table(o, p.sc, p.devices)
     for line in unfit:
         console.print(line, markup=False)
+    for p, o in searches:
+        if o.summary.stopped:
+            console.print(f"[bold]stopped early[/] ({p.sc.cluster.cards} cards): {o.summary.stopped}; this is the "
+                          "best plan found so far")
     if plan.explained:
         from twin.explain import print_explanation
 
@@ -317,8 +344,9 @@ def _card_counts(cards: str | None) -> list[int]:
         counts = sorted({int(c) for c in cards.split(",") if c.strip()})
     except ValueError:
         raise TwinError(f"--cards {cards!r}: give a card count or several separated by commas") from None
-    if not counts or min(counts) < 1:
-        raise TwinError(f"--cards {cards!r}: card counts must be positive")
+    if not counts or min(counts) < 1 or max(counts) > MAX_CARDS:
+        raise TwinError(f"--cards {cards!r}: each card count must lie in 1 to {MAX_CARDS:,} (8192 A3 cards, "
+                        "16,384 dies, is the largest cluster the planner is exercised on)")
     return counts
 
 
@@ -341,7 +369,7 @@ def _plan_scenario(path: str | None, model: str | None, cards: int | None, clust
 
 
 def _plan_search(sc: Scenario, profile: Profile | None, top: int, headroom: float | None, risk: str,
-                 front: bool) -> tuple[Planner, PlanOutcome]:
+                 front: bool, deadline: float | None) -> tuple[Planner, PlanOutcome]:
     """One search with a progress bar; no layout that fits is a one-line error."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -355,7 +383,7 @@ def _plan_search(sc: Scenario, profile: Profile | None, top: int, headroom: floa
             task = bar.add_task(label, total=total)
             return lambda: bar.advance(task)
 
-        outcome = search(planner, top, progress, finalize=simulated, front=front)
+        outcome = search(planner, top, progress, finalize=simulated, front=front, deadline=deadline)
     if outcome.plan is None:
         raise TwinError(f"no layout of {planner.cfg.name} fits {sc.cluster.cards} {planner.kind.name} cards "
                         f"({planner.devices} devices of {planner.hbm_gb:g} GB, {planner.headroom:.1%} kept free); "

@@ -116,6 +116,7 @@ class SearchSummary(BaseModel):
     rejected: dict[str, int]  # reason -> count
     simulated: int = 0
     wall_s: float
+    stopped: str | None = None  # why the search ended before it had screened and ranked everything (--time-limit)
 
 
 class Plan(BaseModel):

@@ -70,6 +70,11 @@ def default_headroom(profile: Profile) -> tuple[float, str]:
                         "memory_headroom_fraction; pass --headroom")
     return param.value, f"profile {profile.id}: memory_headroom_fraction, sourced there"
 
+# Full evaluations of one search at most: at 16,384 devices each costs seconds (the reshard of every rank) and the
+# screen's lower bound there lies 8-10 % under the simulated step, so thousands of pairs pass it; at 128 cards a
+# search evaluates 7 in full. Past the cap the search stops and says so.
+MAX_FULL_EVALUATIONS = 32
+
 
 def default_scenario(model: str, kind: str, cards: int) -> Scenario:
     """The recipes' workload (C1: GRPO, 512 prompts x 16, prompt 75, response 3039.8) and optimizations."""
@@ -343,10 +348,15 @@ def evaluate_headroom_variants(planner: Planner, outcome: PlanOutcome,
 
 
 def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[], None]] | None = None,
-           finalize: Callable[[Evaluation], SimulationResult] | None = None, front: bool = False) -> PlanOutcome:
+           finalize: Callable[[Evaluation], SimulationResult] | None = None, front: bool = False,
+           deadline: float | None = None) -> PlanOutcome:
     """Screen every pair, then evaluate the best in full until none left can beat the k-th best (and, with
-    `front`, the screen's step-time/memory Pareto front too)."""
+    `front`, the screen's step-time/memory Pareto front too).
+
+    Past `deadline` (a time.perf_counter() value) screening stops once some pair fits and evaluation in full
+    stops once one candidate is ranked; past MAX_FULL_EVALUATIONS it stops too. The summary says why."""
     start = time.perf_counter()
+    stopped: str | None = None
     structures = planner.train_structures()
     tick = progress("training layouts", len(structures)) if progress else None
     trains, n_train = planner.train_sides(structures, tick)
@@ -355,6 +365,9 @@ def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[
     evaluated = 0
     tick = progress("layout pairs", len(trains) * len(rollouts)) if progress else None
     for t in trains:
+        if deadline is not None and heap and time.perf_counter() > deadline:  # something fits: stop screening
+            stopped = f"time limit reached after screening {evaluated:,} of {len(trains) * len(rollouts):,} pairs"
+            break
         for r in rollouts:
             evaluated += 1
             cand = planner.pair(t, r, evaluated)
@@ -370,7 +383,17 @@ def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[
     ex = outcome.evaluated
     # the bound is below the step time, which is below its p90: nothing left can beat the k-th key
     while heap and (len(ex) < top or heap[0].bound_s < ex[top - 1].key):
+        if deadline is not None and ex and time.perf_counter() > deadline:
+            stopped = stopped or f"time limit reached with {len(heap):,} screened pairs not evaluated in full"
+            break
+        if summary.simulated >= MAX_FULL_EVALUATIONS and ex:
+            stopped = stopped or (f"{summary.simulated} pairs evaluated in full (the most the planner evaluates); "
+                                  f"{len(heap):,} screened pairs were not, the best of them bounded below at "
+                                  f"{heap[0].bound_s:.1f} s against {ex[min(top, len(ex)) - 1].key:.1f} s for "
+                                  f"the {top}th best")
+            break
         evaluate_next(planner, outcome, finalize)
+    summary.stopped = stopped
     if not ex:
         outcome.best_unfit = outcome.best_unfit or _closest(planner)
     else:

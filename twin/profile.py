@@ -26,7 +26,7 @@ class Param(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    value: float
+    value: float = Field(allow_inf_nan=False)
     unit: str
     source: str
     bounds: tuple[float, float] | None = None  # limits a fit may move it within
@@ -34,6 +34,13 @@ class Param(BaseModel):
 
     @model_validator(mode="after")
     def _in_bounds(self) -> Param:
+        # every quantity of a profile is a time, a size, a rate or a fraction: none is negative, and a fraction
+        # of peak (or of a pass, or hidden) is at most 1 ("fraction of nominal" on CPU may exceed it)
+        if self.value < 0:
+            raise ValueError(f"value {self.value} is negative; a profile holds times, sizes, rates and fractions")
+        most = 100.0 if "nominal" in self.unit else 1.0  # the cpu profile's nominal figures are bounded at 20x
+        if self.unit.startswith("fraction") and self.value > most:
+            raise ValueError(f"value {self.value} exceeds {most:g}, but its unit is a {self.unit}")
         if self.bounds is not None:
             lo, hi = self.bounds
             if not lo <= self.value <= hi:
@@ -78,6 +85,13 @@ class Profile(BaseModel):
     params: dict[str, Param]
     provenance: Provenance = Provenance()
     cross_validation: CrossValidation | None = None
+
+    @model_validator(mode="after")
+    def _efficiencies_positive(self) -> Profile:
+        zero = sorted(k for k, p in self.params.items() if "efficiency" in k and p.value <= 0)
+        if zero:
+            raise ValueError(f"{', '.join(zero)} must be above 0: the cost models divide by efficiencies")
+        return self
 
     @model_validator(mode="after")
     def _schema(self) -> Profile:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Literal
+from statistics import NormalDist
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -14,16 +16,32 @@ from twin.optimizations import RECIPE_OPTIMIZATIONS, OptimizationId
 
 SCENARIO_SCHEMA = 1
 
+# Domains of the numbers a user gives (issue 12): wide enough for every real run, narrow enough that the twin
+# answers in bounded time and memory. Each refusal says the limit and this reason.
+MAX_CARDS = 16384  # 8192 A3 cards = 16,384 dies, the largest cluster the planner is exercised on
+MAX_TOKENS = 1 << 20  # 1,048,576 tokens per sequence: 8x the 128k context of the longest catalog model
+MAX_PROMPTS = 1 << 20  # prompts per step; the recipes use 512 (C1)
+MAX_N = 1024  # responses per prompt; GRPO recipes use 5 to 64
+MAX_EPOCHS = 100  # PPO epochs per step; verl's default is 1, the PPO paper uses at most 10
+MAX_SIGMA = 4.0  # a lognormal shape beyond this puts almost all mass in a few sequences
+MEAN_TOLERANCE = 0.10  # clipped lengths may average at most 10 % off the declared mean (TPS uses the mean)
+MAX_SEED = 2**63 - 1  # numpy seeds are non-negative; 64-bit signed keeps them printable everywhere
+
+
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False, description="a measured time or rate")]
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False, description="a measured time or size")]
+
 
 class LengthDist(BaseModel):
     """A token-length distribution: fixed at the mean, lognormal with the given mean, or an empirical file."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    mean: float = Field(gt=0)
-    max: int = Field(ge=1)
+    mean: float = Field(gt=0, allow_inf_nan=False)
+    max: int = Field(ge=1, le=MAX_TOKENS, description="at most 8x the longest context of the catalog models")
     dist: Literal["fixed", "lognormal", "empirical"] = "fixed"
-    sigma: float = Field(default=0.5, gt=0)  # lognormal shape
+    sigma: float = Field(default=0.5, gt=0, le=MAX_SIGMA, allow_inf_nan=False,
+                         description="a wider lognormal puts almost all tokens in a few sequences")  # lognormal shape
     file: str | None = None  # empirical: a text file of lengths, one per line
 
     @model_validator(mode="after")
@@ -32,7 +50,21 @@ class LengthDist(BaseModel):
             raise ValueError(f"mean {self.mean} exceeds max {self.max}")
         if self.dist == "empirical" and not self.file:
             raise ValueError("dist 'empirical' needs 'file'")
+        if self.dist == "lognormal":
+            clipped = clipped_lognormal_mean(self.mean, self.sigma, self.max)
+            if abs(clipped - self.mean) > MEAN_TOLERANCE * self.mean:
+                raise ValueError(f"lognormal sigma {self.sigma:g} is too wide for mean {self.mean:g} and max "
+                                 f"{self.max}: lengths clipped to [1, {self.max}] average {clipped:.0f}, more than "
+                                 f"{MEAN_TOLERANCE:.0%} off the declared mean; lower sigma or raise max")
         return self
+
+
+def clipped_lognormal_mean(mean: float, sigma: float, top: int) -> float:
+    """E[clip(X, 1, top)] for X lognormal with E[X] = mean and shape sigma (closed form)."""
+    cdf = NormalDist().cdf
+    mu = math.log(mean) - sigma**2 / 2
+    inside = mean * (cdf((math.log(top) - mu - sigma**2) / sigma) - cdf((-mu - sigma**2) / sigma))
+    return inside + top * (1 - cdf((math.log(top) - mu) / sigma)) + cdf(-mu / sigma)
 
 
 class Workload(BaseModel):
@@ -41,12 +73,12 @@ class Workload(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     algorithm: Literal["grpo", "dapo"] = "grpo"
-    global_batch: int = Field(default=512, ge=1)  # prompts per step
-    n: int = Field(default=16, ge=1)  # responses per prompt
+    global_batch: int = Field(default=512, ge=1, le=MAX_PROMPTS, description="prompts per step")  # prompts per step
+    n: int = Field(default=16, ge=1, le=MAX_N, description="GRPO recipes use 5 to 64")  # responses per prompt
     prompt_len: LengthDist = LengthDist(mean=75, max=1024)
     response_len: LengthDist = LengthDist(mean=3039.8, max=3072)
     mini_batch: int | None = Field(default=None, ge=1)  # prompts per optimizer step; default: global_batch
-    ppo_epochs: int = Field(default=1, ge=1)
+    ppo_epochs: int = Field(default=1, ge=1, le=MAX_EPOCHS, description="verl's default is 1")
     use_kl_loss: bool = True  # a reference model is evaluated
     # DAPO dynamic sampling: prompts per generation round [global_batch] and rounds per step [1]
     gen_batch: int | None = Field(default=None, ge=1)
@@ -58,6 +90,13 @@ class Workload(BaseModel):
     def generation_prompts(self) -> int:
         """Prompts generated per round."""
         return self.gen_batch or self.global_batch
+
+    @model_validator(mode="after")
+    def _mini_batch(self) -> Workload:
+        if self.mini_batch is not None and self.mini_batch > self.global_batch:
+            raise ValueError(f"mini_batch {self.mini_batch} exceeds global_batch {self.global_batch}: an optimizer "
+                             "step cannot take more prompts than the step has")
+        return self
 
     @property
     def responses(self) -> int:
@@ -96,8 +135,9 @@ class ClusterRef(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: str
-    cards: int = Field(ge=1)
-    host_memory_gb_per_node: float | None = Field(default=None, gt=0)  # overrides the kind's default
+    cards: int = Field(ge=1, le=MAX_CARDS, description="1 to 16,384: 8192 A3 cards is the largest "
+                                                       "cluster the planner is exercised on")
+    host_memory_gb_per_node: float | None = Field(default=None, gt=0, allow_inf_nan=False)  # overrides the kind's
 
 
 class Measured(BaseModel):
@@ -110,13 +150,13 @@ class Measured(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     use: Literal["fit", "judge"] = "judge"
-    step_s: float | None = None
-    stages_s: dict[str, float] = {}
-    tps_per_card: float | None = None
-    tps_per_device: float | None = None  # as logged per die on A3 (verl's perf/throughput)
-    rollout_tps_per_card: float | None = None  # prompt + response tokens / rollout seconds / cards
-    reshard_extra_gib_per_device: dict[str, float] = {}  # reshard method -> extra memory, GiB
-    memory_peak_gb: float | None = None  # the published per-device peak (GB)
+    step_s: Positive | None = None
+    stages_s: dict[str, NonNegative] = {}
+    tps_per_card: Positive | None = None
+    tps_per_device: Positive | None = None  # as logged per die on A3 (verl's perf/throughput)
+    rollout_tps_per_card: Positive | None = None  # prompt + response tokens / rollout seconds / cards
+    reshard_extra_gib_per_device: dict[str, NonNegative] = {}  # reshard method -> extra memory, GiB
+    memory_peak_gb: Positive | None = None  # the published per-device peak (GB)
     # the values compare only with those of the named scenario: their ratio is the target, not the values
     relative_to: str | None = None
     # the values serve as the reference of other scenarios' ratios, not as targets themselves (they depend
@@ -131,9 +171,9 @@ class Scenario(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     schema_version: int = Field(default=SCENARIO_SCHEMA, alias="schema")
-    name: str
+    name: str = Field(min_length=1, max_length=200)
     description: str | None = None
-    model: str
+    model: str = Field(min_length=1)
     cluster: ClusterRef
     workload: Workload = Workload()
     layout: Layout | None = None
@@ -141,13 +181,23 @@ class Scenario(BaseModel):
     measured: Measured | None = None
     software: Software = Software()
     profile: str | None = None  # a profile file; default: the cluster kind's embedded profile
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=MAX_SEED, description="numpy seeds are non-negative 64-bit numbers")
 
     @model_validator(mode="after")
     def _schema(self) -> Scenario:
         if self.schema_version != SCENARIO_SCHEMA:
             raise ValueError(f"scenario schema {self.schema_version} is not supported (this twin reads "
                              f"{SCENARIO_SCHEMA})")
+        return self
+
+    @model_validator(mode="after")
+    def _name_and_optimizations(self) -> Scenario:
+        if not self.name.strip() or self.name in (".", "..") or any(c in self.name for c in "/\\\0"):
+            raise ValueError(f"name {self.name!r} must be a plain name (no '/', '\\', NUL, '.' or '..'): it names "
+                             "run directories")
+        repeated = sorted({o for o in self.optimizations if self.optimizations.count(o) > 1})
+        if repeated:
+            raise ValueError(f"optimizations {', '.join(repeated)} listed more than once")
         return self
 
     def has(self, opt: OptimizationId) -> bool:

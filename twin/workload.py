@@ -4,26 +4,41 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
 
 from twin.errors import TwinError
+from twin.fileio import read_text
 from twin.scenario import LengthDist
+
+# Sequences drawn per simulated step at most (131,072: 16x the 8192 responses of the recipes' step). Past it
+# the simulation draws this many representative sequences, each standing for several, scales the
+# sequence-proportional times and says so in its notes: memory and time stay bounded for any batch.
+MAX_SEQUENCES = 1 << 17
+
+
+def represented(total: int, cap: int = MAX_SEQUENCES) -> tuple[int, float]:
+    """(sequences to draw, real sequences each drawn one stands for) for `total` sequences."""
+    drawn = min(total, cap)
+    return drawn, total / drawn
+
+
+def sampled_note(what: str, total: int, drawn: int) -> str:
+    """The note of a simulation that drew fewer sequences than the step has."""
+    return (f"{what}: {drawn:,} representative sequences of {total:,} simulated (memory and time stay bounded); "
+            f"its times scaled by {total / drawn:.3g}")
 
 
 @lru_cache(maxsize=32)
 def _empirical(path: str) -> np.ndarray:
-    p = Path(path)
-    if not p.is_file():
-        raise TwinError(f"empirical length file {path}: no such file")
+    label = f"empirical length file {path}"
     try:
-        values = np.array([float(x) for x in p.read_text().split()], dtype=float)
+        values = np.array([float(x) for x in read_text(path, label).split()], dtype=float)
     except ValueError:
-        raise TwinError(f"empirical length file {path}: expected numbers, one per line") from None
-    if values.size == 0 or (values <= 0).any():
-        raise TwinError(f"empirical length file {path}: needs at least one positive length")
+        raise TwinError(f"{label}: expected numbers, one per line") from None
+    if values.size == 0 or not np.isfinite(values).all() or (values <= 0).any():
+        raise TwinError(f"{label}: needs at least one length, every one positive and finite")
     return np.sort(values)
 
 

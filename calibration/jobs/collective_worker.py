@@ -10,7 +10,7 @@ from typing import Any
 
 from calibration.devices import Device, torch_dtype
 from calibration.jobs.base import Point
-from calibration.jobs.collectives import blocks, uneven_splits
+from calibration.jobs.collective_groups import blocks, uneven_splits
 from calibration.timing import time_op
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from calibration.devices import device_count
 from calibration.errors import CalibrationError
 from calibration.jobs.base import Failure, Job, Outcome, Point, RunContext
+from calibration.jobs.collective_groups import blocks
 from calibration.measurements import GroupInfo
 
 KIB, MIB = 1 << 10, 1 << 20
@@ -49,20 +50,6 @@ def group_shapes(world: int, grid: str) -> list[GroupInfo]:
             info.ranks = blocks(info)[0]
             shapes.append(info)
     return shapes
-
-
-def blocks(group: GroupInfo) -> list[list[int]]:
-    """Every group of the partition, as lists of global ranks."""
-    world, size = group.world_size, group.group_size
-    if group.layout == "contiguous":
-        return [list(range(i * size, (i + 1) * size)) for i in range(world // size)]
-    stride = world // size
-    return [list(range(i, world, stride)) for i in range(stride)]
-
-
-def uneven_splits(rank: int, n: int, unit: int) -> list[int]:
-    """Elements rank `rank` sends to (and, by symmetry, receives from) each rank of its group."""
-    return [unit * (1 + (rank + j) % n) for j in range(n)]
 
 
 def free_port() -> int:

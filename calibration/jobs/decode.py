@@ -40,12 +40,12 @@ def model_spec(path: Path | None) -> tuple[str, dict[str, Any]]:
     """(label, config dict) of the model to build: a config.json file, or the built-in tiny Qwen2."""
     if path is None:
         return "tiny-qwen2", dict(TINY_QWEN2)
-    try:
-        text = Path(path).read_text()
-        config = json.loads(text)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CalibrationError(f"cannot read model config {path}: {exc}") from None
-    if not isinstance(config, dict) or "model_type" not in config:
+    from twin.fileio import parse_mapping, read_text
+
+    label = f"model config {path}"
+    text = read_text(path, label)
+    config = parse_mapping(text, label, "json")
+    if "model_type" not in config:
         raise CalibrationError(f"model config {path} has no model_type")
     return f"{Path(path).stem}-{hashlib.sha256(text.encode()).hexdigest()[:8]}", config
 

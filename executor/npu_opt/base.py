@@ -9,14 +9,13 @@ replaces it); patches also implement `apply_in_worker()`, which runs inside ever
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
-from executor.errors import ExecutorError
+from executor.npu_opt.patch_target import PatchTarget, PatchTargetMissing, TargetCheck  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
     from executor.npu_opt.host import HostEnv
@@ -29,48 +28,6 @@ Mechanism = Literal["native", "patch", "config", "env"]
 State = Literal["applied", "unavailable", "off", "refused"]
 
 PATCH_MARK = "__executor_npu_opt__"
-
-
-class PatchTargetMissing(ExecutorError):
-    """A patch target (module + attribute) is absent from the installed package version."""
-
-
-class PatchTarget(BaseModel):
-    """One thing a patch changes: an attribute path inside an importable module."""
-
-    model_config = ConfigDict(frozen=True)
-
-    module: str
-    attribute: str  # dotted path inside the module, e.g. "ParallelConfig.has_unfinished_dp"
-    dist: str  # distribution that ships the module
-
-    @property
-    def label(self) -> str:
-        return f"{self.module}:{self.attribute}"
-
-    def resolve(self) -> tuple[object, str]:
-        """Import the module and return (owner, attribute name); raise PatchTargetMissing when absent."""
-        try:
-            obj: object = importlib.import_module(self.module)
-        except ImportError as exc:
-            raise PatchTargetMissing(f"patch target {self.label}: cannot import {self.module} ({exc})") from None
-        *owners, name = self.attribute.split(".")
-        for part in owners:
-            if not hasattr(obj, part):
-                raise PatchTargetMissing(f"patch target {self.label}: {part!r} is missing from the installed "
-                                         f"{self.dist}")
-            obj = getattr(obj, part)
-        if not hasattr(obj, name):
-            raise PatchTargetMissing(f"patch target {self.label}: {name!r} is missing from the installed {self.dist}")
-        return obj, name
-
-
-class TargetCheck(BaseModel):
-    """Whether one patch target was found in the installed packages."""
-
-    label: str
-    found: bool
-    detail: str = ""
 
 
 class Availability(BaseModel):

@@ -7,7 +7,7 @@ import importlib.util
 from functools import cache
 from pathlib import Path
 
-from executor.npu_opt.base import PatchTarget, PatchTargetMissing, TargetCheck
+from executor.npu_opt.patch_target import PatchTarget, PatchTargetMissing, TargetCheck
 from executor.versions import installed_version
 
 

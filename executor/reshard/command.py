@@ -17,7 +17,6 @@ vLLM's loaded weights must equal them bit for bit. The report's `bytes_source` s
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 from enum import Enum
 from pathlib import Path
@@ -64,7 +63,8 @@ def check_reshard(
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
 ) -> None:
     """Run the weight reshard of PLAN.json for real on local processes; compare with the twin's prediction."""
-    from executor.cli import fail
+    from executor.console import fail
+    from twin.clirun import json_text
     from twin.errors import TwinError
 
     try:
@@ -73,7 +73,7 @@ def check_reshard(
     except TwinError as exc:  # ExecutorError included
         raise fail(str(exc)) from None
     if as_json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        sys.stdout.write(json_text(report) + "\n")
     else:
         _print(report)
     if not report["ok"]:
@@ -82,6 +82,7 @@ def check_reshard(
 
 def _check(plan_path: Path, world: int | None, method: str, model_config: Path | None, device: str, seed: int,
            timeout: float) -> dict[str, Any]:
+    from executor.plan_check import check_plan
     from executor.reshard.spawn import run_ranks
     from executor.reshard.tiny_model import (
         checked_placement,
@@ -96,6 +97,7 @@ def _check(plan_path: Path, world: int | None, method: str, model_config: Path |
     from twin.plan import load_plan
 
     plan = load_plan(plan_path)
+    check_plan(plan, plan_path)
     if device == "npu" and importlib.util.find_spec("torch_npu") is None:
         raise TwinError("--device npu: torch_npu is not installed on this host (no Ascend NPU); use --device cpu")
     devices = plan.predictions.devices
@@ -184,7 +186,7 @@ def _compare(method: str, ranks: list[dict[str, Any]], st: Any) -> dict[str, Any
 def _print(report: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from executor.cli import out
+    from executor.console import out
 
     lay = report["layouts"]
     out.print(f"plan {report['plan']} ({report['scenario']}): {report['model']}, {report['model_source']}; "

@@ -10,7 +10,8 @@ import pytest
 from calibration.errors import CalibrationError
 from calibration.jobs import load_job
 from calibration.jobs.base import Failure
-from calibration.jobs.collectives import OPS, blocks, bus_factor, group_shapes, uneven_splits
+from calibration.jobs.collective_groups import blocks, uneven_splits
+from calibration.jobs.collectives import OPS, bus_factor, group_shapes
 
 
 def test_uneven_splits_differ_per_peer_but_balance():

@@ -154,12 +154,88 @@ def test_ingest_errors_are_one_line(tmp_path, metrics_file, run_cli):
     not_json.write_text("schema: 1\n")
     cases = [
         (["ingest", str(unrelated), "-o", str(tmp_path / "a.jsonl")], "no verl step metrics"),
-        (["ingest", str(metrics_file), "--plan", str(not_json), "-o", str(tmp_path / "b.jsonl")], "not JSON"),
+        (["ingest", str(metrics_file), "--plan", str(not_json), "-o", str(tmp_path / "b.jsonl")], "not valid JSON"),
         (["ingest", str(metrics_file), "--plan", str(tmp_path / "none"), "-o", str(tmp_path / "c.jsonl")],
-         "cannot read plan"),
+         "no such file"),
     ]
     for args, message in cases:
         result = run_cli(*args)
         assert result.returncode != 0
         assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr, result.stderr
     assert not list(tmp_path.glob("[abc].jsonl"))
+
+
+def _log(tmp_path, rows) -> object:
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "data": d}) + "\n" for s, d in rows))
+    return path
+
+
+def test_impossible_values_are_refused_line_by_line(tmp_path):
+    from calibration.ingest import ingest
+
+    log = _log(tmp_path, [(1, {"timing_s/step": 10.0, "perf/mfu/actor": 0.4}), (2, {"timing_s/step": -5.0}),
+                          (-3, {"timing_s/step": 4.0}), (4, {"perf/mfu/actor": 1.5}), (5, {"timing_s/gen": 2.0})])
+    result = ingest([log], tmp_path / "out.jsonl")
+    assert [(b.line, b.reason) for b in result.reports[0].bad_lines] == [
+        (2, "timing_s/step = -5 is negative"), (3, "step -3 is negative"), (4, "perf/mfu/actor = 1.5 exceeds 1")]
+    records = load_measurements(tmp_path / "out.jsonl").records
+    assert sorted((r.step, r.metric, r.value) for r in records) == [
+        (1, "perf/mfu/actor", 0.4), (1, "timing_s/step", 10.0), (5, "timing_s/gen", 2.0)]
+
+
+def test_run_record_of_another_schema_is_refused(tmp_path):
+    from calibration.errors import CalibrationError
+    from calibration.ingest import ingest
+    from twin.errors import TwinError
+
+    log = _log(tmp_path, [(1, {"timing_s/step": 1.0})])
+    record = {"schema": 9, "plan_path": "p", "plan_sha256": "0" * 64, "scenario": "x", "cluster_kind": "a3",
+              "cards": 1, "devices": 2, "command": [], "env": {}, "versions": {}, "host": {}, "workdir": str(tmp_path),
+              "log_path": "log", "metrics_path": str(log), "started_at": "2026-01-01T00:00:00"}
+    (tmp_path / "record.json").write_text(json.dumps(record))
+    with pytest.raises((CalibrationError, TwinError), match="run record schema 9 is not supported"):
+        ingest([tmp_path / "record.json"], tmp_path / "out.jsonl")
+
+
+def test_output_is_never_an_input_and_special_files_are_refused(tmp_path):
+    import os
+
+    from calibration.ingest import ingest
+    from twin.errors import TwinError
+
+    log = _log(tmp_path, [(1, {"timing_s/step": 1.0})])
+    before = log.read_bytes()
+    with pytest.raises(TwinError, match="is also an input of this command"):
+        ingest([log], log, append=True)
+    assert log.read_bytes() == before
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(TwinError, match="is a FIFO, not a regular file"):
+        ingest([fifo], tmp_path / "out.jsonl")
+    with pytest.raises(TwinError, match="is a device"):
+        ingest(["/dev/zero"], tmp_path / "out.jsonl")
+
+
+def _append(args) -> int:
+    from calibration.ingest import ingest
+
+    log, out = args
+    return ingest([log], out, append=True).written
+
+
+def test_concurrent_appends_never_duplicate(tmp_path):
+    import multiprocessing
+
+    logs = []
+    for i in range(4):
+        path = tmp_path / f"log{i}.jsonl"
+        path.write_text("".join(json.dumps({"step": s, "data": {"timing_s/step": float(s)}}) + "\n"
+                                for s in range(1, 40)))
+        logs.append(path)
+    out = tmp_path / "out.jsonl"
+    # the same log four times at once: its records are written exactly once
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        written = pool.map(_append, [(logs[0], out)] * 4)
+    keys = [json.loads(line)["key"] for line in out.read_text().splitlines()]
+    assert sorted(written) == [0, 0, 0, 39] and len(keys) == len(set(keys)) == 39

@@ -102,12 +102,12 @@ def test_sigterm_during_collectives_ends_the_workers(tmp_path, run_cli, popen_cl
         (["run", "gemm", "-o", "{out}", "--device", "npu"], "npu"),
         (["run", "gemm", "-o", "{out}", "--device", "cuda"], "cuda"),
         (["run", "gemm", "-o", "{tmp}/missing/m.jsonl"], "does not exist"),
-        (["run", "gemm", "-o", "{tmp}"], "not a regular file"),
+        (["run", "gemm", "-o", "{tmp}"], "is a directory"),
         (["run", "gemm"], "Missing option"),
         (["run", "gemm", "-o", "{out}", "--grid", "huge"], "'huge' is not one of"),
         (["run", "collectives", "-o", "{out}", "--world", "1"], "--world"),
         (["run", "decode", "-o", "{out}", "--model-config", "{tmp}/none.json"], "not a readable file"),
-        (["ingest", "{tmp}/none.jsonl", "-o", "{out}"], "cannot read log"),
+        (["ingest", "{tmp}/none.jsonl", "-o", "{out}"], "no such file"),
     ],
 )
 def test_bad_input_is_one_line_on_stderr(tmp_path, args, message, run_cli):

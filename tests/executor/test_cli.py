@@ -99,13 +99,65 @@ def test_real_run_without_npus_refuses(make_plan, tmp_path: Path) -> None:
 
 
 def test_invalid_launch_reports_each_problem(make_plan, tmp_path: Path) -> None:
-    # a plan edited by hand after `twin plan` (which would refuse this layout): the executor's own checks catch it
+    # a plan edited by hand after `twin plan` (which would refuse this layout): the plan check re-derives the
+    # layout rules and refuses it before a launch is built; the launch's own check (vLLM's scheduler) agrees
     plan = json.loads(make_plan().read_text())
     for layout in (plan["layout"], plan["scenario"]["layout"]):
         layout["rollout"]["max_num_seqs"] = 4096  # > max_num_batched_tokens 1024
     path = tmp_path / "edited.json"
     path.write_text(json.dumps(plan))
-    proc = executor("run", str(path), "--dry-run")
+    _one_error_line(executor("run", str(path), "--dry-run"),
+                    "field 'layout': max_num_batched_tokens >= max_num_seqs (vLLM scheduler): 1024 < 4096")
+    proc = executor("run", str(path), "--dry-run", prelude="import executor.plan_check as c\n"
+                                                          "c.check_plan = lambda plan, path: None")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "executor: invalid: max_num_batched_tokens 1024 < max_num_seqs 4096 (vLLM SchedulerConfig rejects it)"]
+
+
+def _edited(plan_path: Path, edit) -> Path:
+    raw = json.loads(plan_path.read_text())
+    edit(raw)
+    out = plan_path.with_name("edited.json")
+    out.write_text(json.dumps(raw))
+    return out
+
+
+def _set(raw: dict, dotted: str, value) -> None:
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        raw = raw[key]
+    raw[leaf] = value
+
+
+@pytest.mark.parametrize(("field", "value", "expected"), [
+    ("layout.rollout.dp", 40, "field 'layout'"),  # both copies edited below: the layout itself is checked
+    ("scenario.model", "no-such-model", "field 'scenario.model': unknown model"),
+    ("scenario.cluster.kind", "a2", "field 'predictions.devices'"),
+    ("predictions.devices", 40, "field 'predictions.devices': 40 does not match"),
+    ("scenario.name", "../escape", "plain name"),
+])
+def test_edited_plan_is_refused_naming_the_field(make_plan, field, value, expected) -> None:
+    def edit(raw: dict) -> None:
+        _set(raw, field, value)
+        if field.startswith("layout."):
+            _set(raw["scenario"], field, value)
+
+    _one_error_line(executor("run", str(_edited(make_plan(), edit)), "--dry-run"), expected)
+
+
+def test_flipped_optimization_and_diverging_layout_copies(make_plan) -> None:
+    from executor.plan_check import check_plan
+    from twin.errors import TwinError
+    from twin.plan import Plan
+
+    raw = json.loads(make_plan().read_text())
+    flipped = json.loads(json.dumps(raw))
+    flipped["optimizations"][0]["enabled"] = not flipped["optimizations"][0]["enabled"]
+    with pytest.raises(TwinError, match="field 'optimizations': the enabled ones differ"):
+        check_plan(Plan.model_validate(flipped), "p.json")
+    diverged = json.loads(json.dumps(raw))
+    diverged["layout"]["rollout"]["max_num_seqs"] += 1
+    with pytest.raises(TwinError, match=r"field 'layout': differs from scenario\.layout"):
+        check_plan(Plan.model_validate(diverged), "p.json")
+    check_plan(Plan.model_validate(raw), "p.json")  # the unedited plan passes

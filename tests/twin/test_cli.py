@@ -91,3 +91,68 @@ def test_bad_inputs_get_one_line(tmp_path):
     _one_line_error(twin("simulate", str(tmp_path / "missing.yaml")), "no such file")
     _one_line_error(twin("plan", "--model", "llama2-70b", "--cards", "1", "--cluster", "a2", "-o",
                          str(tmp_path / "p.json")), "no layout of llama2-70b fits")
+
+
+def _inproc(*argv: str) -> tuple[int, str, str]:
+    """`twin argv` in this process: (exit code, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from twin.cli import app
+    from twin.clirun import run_app
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            run_app(app, "twin", argv=list(argv))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (("plan", "--model", "deepseek-r1", "--cards", "0"), "0 is outside its domain, 1 to 16,384: 8192 A3 cards"),
+    (("layouts", "--model", "deepseek-r1", "--cards", "-5"), "-5 is outside its domain, 1 to 16,384"),
+    (("plan", "--model", "deepseek-r1", "--cards", "1000000"), "1000000 is outside its domain"),
+    (("layouts", "--model", "tiny", "--cards", "2", "--sample", "0"), "0 is outside its domain, 1 to 10,000"),
+    (("simulate", str(ROOT / "scenarios" / "cpu-tiny-grpo.yaml"), "--seed", "-1"), "-1 is outside its domain, 0 to"),
+    (("plan", "--model", "tiny", "--cards", "2", "--time-limit", "0"), "0.0 is outside its domain, 1 to 86,400"),
+])
+def test_option_domains_are_one_line(argv, expected):
+    code, _, err = _inproc(*argv)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and expected in err, err
+
+
+def test_outputs_are_checked_before_any_work(tmp_path):
+    sc = tmp_path / "s.yaml"
+    sc.write_text((ROOT / "scenarios" / "cpu-tiny-grpo.yaml").read_text())
+    sc.chmod(0o644)
+    before = sc.read_bytes()
+    for argv, expected in [
+        (("plan", "--scenario", str(sc), "-o", str(sc)), "--output"),
+        (("simulate", str(sc), "--trace", str(sc)), "--trace"),
+        (("plan", "--scenario", str(sc), "--keep-layout", "-o", str(tmp_path)), "is a directory"),
+        (("plan", "--scenario", str(sc), "--keep-layout", "-o", "/dev/null"), "is a system path"),
+        (("simulate", str(sc), "--plot", str(sc)), "is not a directory"),
+    ]:
+        code, _, err = _inproc(*argv)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and expected in err, err
+    assert sc.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+    plan = tmp_path / "plan.json"
+    plan.write_text("{}")
+    plan.chmod(0o644)
+    assert _inproc("plan", "--scenario", str(sc), "--keep-layout", "-o", str(plan))[0] == 0
+    assert plan.stat().st_mode & 0o777 == 0o644  # rewritten in place of the old file, its mode kept
+
+
+def test_time_limit_returns_the_best_plan_so_far(tmp_path, monkeypatch):
+    import twin.planner
+
+    clock = iter(range(0, 10**6, 100))  # every look at the clock is 100 s later: the limit passes at once
+    monkeypatch.setattr(twin.planner.time, "perf_counter", lambda: float(next(clock)))
+    code, out, err = _inproc("plan", "--model", "tiny", "--cluster", "cpu", "--cards", "2", "--time-limit", "1",
+                             "-o", str(tmp_path / "p.json"), "--json")
+    assert code == 0, err
+    search = json.loads(out)["search"]
+    assert search["stopped"].startswith("time limit reached") and search["simulated"] == 1

@@ -114,7 +114,8 @@ def _field(raw: dict[str, Any], key: str, *fallbacks: str) -> Any:
 def _dense_common(raw: dict[str, Any], name: str) -> dict[str, Any]:
     heads = _field(raw, "num_attention_heads")
     hidden = _field(raw, "hidden_size")
-    kv_heads = raw.get("num_key_value_heads") or heads
+    kv_heads = raw.get("num_key_value_heads")
+    kv_heads = heads if kv_heads is None else kv_heads  # absent: multi-head attention; 0 is refused, not replaced
     return {
         "name": name,
         "model_type": raw["model_type"],
@@ -209,16 +210,46 @@ _PARSERS = {
 SUPPORTED_MODEL_TYPES = tuple(sorted(_PARSERS))
 
 
+# Integer fields of config.json: (least, most). The most is far beyond every published model (largest known:
+# 126 layers, hidden 16384, intermediate 53248 (Llama-3.1-405B); 256 routed experts, vocab 129280
+# (DeepSeek-V3); 128 heads) and keeps every shape product inside a C long; zero is a count only where
+# "none" has a meaning (shared experts, dense first layers, MTP layers).
+INT_DOMAINS = {
+    "hidden_size": (1, 1 << 20), "num_hidden_layers": (1, 4096), "vocab_size": (1, 1 << 24),
+    "num_attention_heads": (1, 4096), "num_key_value_heads": (1, 4096), "head_dim": (1, 1 << 14),
+    "intermediate_size": (1, 1 << 22), "moe_intermediate_size": (1, 1 << 22), "num_experts": (1, 1 << 16),
+    "n_routed_experts": (1, 1 << 16), "num_experts_per_tok": (1, 1 << 16), "n_shared_experts": (0, 1 << 10),
+    "kv_lora_rank": (1, 1 << 16), "q_lora_rank": (1, 1 << 16), "qk_nope_head_dim": (1, 1 << 14),
+    "qk_rope_head_dim": (1, 1 << 14), "v_head_dim": (1, 1 << 14), "first_k_dense_replace": (0, 4096),
+    "moe_layer_freq": (1, 4096), "decoder_sparse_step": (1, 4096), "num_nextn_predict_layers": (0, 64),
+    "max_position_embeddings": (1, 1 << 24),
+}
+
+
+def _check_numbers(raw: dict[str, Any], name: str) -> None:
+    """Refuse an integer field that is not an integer or lies outside its domain (before any arithmetic)."""
+    for key, (lo, hi) in INT_DOMAINS.items():
+        value = raw.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TwinError(f"config.json of {name}: field '{key}' is {value!r}; expected an integer")
+        if not lo <= value <= hi:
+            raise TwinError(f"config.json of {name}: field '{key}' = {value} is outside {lo}..{hi:,} (no "
+                            "transformer the twin can describe has such a value)")
+
+
 def parse_config(raw: Any, name: str) -> ModelConfig:
     """Normalise a HuggingFace config.json dict; raises TwinError naming the field and the reason."""
     if not isinstance(raw, dict):
         raise TwinError(f"config.json of {name}: expected a JSON object, got {type(raw).__name__}")
     model_type = raw.get("model_type")
-    if model_type not in _PARSERS:
+    if not isinstance(model_type, str) or model_type not in _PARSERS:
         raise TwinError(
             f"config.json of {name}: model_type {model_type!r} is not supported "
             f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
         )
+    _check_numbers(raw, name)
     fields = _PARSERS[model_type](raw, name)
     try:
         return ModelConfig.model_validate(fields)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from twin.fileio import save_figure
 from twin.results import SimulationResult
 from twin.scenario import Measured
 from twin.sim.trace import Trace
@@ -75,9 +76,8 @@ def stage_breakdown(result: SimulationResult, measured: Measured | None, path: P
 
 
 def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     fig.clf()
     return path
 

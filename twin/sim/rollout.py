@@ -23,9 +23,12 @@ from twin.cost_models.rollout import RolloutCost
 from twin.layout.models import RolloutLayout
 from twin.scenario import Scenario
 from twin.sim.trace import Trace
-from twin.workload import sample_lengths
+from twin.workload import MAX_SEQUENCES, sample_lengths, sampled_note
 
 SPAN_STEPS = 256  # at least this many engine steps aggregated into one trace span
+# Queued sequences per rank simulated at most: every event scans a rank's queue, so the work grows with its
+# square; 4096 is 4x the deepest queue of the shipped scenarios (1024 per rank) and 16x max_num_seqs 256.
+MAX_PER_RANK = 4096
 
 
 @dataclass
@@ -35,6 +38,7 @@ class RolloutOutcome:
     components_s: dict[str, float]  # where the slowest instance's time went
     represented: dict[str, list[int]] = field(default_factory=dict)
     instance_seconds: list[float] = field(default_factory=list)
+    note: str | None = None  # set when fewer sequences were simulated than the step has
 
 
 class _Ranks:
@@ -108,9 +112,14 @@ def simulate_rollout(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.rand
     fixed = wl.prompt_len.dist == "fixed" and wl.response_len.dist == "fixed" and responses % ranks_total == 0
     instances = 1 if fixed else ro.instances
     rows = 1 if fixed else ranks_total
+    full_rank, note = per_rank, None
+    if rows * per_rank > MAX_SEQUENCES or per_rank > MAX_PER_RANK:  # each queue cut to a representative part
+        per_rank = max(1, min(MAX_SEQUENCES // rows, MAX_PER_RANK))
+        note = sampled_note("rollout (simulated ranks)", rows * full_rank, rows * per_rank)
+    scale = full_rank / per_rank
     prompts = sample_lengths(wl.prompt_len, rows * per_rank, rng).reshape(rows, per_rank)
     targets = sample_lengths(wl.response_len, rows * per_rank, rng).reshape(rows, per_rank)
-    if not fixed and responses % ranks_total:  # the last ranks get one sequence fewer
+    if not fixed and responses % ranks_total and note is None:  # the last ranks get one sequence fewer
         short = ranks_total * per_rank - responses
         targets[-short:, -1] = 0
         prompts[-short:, -1] = 0
@@ -153,6 +162,9 @@ def simulate_rollout(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.rand
             flushed = n
     if n > flushed:
         _flush(trace, lanes, t0, span_start, clocks, span_batch, n, n - flushed)
+    clocks *= scale
+    steps = np.rint(steps * scale).astype(np.int64)
+    parts = {k: v * scale for k, v in parts.items()}
     worst = int(np.argmax(clocks))
     fixed_s = pf["rollout_fixed_s"]
     trace.span("driver", "rl scheduling", "rollout scheduling and offload", t0 + clocks[worst], fixed_s)
@@ -162,7 +174,7 @@ def simulate_rollout(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.rand
     components["poll_wait"] = rc.polled(float(clocks[worst])) - float(clocks[worst])
     return RolloutOutcome(seconds=rc.polled(float(clocks[worst])) + fixed_s, steps=int(steps[worst]),
                           components_s=components,
-                          represented=represented, instance_seconds=[float(c) for c in clocks])
+                          represented=represented, instance_seconds=[float(c) for c in clocks], note=note)
 
 
 def _lanes(ro: RolloutLayout, fixed: bool, instances: int) -> list[tuple[str, list[int]]]:

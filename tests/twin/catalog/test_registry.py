@@ -74,7 +74,14 @@ def test_user_config_path(tmp_path):
     ('{"model_type": "gpt2"}', "model_type 'gpt2' is not supported"),
     ('{"model_type": "qwen2", "hidden_size": 64}', "field 'num_attention_heads' is missing"),
     ('{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 0, "vocab_size": 8, '
-     '"num_attention_heads": 4, "intermediate_size": 8}', "field 'num_layers'"),
+     '"num_attention_heads": 4, "intermediate_size": 8}', "field 'num_hidden_layers' = 0 is outside 1..4,096"),
+    ('{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1, "vocab_size": 8, '
+     '"num_attention_heads": "4", "intermediate_size": 8}', "field 'num_attention_heads' is '4'; expected an integer"),
+    ('{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1, "vocab_size": 8, '
+     '"num_attention_heads": 4, "num_key_value_heads": 0, "intermediate_size": 8}',
+     "field 'num_key_value_heads' = 0 is outside"),
+    ('{"model_type": "llama", "hidden_size": 1180591620717411303424, "num_hidden_layers": 1, "vocab_size": 8, '
+     '"num_attention_heads": 4, "intermediate_size": 8}', "field 'hidden_size' = 1180591620717411303424 is outside"),
     ('{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1, "vocab_size": 8, '
      '"num_attention_heads": 4, "num_key_value_heads": 3, "intermediate_size": 8}', "not a multiple"),
 ])
