@@ -344,9 +344,12 @@ def _card_counts(cards: str | None) -> list[int]:
         counts = sorted({int(c) for c in cards.split(",") if c.strip()})
     except ValueError:
         raise TwinError(f"--cards {cards!r}: give a card count or several separated by commas") from None
-    if not counts or min(counts) < 1 or max(counts) > MAX_CARDS:
-        raise TwinError(f"--cards {cards!r}: each card count must lie in 1 to {MAX_CARDS:,} (8192 A3 cards, "
-                        "16,384 dies, is the largest cluster the planner is exercised on)")
+    if not counts:
+        raise TwinError(f"--cards {cards!r}: give a card count or several separated by commas")
+    for c in counts:
+        if not 1 <= c <= MAX_CARDS:
+            raise TwinError(f"--cards {cards!r}: {c} is outside its domain, 1 to {MAX_CARDS:,}: 8192 A3 cards "
+                            "(16,384 dies) is the largest cluster the planner is exercised on")
     return counts
 
 

@@ -20,6 +20,7 @@ def twin(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 @pytest.mark.skipif(shutil.which("executor") is None, reason="the executor console script is not installed")
 def test_plan_explains_and_writes_the_command_beside_it(tmp_path):
     jsonschema = pytest.importorskip("jsonschema")
+    (tmp_path / "p").mkdir()  # an output's directory must exist (the file boundary refuses a missing parent)
     out = twin("plan", "--model", "qwen2.5-7b", "--cards", "8", "--top", "2", "--headroom", "0.1", "-o", "p/plan.json",
                "--explain", "TP8 PP1 | TP2 DP8 seqs64", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
