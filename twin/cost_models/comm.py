@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Literal
 
+from twin.hardware.specs import ClusterKind
 from twin.profile import Profile
 from twin.topology.routing import Cluster, TierUse
 
@@ -42,9 +44,14 @@ def tier_bandwidth(cluster: Cluster, profile: Profile, tier: str, message_bytes:
     return spec.bandwidth_bytes_s * eff * profile[f"{tier}_efficiency_scale"]
 
 
+@lru_cache(maxsize=256)
+def _has_curves(kind: ClusterKind, tier: str, collective: str) -> bool:
+    return any(c.collective == collective for c in kind.tier(tier).collective_efficiency)
+
+
 def _measured(cluster: Cluster, tier: str, collective: str) -> bool:
     """Whether `tier` has efficiency curves of `collective` itself (timed on whole calls)."""
-    return any(c.collective == collective for c in cluster.kind.tier(tier).collective_efficiency)
+    return _has_curves(cluster.kind, tier, collective)
 
 
 def _steps(use: TierUse, cluster: Cluster) -> int:
