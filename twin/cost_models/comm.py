@@ -39,9 +39,14 @@ def tier_bandwidth(cluster: Cluster, profile: Profile, tier: str, message_bytes:
                    collective: str = "any") -> float:
     """Bytes/s one device reaches on `tier` for one message of `message_bytes` to `peers` other ranks:
     nominal bandwidth x the tier's efficiency curve x the profile's scale of that tier."""
-    spec = cluster.kind.tier(tier)
-    eff = float(spec.efficiency(max(message_bytes, 1.0), peers=max(peers, 1), collective=collective))
-    return spec.bandwidth_bytes_s * eff * profile[f"{tier}_efficiency_scale"]
+    eff = _curve(cluster.kind, tier, max(float(message_bytes), 1.0), max(float(peers), 1.0), collective)
+    return cluster.kind.tier(tier).bandwidth_bytes_s * eff * profile[f"{tier}_efficiency_scale"]
+
+
+@lru_cache(maxsize=65536)
+def _curve(kind: ClusterKind, tier: str, message_bytes: float, peers: float, collective: str) -> float:
+    """The tier's collective efficiency (memoised: a fit asks the same sizes thousands of times)."""
+    return float(kind.tier(tier).efficiency(message_bytes, peers=peers, collective=collective))
 
 
 @lru_cache(maxsize=256)
@@ -68,7 +73,7 @@ def _tier_time(use: TierUse, cluster: Cluster, profile: Profile, op: Collective,
     n = use.members_per_domain
     if n <= 1 or nbytes <= 0:
         return 0.0
-    eff = float(cluster.kind.tier(use.tier).efficiency(nbytes, peers=n - 1, collective=op))
+    eff = _curve(cluster.kind, use.tier, max(float(nbytes), 1.0), float(n - 1), op)
     bw = use.bandwidth_gbs * 1e9 * eff * profile[f"{use.tier}_efficiency_scale"]
     lat = profile["collective_step_latency_us"] * 1e-6 + use.latency_us * 1e-6
     frac = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
@@ -138,5 +143,5 @@ def host_copy_time(cluster: Cluster, profile: Profile, nbytes: float) -> float:
     if link is None:
         link = cluster.__dict__["_host_link_0"] = cluster.host_link(0)
     bw, lat = link
-    eff = float(cluster.kind.tier("host").efficiency(nbytes, collective="copy"))
+    eff = _curve(cluster.kind, "host", max(float(nbytes), 1.0), 1.0, "copy")
     return nbytes / (bw * 1e9 * eff * profile["host_efficiency_scale"]) + lat * 1e-6
