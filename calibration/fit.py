@@ -29,7 +29,7 @@ CASE_PARAMETERS = (
     "a2a_per_peer_latency_us", "decode_host_ms_graph", "decode_host_ms_eager", "vllm_schedule_ms",
     "eager_op_launch_us", "rollout_fixed_s", "reward_ms_per_response", "worker_call_s",
     "dispatch_ray_s_per_worker", "dispatch_ray_s_per_gb", "dispatch_d2d_s", "reshard_round_latency_us",
-    "tier_efficiency_host",
+    "host_efficiency_scale",
 )
 
 

@@ -26,7 +26,7 @@ from twin.profile import embedded_profile
 from twin.topology.routing import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
-TRUE = {"tier_efficiency_shm": 1.7, "collective_step_latency_us": 80.0, "a2a_base_latency_us": 150.0,
+TRUE = {"shm_efficiency_scale": 1.7, "collective_step_latency_us": 80.0, "a2a_base_latency_us": 150.0,
         "a2a_per_peer_latency_us": 20.0}
 
 
