@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import Literal
 
-from twin.hardware.specs import ClusterKind
 from twin.profile import Profile
 from twin.topology.routing import Cluster, TierUse
 
@@ -39,24 +37,28 @@ def tier_bandwidth(cluster: Cluster, profile: Profile, tier: str, message_bytes:
                    collective: str = "any") -> float:
     """Bytes/s one device reaches on `tier` for one message of `message_bytes` to `peers` other ranks:
     nominal bandwidth x the tier's efficiency curve x the profile's scale of that tier."""
-    eff = _curve(cluster.kind, tier, max(float(message_bytes), 1.0), max(float(peers), 1.0), collective)
+    eff = _curve(cluster, tier, max(float(message_bytes), 1.0), max(float(peers), 1.0), collective)
     return cluster.kind.tier(tier).bandwidth_bytes_s * eff * profile[f"{tier}_efficiency_scale"]
 
 
-@lru_cache(maxsize=65536)
-def _curve(kind: ClusterKind, tier: str, message_bytes: float, peers: float, collective: str) -> float:
-    """The tier's collective efficiency (memoised: a fit asks the same sizes thousands of times)."""
-    return float(kind.tier(tier).efficiency(message_bytes, peers=peers, collective=collective))
-
-
-@lru_cache(maxsize=256)
-def _has_curves(kind: ClusterKind, tier: str, collective: str) -> bool:
-    return any(c.collective == collective for c in kind.tier(tier).collective_efficiency)
+def _curve(cluster: Cluster, tier: str, message_bytes: float, peers: float, collective: str) -> float:
+    """The tier's collective efficiency, memoised on the cluster (a fit asks the same sizes thousands of times
+    under other profiles; the curves belong to the cluster's kind, so the memo lives and dies with it)."""
+    key = (tier, message_bytes, peers, collective)
+    memo = cluster.efficiency_memo
+    eff = memo.get(key)
+    if eff is None:
+        eff = memo[key] = float(cluster.kind.tier(tier).efficiency(message_bytes, peers=peers, collective=collective))
+    return eff
 
 
 def _measured(cluster: Cluster, tier: str, collective: str) -> bool:
     """Whether `tier` has efficiency curves of `collective` itself (timed on whole calls)."""
-    return _has_curves(cluster.kind, tier, collective)
+    key = ("measured", tier, collective)
+    memo = cluster.efficiency_memo
+    if key not in memo:
+        memo[key] = any(c.collective == collective for c in cluster.kind.tier(tier).collective_efficiency)
+    return memo[key]
 
 
 def _steps(use: TierUse, cluster: Cluster) -> int:
@@ -73,7 +75,7 @@ def _tier_time(use: TierUse, cluster: Cluster, profile: Profile, op: Collective,
     n = use.members_per_domain
     if n <= 1 or nbytes <= 0:
         return 0.0
-    eff = _curve(cluster.kind, use.tier, max(float(nbytes), 1.0), float(n - 1), op)
+    eff = _curve(cluster, use.tier, max(float(nbytes), 1.0), float(n - 1), op)
     bw = use.bandwidth_gbs * 1e9 * eff * profile[f"{use.tier}_efficiency_scale"]
     lat = profile["collective_step_latency_us"] * 1e-6 + use.latency_us * 1e-6
     frac = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
@@ -143,5 +145,5 @@ def host_copy_time(cluster: Cluster, profile: Profile, nbytes: float) -> float:
     if link is None:
         link = cluster.__dict__["_host_link_0"] = cluster.host_link(0)
     bw, lat = link
-    eff = _curve(cluster.kind, "host", max(float(nbytes), 1.0), 1.0, "copy")
+    eff = _curve(cluster, "host", max(float(nbytes), 1.0), 1.0, "copy")
     return nbytes / (bw * 1e9 * eff * profile["host_efficiency_scale"]) + lat * 1e-6

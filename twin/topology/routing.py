@@ -41,6 +41,7 @@ class Cluster:
         self.cards = cards
         self.graph: nx.Graph = build_graph(self.kind, cards)
         self._cache: dict[tuple[int, ...], tuple[TierUse, ...]] = {}
+        self.efficiency_memo: dict[tuple, float | bool] = {}  # the cost models' curve look-ups (twin.cost_models.comm)
 
     @property
     def devices(self) -> int:
