@@ -17,6 +17,7 @@ from calibration.errors import CalibrationError
 
 if TYPE_CHECKING:
     from calibration.measurements import LoadedMeasurements
+    from twin.profile import Profile
     from twin.scenario import Scenario
 
 EXIT_FAILED_POINTS = 1
@@ -137,12 +138,16 @@ def fit(
                                                            "(default: their built-in tiny model)")] = None,
     new_id: Annotated[str | None, typer.Option("--id", help="id of the new profile (default: output's stem)")] = None,
     outer: Annotated[int, typer.Option(min=1, help="simulation-corrected iterations of a case fit")] = 3,
+    free: Annotated[str | None, typer.Option(help="case fit: comma-separated parameters to free (refused when the "
+                                                  "data cannot identify them); default: the largest set it can")]
+    = None,
+    accept_bound_hits: Annotated[str | None, typer.Option(help="comma-separated freed parameters allowed to end "
+                                                               "on a bound (a model error, recorded)")] = None,
 ) -> None:
     """Fit a calibration profile to job measurements and/or measured cases; write it beside the base
-    (never overwriting)."""
-    from calibration.fit import CaseFit
+    (never overwriting). A case fit frees only what the cases identify (DESIGN section 7)."""
     from calibration.fit_jobs import JobFit
-    from calibration.fit_report import print_fit, print_job_fit
+    from calibration.fit_report import print_job_fit
     from calibration.measurements import JobMeasurement
     from twin.fileio import refuse_overwrite
     from twin.profile import load_profile, reference_profile, save_profile
@@ -176,14 +181,46 @@ def fit(
         if not chosen:
             raise CalibrationError(f"none of the {len(files)} case files is a {base.cluster_kind} scenario marked "
                                    "`use: fit`")
-        fitter = CaseFit(result, [s for _, s in chosen], progress=lambda msg: stderr.print(msg, highlight=False))
-        case_outcome = fitter.run(new_id, outer=outer)
-        print_fit(stdout, case_outcome, fitter.names, result)
+        result = _case_fit(result, [s for _, s in chosen], new_id, outer, free, accept_bound_hits)
         inputs += [str(f) for f, _ in chosen]
-        result = case_outcome.profile.model_copy(update={"parent": base.id})
+        result = result.model_copy(update={"parent": base.id})
     result = result.model_copy(update={"provenance": result.provenance.model_copy(update={"inputs": inputs})})
     save_profile(result, output)
     stdout.print(f"wrote {output} (id {result.id}, parent {base.id})", highlight=False)
+
+
+def _names(text: str | None) -> list[str]:
+    return [n.strip() for n in (text or "").split(",") if n.strip()]
+
+
+def _case_fit(base: Profile, cases: list[Scenario], new_id: str, outer: int, free: str | None,
+              accept: str | None) -> Profile:
+    """The identifiability report, the fit of the identified (or named) parameters, and its bound check."""
+    from calibration.fit import CaseFit, candidates
+    from calibration.fit_report import print_fit, print_identifiability
+
+    try:
+        fitter = CaseFit(base, cases, progress=lambda msg: stderr.print(msg, highlight=False))
+        allp = fitter.identify(candidates(base))
+        print_identifiability(stdout, allp, "all bounded parameters")
+        names = _names(free) or allp.select()
+        if not names:
+            raise CalibrationError("the cases identify no parameter: nothing to fit")
+        chosen = allp.subset(names) if set(names) <= set(allp.names) else fitter.identify(names)
+        print_identifiability(stdout, chosen, "freed parameters")
+        outcome = fitter.run(new_id, chosen, outer=outer)
+    except ValueError as exc:
+        raise CalibrationError(str(exc)) from None
+    print_fit(stdout, outcome, chosen.names, base)
+    accepted = _names(accept)
+    refused = [n for n in outcome.bound_hits if n not in accepted]
+    if refused:
+        raise CalibrationError(f"fitted values on a bound (a model error): {', '.join(refused)}; the profile is not "
+                               "written (name them in --accept-bound-hits to write it anyway)")
+    prov = outcome.profile.provenance
+    assert prov.fit is not None
+    record = prov.fit.model_copy(update={"bound_hits_accepted": outcome.bound_hits})
+    return outcome.profile.model_copy(update={"provenance": prov.model_copy(update={"fit": record})})
 
 
 def _loaded(path: Path) -> LoadedMeasurements:

@@ -28,8 +28,9 @@ class Param(BaseModel):
 
     value: float
     unit: str
-    source: str
-    bounds: tuple[float, float] | None = None  # limits a fit may move it within
+    source: str  # where the value comes from: datasheet, measurement job, published profile, fit
+    bounds: tuple[float, float] | None = None  # limits a fit may move it within (never widened to let a fit land)
+    bounds_source: str | None = None  # where the bounds come from (every shipped bounded parameter has one)
     fitted: bool = False
 
     @model_validator(mode="after")
@@ -41,6 +42,20 @@ class Param(BaseModel):
         return self
 
 
+class FitRecord(BaseModel):
+    """What a case fit could identify (DESIGN section 7), kept so a shipped profile can be checked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    freed: list[str]  # the parameters the fit moved
+    distinct_targets: int  # distinct measured numbers fitted
+    moved: dict[str, int] = {}  # freed parameter -> distinct numbers it moves
+    singular_values: list[float]  # of the freed parameters' log-log Jacobian at the start point
+    relative_threshold: float  # a direction is identified at or above this fraction of the largest
+    identifiable: int  # singular values at or above the threshold
+    bound_hits_accepted: list[str] = []  # freed parameters that ended on a bound (a model error), accepted
+
+
 class Provenance(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -48,6 +63,7 @@ class Provenance(BaseModel):
     fitted_on: date | None = None
     cases: list[str] = []  # scenario names used for the fit (never used to judge it)
     residuals: dict[str, float] = {}
+    fit: FitRecord | None = None
     notes: str = ""
 
 
@@ -92,9 +108,12 @@ class Profile(BaseModel):
             raise TwinError(f"profile {self.id} has no parameter {name!r}") from None
 
     def with_values(self, values: dict[str, float], new_id: str, sources: dict[str, str] | None = None) -> Profile:
-        """A child profile with some parameters replaced (marked fitted, with where each value came from)."""
+        """A child profile with some parameters replaced; those whose value changed are marked fitted, with
+        where each value came from."""
         params = dict(self.params)
         for name, v in values.items():
+            if float(v) == params[name].value:
+                continue
             update: dict[str, object] = {"value": float(v), "fitted": True}
             if sources and name in sources:
                 update["source"] = sources[name]
