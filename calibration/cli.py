@@ -16,6 +16,7 @@ from rich.console import Console
 from calibration.errors import CalibrationError
 
 if TYPE_CHECKING:
+    from calibration.crossval import CrossValidated
     from calibration.measurements import LoadedMeasurements
     from twin.profile import Profile
     from twin.scenario import Scenario
@@ -288,15 +289,25 @@ def report(
     skip_steps: SkipSteps = 1,
     plot: Annotated[Path | None, typer.Option(help="write a PNG of predicted vs measured")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as one JSON object")] = False,
+    cv: Annotated[bool, typer.Option("--cv", help="leave-one-case-out error: refit without each fitting case "
+                                                  "and predict it (minutes)")] = False,
+    base: Annotated[Path | None, typer.Option(help="cross-validation: the profile the refits start from "
+                                                   "(default: the kind's reference profile, the fit's parent)")]
+    = None,
+    write_cv: Annotated[Path | None, typer.Option(help="write the profile with its cross-validated error here "
+                                                       "(never overwritten)")] = None,
+    cv_outer: Annotated[int, typer.Option(min=1, help="simulation-corrected iterations of each refit")] = 1,
 ) -> None:
-    """Predicted vs measured for every measured case of the profile's cluster kind, fitted and held out apart."""
+    """Predicted vs measured for every measured case of the profile's cluster kind, fitted and held out apart,
+    and the leave-one-case-out error of a case-fitted profile."""
     import json
     import sys
 
     from calibration.report import build_report
     from calibration.report_print import print_report
     from twin.clirun import make_console
-    from twin.profile import load_profile
+    from twin.fileio import refuse_overwrite
+    from twin.profile import load_profile, save_profile
     from twin.scenario import load_scenario
 
     if (runs is None) != (scenario is None):
@@ -307,6 +318,12 @@ def report(
     if runs is not None and scenario is not None:
         loaded.append(_run_case(runs, scenario, skip_steps, CaseUse.judge))
     result = build_report(prof, loaded)
+    if write_cv is not None:
+        refuse_overwrite(write_cv, "a calibration profile")
+    crossed = None
+    if cv or write_cv is not None:
+        crossed = _cross_validate(prof, base, loaded, cv_outer)
+        result.cross_validated = crossed
     if plot is not None:
         from calibration.report_plot import plot_report
 
@@ -321,6 +338,21 @@ def report(
                       soft_wrap=True)
         if plot is not None:
             out.print(f"wrote {plot}", highlight=False, soft_wrap=True)
+    if write_cv is not None and crossed is not None:
+        save_profile(prof.model_copy(update={"cross_validation": crossed.result}), write_cv)
+        stderr.print(f"wrote {write_cv} (profile {prof.id} with its cross-validated error)", highlight=False,
+                     soft_wrap=True)
+
+
+def _cross_validate(prof: Profile, base: Path | None, cases: list[Scenario], outer: int) -> CrossValidated:
+    from calibration.crossval import leave_one_out
+    from twin.profile import load_profile, reference_profile
+
+    start = load_profile(base) if base is not None else reference_profile(prof.cluster_kind)
+    if base is None and start.id != prof.parent:
+        raise CalibrationError(f"profile {prof.id} was fitted from {prof.parent}, not the reference {start.id}: "
+                               "give the profile it started from with --base")
+    return leave_one_out(prof, start, cases, outer, progress=lambda msg: stderr.print(msg, highlight=False))
 
 
 def main(argv: list[str] | None = None) -> None:

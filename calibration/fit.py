@@ -6,7 +6,7 @@ restates a step or rollout time, or a step that is the sum of its measured stage
 fitting, the Jacobian of log(targets) with respect to log(parameters) is taken at the start point
 (calibration.identify); its singular values say how many parameter combinations the data resolves. A fit
 of a named set refuses when the set has more parameters than identified directions or holds a parameter
-that moves fewer than three distinct numbers; `select` picks the largest set that passes. Nothing else
+that moves fewer than three distinct numbers; `select` picks the largest set that passes (what `calibration fit` does without --free). Nothing else
 moves: every other parameter keeps its sourced value.
 
 The predictions are the discrete-event simulation's. A simulation costs far more than the closed-form
@@ -99,10 +99,11 @@ class CaseFit:
         self.progress(f"Jacobian of {len(self.distinct)} distinct measured numbers in {len(names)} parameters")
         return log_jacobian(self.base, names, self.distinct, self.corrected(self.base))
 
-    def run(self, new_id: str, identified: Identifiability, outer: int = 3) -> FitOutcome:
-        """Fit the parameters of `identified` (refusing a set the data cannot tell apart)."""
+    def run(self, new_id: str, identified: Identifiability, outer: int = 3, enforce: bool = True) -> FitOutcome:
+        """Fit the parameters of `identified`, refusing a set the data cannot tell apart unless `enforce` is
+        False (cross-validation refits a shipped set on fewer cases)."""
         why = identified.refusal()
-        if why:
+        if why and enforce:
             raise ValueError(why)
         names = identified.names
         space = ParameterSpace(self.base, names)

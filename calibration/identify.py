@@ -80,7 +80,7 @@ class Identifiability:
         if len(self.names) > self.identifiable:
             return (f"refusing to free {len(self.names)} parameters: the Jacobian of {len(self.targets)} distinct "
                     f"measured numbers has {self.identifiable} singular values above {RELATIVE_THRESHOLD:g} of the "
-                    f"largest; free at most {self.identifiable} (see `calibration fit --select`)")
+                    f"largest; free at most {self.identifiable} (without --free, the fit picks them)")
         return None
 
     def select(self) -> list[str]:

@@ -11,12 +11,15 @@ is left out of the MAPE.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from calibration.errors import CalibrationError
 from calibration.targets import Target, case_targets, target_values
 from twin.profile import Profile
 from twin.scenario import Scenario
+
+if TYPE_CHECKING:
+    from calibration.crossval import CrossValidated
 
 Group = Literal["fitted", "held_out"]
 GROUPS: tuple[Group, ...] = ("fitted", "held_out")
@@ -59,6 +62,7 @@ class Report:
     profile: Profile
     rows: list[Row]
     skipped: dict[str, str] = field(default_factory=dict)  # case -> why it has no rows
+    cross_validated: CrossValidated | None = None  # leave-one-case-out error of the fitting cases
 
     def mape(self, group: Group, kind: Kind) -> Mape:
         rows = [r for r in self.rows if r.group == group and r.kind == kind]
@@ -76,6 +80,9 @@ class Report:
                       "error": r.error, "error_unit": "s" if r.in_seconds else "relative"} for r in self.rows],
             "mape": {g: {k: vars(self.mape(g, k)) for k in KIND_TITLES} for g in GROUPS},
             "skipped": self.skipped,
+            "cross_validation": (self.cross_validated.result.model_dump(mode="json")
+                                 if self.cross_validated else None),
+            "cross_validation_notes": self.cross_validated.notes if self.cross_validated else [],
         }
 
 

@@ -169,6 +169,7 @@ def simulate_cmd(
     from twin.evaluate import Evaluation
     from twin.profile import load_profile
     from twin.report import print_result
+    from twin.uncertainty import print_uncertainty
 
     scenario, base = load_case(case)
     ev = Evaluation(scenario, load_profile(profile) if profile else None, base_dir=base)
@@ -192,6 +193,7 @@ def simulate_cmd(
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
         return
     print_result(console, result, scenario.measured)
+    print_uncertainty(console, result)
     for path, what in ((trace, "trace"), (plot, "plots")):
         if path:
             console.print(f"wrote {what}: {path}")
@@ -219,6 +221,7 @@ def plan_cmd(
     from twin.profile import load_profile
     from twin.report import print_result
     from twin.sim.step import simulated
+    from twin.uncertainty import print_uncertainty
 
     base = None
     if keep_layout:
@@ -233,6 +236,7 @@ def plan_cmd(
             sys.stdout.write(plan.model_dump_json(by_alias=True, indent=2) + "\n")
             return
         print_result(console, plan.predictions, sc.measured)
+        print_uncertainty(console, plan.predictions)
         console.print(f"wrote {output}")
         return
     if scenario is not None:
@@ -269,6 +273,7 @@ def plan_cmd(
                   f"prompt mean {wl.prompt_len.mean:g} (max {wl.prompt_len.max}), response mean "
                   f"{wl.response_len.mean:g} (max {wl.response_len.max}); optimizations: {', '.join(sc.optimizations)}")
     print_plan_table(outcome, sc, planner.devices)
+    print_uncertainty(console, outcome.plan.predictions)
     console.print(f"wrote {output}")
 
 

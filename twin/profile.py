@@ -80,6 +80,7 @@ class CrossValidation(BaseModel):
     step_rel_error: float = Field(ge=0)
     stages_rel_error: dict[str, float] = {}
     memory_rel_error: float | None = Field(default=None, ge=0)
+    case_errors: dict[str, dict[str, float]] = {}  # held-out case -> quantity -> signed relative error
     domain: dict[str, list[str | float]] = {}  # e.g. model_family: [deepseek, qwen3], seq_len: [lo, hi]
 
 

@@ -8,6 +8,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -21,8 +22,13 @@ from calibration.measurements import (
     Stats,
     Versions,
 )
+from calibration.fit import CaseFit
+from calibration.identify import Identifiability
+from calibration.targets import Target, case_targets, distinct_targets
 from twin.cost_models.comm import collective_time
-from twin.profile import embedded_profile
+from twin.evaluate import Evaluation
+from twin.profile import Profile, embedded_profile, reference_profile
+from twin.scenario import Scenario, load_scenario
 from twin.topology.routing import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,14 +96,81 @@ def test_fit_writes_a_new_profile_and_never_overwrites(tmp_path):
     assert nothing.returncode == 2 and "give measurements" in nothing.stderr
 
 
-def test_case_fit_uses_only_fit_cases_and_records_them(tmp_path):
+def test_case_fit_refuses_what_one_case_cannot_identify_and_bound_hits(tmp_path):
+    c1 = str(ROOT / "scenarios" / "c1-dsr1-a3-128.yaml")
     judge = _cli("fit", "--cases", str(ROOT / "scenarios" / "c5-qwen25-7b-a3-16dies.yaml"), "--kind", "a3",
                  "-o", "x.yaml", cwd=tmp_path)
     assert judge.returncode == 2 and "use: fit" in judge.stderr  # a judge case is never fitted
-    ok = _cli("fit", "--cases", str(ROOT / "scenarios" / "c1-dsr1-a3-128.yaml"), "--kind", "a3", "--outer", "1",
+    knob = _cli("fit", "--cases", c1, "--kind", "a3", "--free", "train_expert_efficiency,advantage_us_per_response",
+                "-o", "x.yaml", cwd=tmp_path)
+    assert knob.returncode == 2 and knob.stderr.strip().splitlines()[-1] == (
+        "calibration: error: refusing to free train_expert_efficiency (2), advantage_us_per_response (1): each moves "
+        "fewer than 3 of the 7 distinct measured numbers by 0.01 or more of its own relative change")
+    assert "s1 = " in knob.stdout and not (tmp_path / "x.yaml").exists()
+    hit = _cli("fit", "--cases", c1, "--kind", "a3", "--outer", "1", "-o", "c1.yaml", cwd=tmp_path)
+    assert hit.returncode == 2 and "on a bound (a model error): tier_efficiency_ub" in hit.stderr
+    assert not (tmp_path / "c1.yaml").exists()
+    ok = _cli("fit", "--cases", c1, "--kind", "a3", "--outer", "1", "--accept-bound-hits", "tier_efficiency_ub",
               "-o", "c1.yaml", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     profile = yaml.safe_load((tmp_path / "c1.yaml").read_text())
     assert profile["parent"] == "a3-reference-1" and profile["provenance"]["cases"] == ["c1-dsr1-a3-128"]
-    residuals = profile["provenance"]["residuals"]
-    assert abs(residuals["c1-dsr1-a3-128: step"]) < 0.05
+    fit = profile["provenance"]["fit"]
+    assert fit["freed"] == ["tier_efficiency_ub"] and fit["bound_hits_accepted"] == ["tier_efficiency_ub"]
+    assert fit["distinct_targets"] == 7 and fit["identifiable"] == 1
+    assert [n for n, p in profile["params"].items() if p["fitted"]] == ["tier_efficiency_ub"]
+
+
+TRUTH = {"train_expert_efficiency": 0.5, "log_prob_efficiency_scale": 0.9, "reward_ms_per_response": 2.0}
+
+
+def _generated(case: Scenario, truth: Profile) -> Scenario:
+    """The case with the values the twin predicts under `truth` in place of its measured ones."""
+    from twin.sim.step import simulate
+
+    r = simulate(Evaluation(case, truth))[0]
+    m = case.measured
+    stages = {k: r.stages_s[k] for k in m.stages_s}
+    return case.model_copy(update={"measured": m.model_copy(update={
+        "stages_s": stages, "step_s": r.step_s if m.step_s else None,
+        "tps_per_card": r.tps_per_card if m.tps_per_card else None})})
+
+
+def test_case_fit_recovers_known_parameters_from_model_generated_timings():
+    base = reference_profile("a3")
+    truth = base.with_values(TRUTH, "truth")
+    cases = [_generated(load_scenario(ROOT / "scenarios" / f"{n}.yaml"), truth)
+             for n in ("c1-dsr1-a3-128", "c3-dsr1-a3-128-gloo-d2d", "c3-dsr1-a3-128-gloo-ray")]
+    fitter = CaseFit(base, cases)
+    assert len(fitter.targets) == 19 and len(fitter.distinct) == 14  # a TPS restates a step, a step its stages
+    identified = fitter.identify(list(TRUTH))
+    assert identified.refusal() is None and identified.identifiable == 3
+    outcome = fitter.run("recovered", identified, outer=2)
+    for name, value in TRUTH.items():
+        assert outcome.profile[name] == pytest.approx(value, rel=0.03), name
+    assert max(abs(e) for e in outcome.errors()) < 0.01 and outcome.bound_hits == []
+    assert outcome.profile.provenance.fit.freed == list(TRUTH)
+    too_many = fitter.identify([*TRUTH, "train_matmul_efficiency", "attention_efficiency", "hbm_efficiency"])
+    assert too_many.refusal() is not None and too_many.refusal().startswith("refusing to free")
+
+
+def test_identifiability_counts_directions_and_movers_exactly():
+    targets = [Target(f"c{i}", "step", 1.0) for i in range(4)]
+    jac = np.array([[1.0, 2.0, 0.0], [1.0, 2.0, 0.005], [1.0, 2.0, 0.0], [0.0, 0.0, 0.5]])
+    ident = Identifiability(["a", "b", "c"], targets, jac)
+    assert ident.identifiable == 2  # b is twice a: one direction for both
+    assert [len(ident.moved(n)) for n in "abc"] == [3, 3, 1]
+    assert ident.refusal() == ("refusing to free c (1): each moves fewer than 3 of the 4 distinct measured numbers by "
+                               "0.01 or more of its own relative change")
+    assert ident.subset(["a", "b"]).refusal() == (
+        "refusing to free 2 parameters: the Jacobian of 4 distinct measured numbers has 1 singular values above 0.05 "
+        "of the largest; free at most 1 (without --free, the fit picks them)")
+    assert ident.select() == ["b"]
+
+
+def test_distinct_targets_count_restated_numbers_once():
+    scs = [load_scenario(ROOT / "scenarios" / f"{n}.yaml") for n in ("c1-dsr1-a3-128", "c2-dsr1-a3-128-graph-gloo")]
+    labels = [t.label for t in distinct_targets(case_targets(scs), scs)]
+    assert labels == [f"c1-dsr1-a3-128: stage:{s}" for s in ("rollout", "ref", "reward", "advantage", "update",
+                                                             "reshard", "offload")] + [
+        "c2-dsr1-a3-128-graph-gloo: stage:rollout"]
