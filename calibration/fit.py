@@ -6,8 +6,8 @@ restates a step or rollout time, or a step that is the sum of its measured stage
 fitting, the Jacobian of log(targets) with respect to log(parameters) is taken at the start point
 (calibration.identify); its singular values say how many parameter combinations the data resolves. A fit
 of a named set refuses when the set has more parameters than identified directions or holds a parameter
-that moves fewer than three distinct numbers; `select` picks the largest set that passes (what `calibration fit` does without --free). Nothing else
-moves: every other parameter keeps its sourced value.
+that moves fewer than three distinct numbers; `select` picks the largest set that passes (what
+`calibration fit` does without --free). Nothing else moves: every other parameter keeps its sourced value.
 
 The predictions are the discrete-event simulation's. A simulation costs far more than the closed-form
 model and both share every cost model, so the fit runs scipy's bounded least squares (calibration.lsq,

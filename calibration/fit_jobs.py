@@ -26,7 +26,7 @@ from calibration.measurements import JobMeasurement
 from twin.catalog.config import parse_config
 from twin.catalog.inventory import build_inventory
 from twin.cost_models.comm import collective_time
-from twin.cost_models.memory import RolloutMemory, TrainMemory
+from twin.cost_models.memory import GB, RolloutMemory, TrainMemory
 from twin.cost_models.rollout import RolloutCost
 from twin.cost_models.training import TrainCost
 from twin.layout.models import RolloutLayout, TrainLayout
@@ -103,6 +103,31 @@ class JobFit:
             self._set("hbm_efficiency", max(g) / spec.hbm_bandwidth_gbs.value,
                       f"calibration copy job, best of {len(g)} points, {max(g):.3g} GB/s over "
                       f"{spec.hbm_bandwidth_gbs.value:g}")
+
+    def overhead(self) -> None:
+        """Framework time per call from the overhead job: verl worker-group calls and the rollout poll."""
+        records = self.by_job.get("overhead", [])
+        calls = [r for r in records if r.op == "worker_call"]
+        if calls:
+            w = np.array([float(r.params["workers"]) for r in calls])
+            t = np.array([r.stats.median_s for r in calls])
+            widest = max(calls, key=lambda r: float(r.params["workers"]))
+            self._set("dispatch_ray_s_per_worker", float(w @ t / (w @ w)),
+                      f"calibration overhead job: verl worker-group no-op calls on {sorted(set(w.astype(int)))} "
+                      "workers, seconds per worker (least squares through the origin)")
+            self._set("dispatch_d2d_s", widest.stats.median_s,
+                      f"calibration overhead job: one verl worker-group call on {widest.params['workers']} workers "
+                      "with the inputs handed over outside it (median)")
+        data = [r for r in records if r.op == "worker_call_data" and r.bytes]
+        if len({r.bytes for r in data}) >= 2:
+            gb = np.array([r.bytes / float(r.params["workers"]) / GB for r in data])
+            slope = float(np.polyfit(gb, [r.stats.median_s for r in data], 1)[0])
+            self._set("dispatch_ray_s_per_gb", slope,
+                      f"calibration overhead job: {len(data)} verl worker-group calls carrying "
+                      f"{min(gb):.3g}-{max(gb):.3g} GB per worker through Ray, slope")
+        poll = [r for r in records if r.op == "rollout_poll"]
+        if poll:
+            self._set("rollout_poll_s", poll[0].stats.median_s, f"calibration overhead job, {poll[0].note}")
 
     # ---- fitted through the cost models --------------------------------------------------------------
     def _least_squares(self, job: str, names: list[str], records: list[JobMeasurement],
@@ -188,6 +213,7 @@ class JobFit:
 
     def run(self, new_id: str, inputs: list[str]) -> JobFitOutcome:
         self.direct()
+        self.overhead()
         self.collectives()
         self.decode()
         self.train()

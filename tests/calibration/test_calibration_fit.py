@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import yaml
 
+from calibration.fit import CaseFit
 from calibration.fit_jobs import JobFit
+from calibration.identify import Identifiability
 from calibration.measurements import (
     DeviceFacts,
     GroupInfo,
@@ -22,8 +24,6 @@ from calibration.measurements import (
     Stats,
     Versions,
 )
-from calibration.fit import CaseFit
-from calibration.identify import Identifiability
 from calibration.targets import Target, case_targets, distinct_targets
 from twin.cost_models.comm import collective_time
 from twin.evaluate import Evaluation

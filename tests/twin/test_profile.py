@@ -64,7 +64,8 @@ def test_the_check_fails_for_each_kind_of_dishonesty():
     assert problems(_fitted(singular_values=[1.0, 0.01], freed=["train_expert_efficiency", "hbm_efficiency"],
                             moved={"train_expert_efficiency": 4, "hbm_efficiency": 3})) == [
         "frees 2 parameters, the data identifies 1"]
-    assert problems(_fitted(moved={"train_expert_efficiency": 2})) == ["train_expert_efficiency: moves 2 distinct numbers"]
+    assert problems(_fitted(moved={"train_expert_efficiency": 2})) == [
+        "train_expert_efficiency: moves 2 distinct numbers"]
     base = _profile("a3-reference.yaml")
     on_bound = _fitted()
     on_bound.params["train_expert_efficiency"] = on_bound.params["train_expert_efficiency"].model_copy(
