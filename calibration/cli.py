@@ -151,7 +151,7 @@ def fit(
     from calibration.fit_report import print_job_fit
     from calibration.measurements import JobMeasurement
     from twin.fileio import refuse_overwrite
-    from twin.profile import load_profile, reference_profile, save_profile
+    from twin.profile import load_profile, reference_profile, save_profile, serves_kind
     from twin.scenario import load_scenario
 
     if not measurements and not cases:
@@ -178,7 +178,7 @@ def fit(
         files = _case_files(cases)
         loaded = [load_scenario(f) for f in files]
         chosen = [(f, s) for f, s in zip(files, loaded, strict=True)
-                  if s.cluster.kind == base.cluster_kind and s.measured and s.measured.use == "fit"]
+                  if serves_kind(base, s.cluster.kind) and s.measured and s.measured.use == "fit"]
         if not chosen:
             raise CalibrationError(f"none of the {len(files)} case files is a {base.cluster_kind} scenario marked "
                                    "`use: fit`")
@@ -346,9 +346,10 @@ def report(
 
 def _cross_validate(prof: Profile, base: Path | None, cases: list[Scenario], outer: int) -> CrossValidated:
     from calibration.crossval import leave_one_out
-    from twin.profile import load_profile, reference_profile
+    from twin.profile import EMBEDDED, load_profile, reference_profile, serves_kind
 
-    start = load_profile(base) if base is not None else reference_profile(prof.cluster_kind)
+    kind = next((k for k in EMBEDDED if serves_kind(prof, k)), prof.cluster_kind)
+    start = load_profile(base) if base is not None else reference_profile(kind)
     if base is None and start.id != prof.parent:
         raise CalibrationError(f"profile {prof.id} was fitted from {prof.parent}, not the reference {start.id}: "
                                "give the profile it started from with --base")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from calibration.errors import CalibrationError
 from calibration.targets import Target, case_targets, target_values
-from twin.profile import Profile
+from twin.profile import Profile, serves_kind
 from twin.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def build_report(profile: Profile, cases: list[Scenario]) -> Report:
     skipped: dict[str, str] = {}
     kept = []
     for sc in cases:
-        if sc.measured is not None and sc.cluster.kind != profile.cluster_kind:
+        if sc.measured is not None and not serves_kind(profile, sc.cluster.kind):
             skipped[sc.name] = f"cluster kind {sc.cluster.kind}, the profile's is {profile.cluster_kind}"
         elif sc.measured is not None:
             kept.append(sc)

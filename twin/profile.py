@@ -136,6 +136,12 @@ EMBEDDED = {"a2": "a2.yaml", "a3": "a3.yaml", "cpu": "cpu.yaml", "a100": "gpu.ya
             "h200": "gpu.yaml", "h20": "gpu.yaml"}
 
 
+def serves_kind(profile: Profile, kind: str) -> bool:
+    """Whether the profile is meant for clusters of `kind`: its own kind, or one of the kinds its shipped file
+    serves (the `gpu` profile serves a100, h100, h200 and h20)."""
+    return kind == profile.cluster_kind or EMBEDDED.get(kind, "").removesuffix(".yaml") == profile.cluster_kind
+
+
 @lru_cache(maxsize=16)
 def embedded_profile(kind: str) -> Profile:
     """The default profile shipped for a cluster kind."""

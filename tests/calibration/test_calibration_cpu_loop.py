@@ -10,11 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "scenarios" / "cpu-tiny-grpo.yaml"
 STEPS = 3
 STEP_ERROR_BAR = 0.25  # issue: under 25 % on the step time
+STAGE_ERROR_BAR = 0.25  # issue 10: every stage of the real run within 25 %
+STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshard: verl's weight sync
 
 
 def cli(tool: str, *args: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
@@ -28,7 +31,8 @@ def cli(tool: str, *args: str, cwd: Path, timeout: int = 900) -> subprocess.Comp
 @pytest.fixture(scope="module")
 def loop(tmp_path_factory: pytest.TempPathFactory) -> dict:
     w = tmp_path_factory.mktemp("loop")
-    cli("calibration", "run", "gemm", "attention", "collectives", "copy", "decode", "train", "-o", "jobs.jsonl", cwd=w)
+    cli("calibration", "run", "gemm", "attention", "collectives", "copy", "decode", "train", "overhead", "-o",
+        "jobs.jsonl", cwd=w)
     cli("calibration", "fit", "jobs.jsonl", "--kind", "cpu", "-o", "cpu-fit.yaml", cwd=w)
     cli("twin", "plan", "--scenario", str(SCENARIO), "--keep-layout", "--profile", "cpu-fit.yaml", "-o", "plan.json",
         cwd=w)
@@ -42,7 +46,9 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> dict:
                             cwd=w).stdout)
     reshard = json.loads(cli("executor", "check-reshard", "plan.json", "--method", "all_gather", "--model-config",
                              "assets/model/config.json", "--json", cwd=w).stdout)
-    return {"dir": w, "run_log": run.stdout, "report_table": table, "report": report, "reshard": reshard}
+    profile = yaml.safe_load((w / "cpu-fit.yaml").read_text())
+    return {"dir": w, "run_log": run.stdout, "report_table": table, "report": report, "reshard": reshard,
+            "profile": profile}
 
 
 def _metrics(path: Path) -> dict[int, dict[str, float]]:
@@ -69,6 +75,33 @@ def test_held_out_step_time_within_the_bar(loop, capsys):
     assert rows and all(r["group"] == "held_out" for r in rows)  # the run never fitted the profile
     step = next(r for r in rows if r["quantity"] == "step")
     assert abs(step["error"]) < STEP_ERROR_BAR, step
+
+
+def test_the_poll_is_not_the_step(loop):
+    """No single framework constant makes the step: verl's poll is at most a third of the predicted step."""
+    plan = json.loads((loop["dir"] / "plan.json").read_text())
+    poll = loop["profile"]["params"]["rollout_poll_s"]
+    assert "verl's code" in poll["source"]  # read by the overhead job, not assumed
+    assert poll["value"] <= plan["predictions"]["step_s"] / 3
+
+
+def _stage_rows(loop) -> dict[str, dict]:
+    rows = {r["quantity"].removeprefix("stage:"): r for r in loop["report"]["rows"]
+            if r["case"] == "cpu-tiny-grpo" and r["quantity"].startswith("stage:")}
+    return {s: rows[s] for s in STAGES if s in rows}
+
+
+@pytest.mark.xfail(strict=True, reason="the stage assembly charges no verl worker call to old_log_prob, advantage "
+                                       "and the weight sync yet (per-call terms of issue 9, measured by `calibration "
+                                       "run overhead`)")
+def test_every_stage_within_the_bar(loop, capsys):
+    rows = _stage_rows(loop)
+    with capsys.disabled():  # the per-stage error table goes to the CI log whatever the outcome
+        print(f"\n{'stage':<14}{'measured s':>12}{'predicted s':>13}{'error':>10}")
+        for stage, r in rows.items():
+            print(f"{stage:<14}{r['measured']:>12.4f}{r['predicted']:>13.4f}{r['error'] * 100:>+9.1f}%")
+    assert set(rows) == set(STAGES)
+    assert {s: r["error"] for s, r in rows.items() if abs(r["error"]) >= STAGE_ERROR_BAR} == {}
 
 
 def test_predicted_reshard_bytes_equal_the_measured(loop):
