@@ -109,16 +109,15 @@ class Profile(BaseModel):
             raise TwinError(f"profile {self.id} has no parameter {name!r}") from None
 
     def with_values(self, values: dict[str, float], new_id: str, sources: dict[str, str] | None = None) -> Profile:
-        """A child profile with some parameters replaced; those whose value changed are marked fitted, with
-        where each value came from."""
+        """A child profile with some parameters replaced; those whose value changed are marked fitted, and
+        every value given a source takes it."""
         params = dict(self.params)
         for name, v in values.items():
-            if float(v) == params[name].value:
-                continue
-            update: dict[str, object] = {"value": float(v), "fitted": True}
+            update: dict[str, object] = {} if float(v) == params[name].value else {"value": float(v), "fitted": True}
             if sources and name in sources:
-                update["source"] = sources[name]
-            params[name] = params[name].model_copy(update=update)
+                update["source"] = sources[name]  # a measurement that confirms a value still becomes its source
+            if update:
+                params[name] = params[name].model_copy(update=update)
         return self.model_copy(update={"id": new_id, "parent": self.id, "params": params,
                                        "provenance": Provenance()})
 

@@ -174,3 +174,24 @@ def test_distinct_targets_count_restated_numbers_once():
     assert labels == [f"c1-dsr1-a3-128: stage:{s}" for s in ("rollout", "ref", "reward", "advantage", "update",
                                                              "reshard", "offload")] + [
         "c2-dsr1-a3-128-graph-gloo: stage:rollout"]
+
+
+def _overhead(op: str, params: dict, seconds: float, nbytes: int | None = None, note: str = "") -> JobMeasurement:
+    return JobMeasurement(
+        key=f"overhead|{op}|{params}", job="overhead", timestamp=datetime.now(timezone.utc), op=op, params=params,
+        stats=Stats.from_samples([seconds] * 3, warmup=1), bytes=nbytes, note=note,
+        device=DeviceFacts(kind="cpu", name="test-cpu", count=1, threads=1),
+        host=HostFacts(hostname="h", cpu_model="c", cores=2, memory_gb=24.0), versions=Versions(python="3.11"))
+
+
+def test_job_fit_reads_the_per_call_terms_off_the_overhead_job():
+    records = [_overhead("worker_call", {"workers": 1}, 0.001), _overhead("worker_call", {"workers": 2}, 0.002),
+               _overhead("worker_call_data", {"workers": 2, "payload_mb": 1}, 0.010, nbytes=200_000_000),
+               _overhead("worker_call_data", {"workers": 2, "payload_mb": 2}, 0.030, nbytes=400_000_000),
+               _overhead("rollout_poll", {"source": "verl code"}, 2.0, note="read from verl's code, not timed: x.py")]
+    profile = JobFit(embedded_profile("cpu"), records, "fp32").run("overhead", ["synthetic"]).profile
+    assert profile["dispatch_ray_s_per_worker"] == pytest.approx(0.001)  # (1*1 + 2*2) ms / (1 + 4)
+    assert profile["dispatch_d2d_s"] == pytest.approx(0.002)  # the call on the widest group
+    assert profile["dispatch_ray_s_per_gb"] == pytest.approx(0.02 / 0.1)  # 20 ms more for 0.1 GB more per worker
+    assert profile["rollout_poll_s"] == 2.0 and "verl's code" in profile.params["rollout_poll_s"].source
+    assert not profile.params["rollout_poll_s"].fitted  # confirmed, not moved
