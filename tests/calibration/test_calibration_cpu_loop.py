@@ -36,7 +36,8 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> dict:
     cli("calibration", "fit", "jobs.jsonl", "--kind", "cpu", "-o", "cpu-fit.yaml", cwd=w)
     cli("twin", "plan", "--scenario", str(SCENARIO), "--keep-layout", "--profile", "cpu-fit.yaml", "-o", "plan.json",
         cwd=w)
-    cli("executor", "cpu-assets", "assets", cwd=w)
+    sc = yaml.safe_load(SCENARIO.read_text())
+    cli("executor", "cpu-assets", "assets", "--train-problems", str(STEPS * sc["workload"]["global_batch"]), cwd=w)
     run = cli("executor", "run", "plan.json", "--model-path", "assets/model", "--data-dir", "assets/data",
               "--steps", str(STEPS), "--workdir", "run", cwd=w)
     cli("calibration", "ingest", "run/run_record.json", "-o", "runs.jsonl", cwd=w)
