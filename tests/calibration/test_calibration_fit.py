@@ -101,10 +101,10 @@ def test_case_fit_refuses_what_one_case_cannot_identify_and_bound_hits(tmp_path)
     judge = _cli("fit", "--cases", str(ROOT / "scenarios" / "c5-qwen25-7b-a3-16dies.yaml"), "--kind", "a3",
                  "-o", "x.yaml", cwd=tmp_path)
     assert judge.returncode == 2 and "use: fit" in judge.stderr  # a judge case is never fitted
-    knob = _cli("fit", "--cases", c1, "--kind", "a3", "--free", "train_expert_efficiency,advantage_us_per_response",
+    knob = _cli("fit", "--cases", c1, "--kind", "a3", "--free", "train_expert_efficiency,framework_overhead_gb",
                 "-o", "x.yaml", cwd=tmp_path)
     assert knob.returncode == 2 and knob.stderr.strip().splitlines()[-1] == (
-        "calibration: error: refusing to free train_expert_efficiency (2), advantage_us_per_response (1): each moves "
+        "calibration: error: refusing to free train_expert_efficiency (2), framework_overhead_gb (0): each moves "
         "fewer than 3 of the 7 distinct measured numbers by 0.01 or more of its own relative change")
     assert "s1 = " in knob.stdout and not (tmp_path / "x.yaml").exists()
     hit = _cli("fit", "--cases", c1, "--kind", "a3", "--outer", "1", "-o", "c1.yaml", cwd=tmp_path)
