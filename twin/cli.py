@@ -28,7 +28,7 @@ console = make_console()
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog name (see `twin models`) or a config.json path")]
 CardsOpt = Annotated[int, typer.Option("--cards", "-c", help="Cards as the recipes count them: 910B on A2, 910C on A3")]
-ClusterOpt = Annotated[str, typer.Option("--cluster", help="Cluster kind (see `twin clusters`)")]
+ClusterOpt = Annotated[str, typer.Option("--cluster", help="Cluster kind (see `twin clusters`) or a cluster YAML file")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table")]
 
 
@@ -75,39 +75,18 @@ def models_cmd(as_json: JsonOpt = False) -> None:
 
 
 @app.command("clusters")
-def clusters_cmd(as_json: JsonOpt = False) -> None:
-    """List the cluster kinds: device, packaging and link tiers, each figure with its source."""
-    from twin.topology.clusters import CLUSTER_KINDS
+def clusters_cmd(as_json: JsonOpt = False, cluster: Annotated[list[str] | None, typer.Option(
+        "--cluster", help="A cluster kind or cluster YAML file to show (repeatable; default: all shipped)")] = None,
+) -> None:
+    """List the cluster kinds: device, packaging, link tiers and efficiency curves, each figure with its source."""
+    from twin.hardware import CLUSTER_KINDS, cluster_kind
+    from twin.hardware.report import kind_json, print_kinds
 
-    rows = []
-    for kind in CLUSTER_KINDS.values():
-        dev = kind.device_spec
-        rows.append({
-            "name": kind.name,
-            "description": kind.description,
-            "device": dev.name,
-            "devices_per_card": kind.devices_per_card,
-            "devices_per_node": kind.devices_per_node,
-            "cards_per_pod": kind.cards_per_pod,
-            "peak_bf16_tflops": dev.peak_bf16_tflops.model_dump(),
-            "hbm_gb": dev.hbm_gb.model_dump(),
-            "hbm_bandwidth_gbs": dev.hbm_bandwidth_gbs.model_dump(),
-            "host_memory_gb_per_node": kind.host_memory_gb_per_node.model_dump(),
-            "tiers": [t.model_dump() for t in kind.tiers],
-        })
+    kinds = [cluster_kind(c) for c in cluster] if cluster else list(CLUSTER_KINDS.values())
     if as_json:
-        _print_json(rows)
+        _print_json([kind_json(k) for k in kinds])
         return
-    table = Table(title="Cluster kinds (1 device = 1 rank; A3: 1 card = 2 dies)")
-    for col in ("kind", "device", "dev/card", "dev/node", "BF16 TFLOPS", "HBM GB", "HBM GB/s", "tiers GB/s"):
-        table.add_column(col)
-    for r in rows:
-        tiers = ", ".join(f"{t['name']} {t['bandwidth_gbs']['value']:g}" for t in r["tiers"])
-        table.add_row(r["name"], r["device"], str(r["devices_per_card"]), str(r["devices_per_node"]),
-                      f"{r['peak_bf16_tflops']['value']:g}", f"{r['hbm_gb']['value']:g}",
-                      f"{r['hbm_bandwidth_gbs']['value']:g}", tiers)
-    console.print(table)
-    console.print("Sources: `twin clusters --json`.")
+    print_kinds(console, kinds)
 
 
 @app.command("layouts")
@@ -147,9 +126,17 @@ def load_case(path: str) -> tuple[Scenario, Path]:
     from twin.scenario import load_scenario
 
     p = Path(path)
-    if p.suffix == ".json":
-        return load_plan(p).scenario, p.parent
-    return load_scenario(p), p.parent
+    sc = load_plan(p).scenario if p.suffix == ".json" else load_scenario(p)
+    return with_cluster_file_resolved(sc, p.parent), p.parent
+
+
+def with_cluster_file_resolved(sc: Scenario, base: Path) -> Scenario:
+    """The scenario with a cluster file named relative to `base` made absolute (so a plan carries it)."""
+    from twin.hardware import resolve_cluster_ref
+
+    kind = resolve_cluster_ref(sc.cluster.kind, base)
+    return sc if kind == sc.cluster.kind else sc.model_copy(update={"cluster": sc.cluster.model_copy(
+        update={"kind": kind})})
 
 
 @app.command("simulate")
@@ -203,7 +190,8 @@ def simulate_cmd(
 def plan_cmd(
     model: Annotated[str | None, typer.Option("--model", "-m", help="Catalog name or config.json path")] = None,
     cards: Annotated[int | None, typer.Option("--cards", "-c", help="Cards: 910B on A2, 910C on A3")] = None,
-    cluster: Annotated[str | None, typer.Option("--cluster", help="Cluster kind (default a3)")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Cluster kind (default a3) or a cluster YAML "
+                                                                  "file")] = None,
     scenario: Annotated[str | None, typer.Option(help="Scenario YAML: workload, optimizations, profile "
                                                       "(its layout is ignored; --model/--cards override)")] = None,
     top: Annotated[int, typer.Option("--top", "-k", min=1, help="Layouts to rank and show")] = 5,
@@ -224,6 +212,10 @@ def plan_cmd(
     from twin.uncertainty import print_uncertainty
 
     base = None
+    if cluster is not None:
+        from twin.hardware import resolve_cluster_ref
+
+        cluster = resolve_cluster_ref(cluster)
     if keep_layout:
         if scenario is None:
             raise TwinError("--keep-layout needs --scenario")

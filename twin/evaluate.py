@@ -17,14 +17,10 @@ from twin.cost_models.memory import GB, MemoryReport, RolloutMemory, TrainMemory
 from twin.cost_models.placement import Placement
 from twin.cost_models.reshard import RESHARD_METHODS, ReshardMethod, ReshardStats, reshard_stats
 from twin.cost_models.rollout import RolloutCost
-from twin.cost_models.scheduling import (
-    LOG_PROB_INPUT_BYTES_PER_TOKEN,
-    UPDATE_INPUT_BYTES_PER_TOKEN,
-    dispatch_seconds,
-    driver_seconds,
-)
+from twin.cost_models.scheduling import dispatch_seconds, driver_seconds
+from twin.cost_models.stages import train_stage_seconds
 from twin.cost_models.training import TrainCost
-from twin.cost_models.transition import local_copy_s, offload_time, reshard_time
+from twin.cost_models.transition import offload_time, reshard_time
 from twin.errors import TwinError
 from twin.layout.models import Layout
 from twin.layout.rules import validate_layout
@@ -34,6 +30,12 @@ from twin.scenario import Scenario
 from twin.topology.clusters import cluster_kind
 from twin.topology.routing import Cluster
 from twin.uncertainty import uncertainty_for
+
+
+def sleep_frees_memory(scenario: Scenario) -> bool:
+    """Whether vLLM's sleep mode releases device memory: the scenario's software, else the cluster kind's."""
+    frees = scenario.software.sleep_frees_memory
+    return cluster_kind(scenario.cluster.kind).vllm_sleep_frees_memory if frees is None else frees
 
 
 def reshard_method(scenario: Scenario) -> ReshardMethod:
@@ -51,11 +53,11 @@ class Evaluation:
         if layout is None:
             raise TwinError(f"scenario {scenario.name} has no layout; use `twin plan --scenario` to search one")
         self.layout = layout
-        self.kind = cluster_kind(scenario.cluster.kind)
+        self.kind = cluster_kind(scenario.cluster.kind, base_dir)
         self.inv: Inventory = load_model(scenario.model)
         self.devices = scenario.cluster.cards * self.kind.devices_per_card
         validate_layout(layout, self.inv.config, self.devices, self.kind, scenario.has("directed_reshard"))
-        self.profile = profile or resolve_profile(scenario.profile, self.kind.name, base_dir)
+        self.profile = profile or resolve_profile(scenario.profile, self.kind.profile_kind, base_dir)
         self.method = reshard_method(scenario)
 
     @cached_property
@@ -93,7 +95,7 @@ class Evaluation:
     def memory_report(self) -> MemoryReport:
         host = self.sc.cluster.host_memory_gb_per_node or self.kind.host_memory_gb_per_node.value
         return phase_memory(self.train_memory, self.rollout_memory, self.reshard().extra_bytes_max,
-                            self.kind.vllm_sleep_frees_memory, self.kind.devices_per_node, host)
+                            sleep_frees_memory(self.sc), self.kind.devices_per_node, host)
 
     @cached_property
     def train_cost(self) -> TrainCost:
@@ -107,18 +109,17 @@ class Evaluation:
         return dispatch_seconds(self.sc, self.profile, self.layout.train, self.devices, bytes_per_token)
 
     def stage_times(self) -> dict[str, float]:
-        pf, wl, tc = self.profile, self.sc.workload, self.train_cost
-        log_prob = tc.log_prob_time() + self.dispatch_s(LOG_PROB_INPUT_BYTES_PER_TOKEN)
+        pf = self.profile
         driver = driver_seconds(self.sc, pf)
+        train = train_stage_seconds(self.sc, pf, self.train_cost)
         return {
             "rollout": self.rollout_cost.analytical_seconds(self.memory_report.kv_tokens),
             "reward": driver["reward"],
-            "old_log_prob": 0.0 if self.sc.has("skip_old_log_prob") else log_prob,
-            "ref": log_prob if wl.use_kl_loss else 0.0,
+            "old_log_prob": train["old_log_prob"],
+            "ref": train["ref"],
             "advantage": driver["advantage"],
-            "update": tc.update_time() + self.dispatch_s(UPDATE_INPUT_BYTES_PER_TOKEN),
-            "reshard": reshard_time(self.reshard(), self.cluster, pf) + local_copy_s(self.rollout_memory, self.cluster,
-                                                                                      pf),
+            "update": train["update"],
+            "reshard": reshard_time(self.reshard(), self.cluster, pf, self.rollout_memory),
             "offload": offload_time(self.train_memory, self.rollout_memory, self.sc, self.cluster, pf),
         }
 

@@ -21,16 +21,12 @@ from twin.catalog.config import ModelConfig
 from twin.catalog.registry import load_config, load_model
 from twin.cost_models.memory import RolloutMemory, TrainMemory, rollout_parts, train_parts
 from twin.cost_models.rollout import RolloutCost
-from twin.cost_models.scheduling import (
-    LOG_PROB_INPUT_BYTES_PER_TOKEN,
-    UPDATE_INPUT_BYTES_PER_TOKEN,
-    dispatch_seconds,
-    driver_seconds,
-)
+from twin.cost_models.scheduling import driver_seconds
+from twin.cost_models.stages import train_stage_seconds
 from twin.cost_models.training import TrainCost
 from twin.cost_models.transition import offload_time, reshard_lower_bound
 from twin.errors import TwinError
-from twin.evaluate import Evaluation, reshard_method
+from twin.evaluate import Evaluation, reshard_method, sleep_frees_memory
 from twin.layout.enumerate import enumerate_rollout, enumerate_train
 from twin.layout.models import Layout, Offload, Recompute, RolloutLayout, TrainLayout
 from twin.layout.rules import check_pair
@@ -51,8 +47,8 @@ UTILIZATION_MAX = 0.9
 def default_scenario(model: str, kind: str, cards: int) -> Scenario:
     """The recipes' workload (C1: GRPO, 512 prompts x 16, prompt 75, response 3039.8) and optimizations."""
     cfg = load_config(model)
-    return Scenario(name=f"plan-{cfg.name}-{kind}-{cards}", model=model, cluster=ClusterRef(kind=kind, cards=cards),
-                    workload=Workload(), optimizations=RECIPE_OPTIMIZATIONS)
+    return Scenario(name=f"plan-{cfg.name}-{cluster_kind(kind).name}-{cards}", model=model,
+                    cluster=ClusterRef(kind=kind, cards=cards), workload=Workload(), optimizations=RECIPE_OPTIMIZATIONS)
 
 
 def train_variants(lay: TrainLayout) -> Iterator[TrainLayout]:
@@ -99,11 +95,11 @@ class Planner:
 
     def __init__(self, scenario: Scenario, profile: Profile | None = None, base_dir: Path | None = None) -> None:
         self.sc = scenario
-        self.kind: ClusterKind = cluster_kind(scenario.cluster.kind)
+        self.kind: ClusterKind = cluster_kind(scenario.cluster.kind, base_dir)
         self.cfg: ModelConfig = load_config(scenario.model)
         self.inv = load_model(self.cfg)
         self.devices = scenario.cluster.cards * self.kind.devices_per_card
-        self.profile = profile or resolve_profile(scenario.profile, self.kind.name, base_dir)
+        self.profile = profile or resolve_profile(scenario.profile, self.kind.profile_kind, base_dir)
         self.cluster = Cluster(self.kind, scenario.cluster.cards)
         self.hbm_gb = self.kind.device_spec.hbm_gb.value
         self.rejected: Counter[str] = Counter()
@@ -126,13 +122,7 @@ class Planner:
 
     def _train_seconds(self, tm: TrainMemory) -> float:
         tc = TrainCost(self.inv, self.sc, self.cluster, self.profile, tm)
-        dispatch = [dispatch_seconds(self.sc, self.profile, tm.lay, self.devices, b)
-                    for b in (LOG_PROB_INPUT_BYTES_PER_TOKEN, UPDATE_INPUT_BYTES_PER_TOKEN)]
-        log_prob = tc.log_prob_time() + dispatch[0]
-        update = tc.update_time() + dispatch[1]
-        ref = log_prob if self.sc.workload.use_kl_loss else 0.0
-        old = 0.0 if self.sc.has("skip_old_log_prob") else log_prob
-        return update + ref + old
+        return sum(train_stage_seconds(self.sc, self.profile, tc).values())
 
     def train_structures(self) -> list[TrainLayout]:
         return list(enumerate_train(self.cfg, self.devices, self.kind))
@@ -196,7 +186,7 @@ class Planner:
             self.rejected["pair: train EP does not divide rollout EP (directed reshard)"] += 1
             return None
         rm_u = RolloutMemory(self.inv, lay, self.profile, self.hbm_gb)
-        add = rollout_parts(self.sc, rm_u, 0.0, self.kind.vllm_sleep_frees_memory)
+        add = rollout_parts(self.sc, rm_u, 0.0, sleep_frees_memory(self.sc))
         for phase in ("update", "log_prob", "transition"):
             if t.parts[phase] + add[phase].total > self.hbm_gb:
                 self.rejected[f"pair: {phase} exceeds HBM"] += 1

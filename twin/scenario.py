@@ -48,6 +48,16 @@ class Workload(BaseModel):
     mini_batch: int | None = Field(default=None, ge=1)  # prompts per optimizer step; default: global_batch
     ppo_epochs: int = Field(default=1, ge=1)
     use_kl_loss: bool = True  # a reference model is evaluated
+    # DAPO dynamic sampling: prompts per generation round [global_batch] and rounds per step [1]
+    gen_batch: int | None = Field(default=None, ge=1)
+    gen_rounds: float = Field(default=1.0, ge=1.0)  # a mean over steps may be fractional
+    # forced_balanced: random-init recipe runs pin routing to spread tokens evenly (VLLM_ENABLE_FIX_ROUTE=1)
+    expert_routing: Literal["learned", "forced_balanced"] = "learned"
+
+    @property
+    def generation_prompts(self) -> int:
+        """Prompts generated per round."""
+        return self.gen_batch or self.global_batch
 
     @property
     def responses(self) -> int:
@@ -65,6 +75,21 @@ class Workload(BaseModel):
     def tokens_per_step(self) -> float:
         """Prompt plus response tokens of one step (the TPS numerator)."""
         return self.responses * (self.prompt_len.mean + self.response_len.mean)
+
+
+class Software(BaseModel):
+    """Versions where behaviour depends on them (DESIGN 4.2); unset: what the profile was fitted on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    verl: str | None = None
+    vllm: str | None = None
+    vllm_ascend: str | None = None
+    mindspeed: str | None = None
+    # behaviours the versions decide, stated where a scenario knows them
+    sleep_frees_memory: bool | None = None  # vLLM sleep mode releases weights and KV cache; unset: the cluster kind's
+    weight_sync: Literal["per_tensor", "checkpoint_engine"] | None = None  # verl trainer -> rollout sync
+    rollout_poll: bool | None = None  # the trainer polls for finished generation (verl >= 0.6 fully async/V1)
 
 
 class ClusterRef(BaseModel):
@@ -91,6 +116,7 @@ class Measured(BaseModel):
     tps_per_device: float | None = None  # as logged per die on A3 (verl's perf/throughput)
     rollout_tps_per_card: float | None = None  # prompt + response tokens / rollout seconds / cards
     reshard_extra_gib_per_device: dict[str, float] = {}  # reshard method -> extra memory, GiB
+    memory_peak_gb: float | None = None  # the published per-device peak (GB)
     # the values compare only with those of the named scenario: their ratio is the target, not the values
     relative_to: str | None = None
     # the values serve as the reference of other scenarios' ratios, not as targets themselves (they depend
@@ -113,6 +139,7 @@ class Scenario(BaseModel):
     layout: Layout | None = None
     optimizations: tuple[OptimizationId, ...] = RECIPE_OPTIMIZATIONS
     measured: Measured | None = None
+    software: Software = Software()
     profile: str | None = None  # a profile file; default: the cluster kind's embedded profile
     seed: int = 0
 

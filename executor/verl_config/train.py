@@ -24,6 +24,10 @@ def train_overrides(o: OverrideSet, train: TrainLayout, flavour: MegatronFlavour
         _megatron(o, train, flavour)
     else:
         _fsdp(o, train)
+    if train.dynamic_batch_tokens is not None:
+        # use_dynamic_bsz itself is set with the batch sizes (verl_config.workload); the ref and rollout log-prob
+        # passes read both through ${oc.select:actor_rollout_ref.actor...} (verl 0.9.1)
+        o.set(f"{ACTOR}.ppo_max_token_len_per_gpu", train.dynamic_batch_tokens)
 
 
 def _megatron(o: OverrideSet, train: TrainLayout, flavour: MegatronFlavour) -> None:
@@ -52,6 +56,9 @@ def _megatron(o: OverrideSet, train: TrainLayout, flavour: MegatronFlavour) -> N
     if train.offload.optimizer == "swap":
         _mindspeed_only(flavour, "the swap optimizer")
         o.set(f"{TF}.swap_optimizer", True, add=True)
+    if train.moe_zero_memory != "none":
+        _mindspeed_only(flavour, "moe_zero_memory")
+        o.set(f"{TF}.moe_zero_memory", train.moe_zero_memory, add=True)
 
 
 def _recompute(o: OverrideSet, train: TrainLayout) -> None:

@@ -21,7 +21,7 @@ def test_leave_one_out_refits_without_each_case():
     base = reference_profile("a3")
     cases = [load_scenario(ROOT / "scenarios" / f"{n}.yaml") for n in CASES]
     fitter = CaseFit(base, cases)
-    fitted = fitter.run("fitted", fitter.identify(["train_expert_efficiency"]), outer=1).profile
+    fitted = fitter.run("fitted", fitter.identify(["grouped_gemm_efficiency_scale"]), outer=1).profile
     with pytest.raises(CalibrationError, match="records no case fit"):
         leave_one_out(base, base, cases)
     with pytest.raises(CalibrationError, match="not among the cases given"):

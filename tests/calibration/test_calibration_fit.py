@@ -101,10 +101,10 @@ def test_case_fit_refuses_what_one_case_cannot_identify_and_bound_hits(tmp_path)
     judge = _cli("fit", "--cases", str(ROOT / "scenarios" / "c5-qwen25-7b-a3-16dies.yaml"), "--kind", "a3",
                  "-o", "x.yaml", cwd=tmp_path)
     assert judge.returncode == 2 and "use: fit" in judge.stderr  # a judge case is never fitted
-    knob = _cli("fit", "--cases", c1, "--kind", "a3", "--free", "train_expert_efficiency,framework_overhead_gb",
+    knob = _cli("fit", "--cases", c1, "--kind", "a3", "--free", "grouped_gemm_efficiency_scale,framework_overhead_gb",
                 "-o", "x.yaml", cwd=tmp_path)
     assert knob.returncode == 2 and knob.stderr.strip().splitlines()[-1] == (
-        "calibration: error: refusing to free train_expert_efficiency (2), framework_overhead_gb (0): each moves "
+        "calibration: error: refusing to free grouped_gemm_efficiency_scale (2), framework_overhead_gb (0): each moves "
         "fewer than 3 of the 7 distinct measured numbers by 0.01 or more of its own relative change")
     assert "s1 = " in knob.stdout and not (tmp_path / "x.yaml").exists()
     hit = _cli("fit", "--cases", c1, "--kind", "a3", "--outer", "1", "-o", "c1.yaml", cwd=tmp_path)
@@ -116,12 +116,13 @@ def test_case_fit_refuses_what_one_case_cannot_identify_and_bound_hits(tmp_path)
     profile = yaml.safe_load((tmp_path / "c1.yaml").read_text())
     assert profile["parent"] == "a3-reference-1" and profile["provenance"]["cases"] == ["c1-dsr1-a3-128"]
     fit = profile["provenance"]["fit"]
-    assert fit["freed"] == ["tier_efficiency_ub"] and fit["bound_hits_accepted"] == ["tier_efficiency_ub"]
-    assert fit["distinct_targets"] == 7 and fit["identifiable"] == 1
-    assert [n for n, p in profile["params"].items() if p["fitted"]] == ["tier_efficiency_ub"]
+    freed = ["memory_efficiency_scale", "tier_efficiency_ub"]
+    assert fit["freed"] == freed and fit["bound_hits_accepted"] == ["tier_efficiency_ub"]
+    assert fit["distinct_targets"] == 7 and fit["identifiable"] == 2
+    assert [n for n, p in profile["params"].items() if p["fitted"]] == freed
 
 
-TRUTH = {"train_expert_efficiency": 0.5, "log_prob_efficiency_scale": 0.9, "reward_ms_per_response": 2.0}
+TRUTH = {"gemm_efficiency_scale": 0.8, "worker_call_s": 0.8, "reward_ms_per_response": 2.0}
 
 
 def _generated(case: Scenario, truth: Profile) -> Scenario:
@@ -150,7 +151,8 @@ def test_case_fit_recovers_known_parameters_from_model_generated_timings():
         assert outcome.profile[name] == pytest.approx(value, rel=0.03), name
     assert max(abs(e) for e in outcome.errors()) < 0.01 and outcome.bound_hits == []
     assert outcome.profile.provenance.fit.freed == list(TRUTH)
-    too_many = fitter.identify([*TRUTH, "train_matmul_efficiency", "attention_efficiency", "hbm_efficiency"])
+    too_many = fitter.identify([*TRUTH, "grouped_gemm_efficiency_scale", "attention_efficiency_scale",
+                                "memory_efficiency_scale"])
     assert too_many.refusal() is not None and too_many.refusal().startswith("refusing to free")
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from twin.profile import FitRecord, Param, Profile, load_profile
 
+GROUPED, MEMORY = "grouped_gemm_efficiency_scale", "memory_efficiency_scale"
 SHIPPED = sorted(p.name for p in resources.files("twin").joinpath("profiles").iterdir() if p.name.endswith(".yaml"))
 
 
@@ -52,35 +53,35 @@ def test_shipped_profile_is_honest(name):
 def _fitted(**record) -> Profile:
     base = _profile("a3-reference.yaml")
     params = dict(base.params)
-    params["train_expert_efficiency"] = params["train_expert_efficiency"].model_copy(update={"fitted": True})
-    fit = FitRecord(**{"freed": ["train_expert_efficiency"], "distinct_targets": 5,
-                       "moved": {"train_expert_efficiency": 4}, "singular_values": [1.0],
+    params[GROUPED] = params[GROUPED].model_copy(update={"fitted": True})
+    fit = FitRecord(**{"freed": [GROUPED], "distinct_targets": 5,
+                       "moved": {GROUPED: 4}, "singular_values": [1.0],
                        "relative_threshold": 0.05, "identifiable": 1, **record})
     return base.model_copy(update={"params": params, "provenance": base.provenance.model_copy(update={"fit": fit})})
 
 
 def test_the_check_fails_for_each_kind_of_dishonesty():
     assert problems(_fitted()) == []
-    assert problems(_fitted(singular_values=[1.0, 0.01], freed=["train_expert_efficiency", "hbm_efficiency"],
-                            moved={"train_expert_efficiency": 4, "hbm_efficiency": 3})) == [
+    assert problems(_fitted(singular_values=[1.0, 0.01], freed=[GROUPED, MEMORY],
+                            moved={GROUPED: 4, MEMORY: 3})) == [
         "frees 2 parameters, the data identifies 1"]
-    assert problems(_fitted(moved={"train_expert_efficiency": 2})) == [
-        "train_expert_efficiency: moves 2 distinct numbers"]
+    assert problems(_fitted(moved={GROUPED: 2})) == [
+        f"{GROUPED}: moves 2 distinct numbers"]
     base = _profile("a3-reference.yaml")
     on_bound = _fitted()
-    on_bound.params["train_expert_efficiency"] = on_bound.params["train_expert_efficiency"].model_copy(
-        update={"value": 0.95})
-    assert problems(on_bound) == ["train_expert_efficiency: value 0.95 on its bound (0.05, 0.95)"]
+    on_bound.params[GROUPED] = on_bound.params[GROUPED].model_copy(
+        update={"value": 1.1})
+    assert problems(on_bound) == [f"{GROUPED}: value 1.1 on its bound (0.3, 1.1)"]
     unsourced = base.model_copy(update={"params": {**base.params, "x": Param(value=1, unit="s", source=" ",
                                                                            bounds=(0, 2))}})
     assert problems(unsourced) == ["x: no source", "x: bounds without a source"]
     no_record = _fitted().model_copy(update={"provenance": base.provenance})
-    assert problems(no_record) == ["fitted without a recorded fit: train_expert_efficiency"]
+    assert problems(no_record) == [f"fitted without a recorded fit: {GROUPED}"]
 
 
 def test_with_values_marks_only_what_moved():
     base = _profile("a3-reference.yaml")
-    child = base.with_values({"hbm_efficiency": base["hbm_efficiency"], "train_expert_efficiency": 0.5}, "child")
-    assert not child.params["hbm_efficiency"].fitted
-    assert child.params["train_expert_efficiency"].fitted and child["train_expert_efficiency"] == 0.5
+    child = base.with_values({MEMORY: base[MEMORY], GROUPED: 0.5}, "child")
+    assert not child.params[MEMORY].fitted
+    assert child.params[GROUPED].fitted and child[GROUPED] == 0.5
     assert child.parent == base.id

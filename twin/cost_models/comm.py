@@ -93,5 +93,8 @@ def host_copy_time(cluster: Cluster, profile: Profile, nbytes: float) -> float:
     """Seconds to move `nbytes` between one device and its host (all devices copy in parallel)."""
     if nbytes <= 0:
         return 0.0
-    bw, lat = cluster.host_link(0)
+    link = cluster.__dict__.get("_host_link_0")
+    if link is None:
+        link = cluster.__dict__["_host_link_0"] = cluster.host_link(0)
+    bw, lat = link
     return nbytes / (bw * 1e9 * profile["tier_efficiency_host"]) + lat * 1e-6

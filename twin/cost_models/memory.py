@@ -32,6 +32,10 @@ BF16 = 2
 FP32 = 4
 ADAM_BYTES = 12  # fp32 master + two fp32 moments, per parameter
 LOGIT_BYTES = 2 + FP32 + FP32  # bf16 logits, fp32 log-softmax and its gradient, per vocabulary entry
+# verl's FSDP actor takes log-probs with a fused cross-entropy whose backward writes the gradient into the bf16
+# logits in place (flash-attn's triton cross_entropy, inplace_backward) or row by row (logprobs_from_logits_v2):
+# the bf16 logits and one bf16 working copy per vocabulary entry
+FSDP_LOGIT_BYTES = 2 + 2
 
 
 class TrainMemory:
@@ -93,7 +97,11 @@ class TrainMemory:
             # routed tokens per rank: all local tokens x top-k, spread over the TP ranks unless experts are TP-split
             etp = lay.expert_tp if lay.engine == "megatron" else 1
             routed = local * c.moe.experts_per_token * etp / tp
-            mlp_bytes = routed * (h + 3 * c.moe.expert_intermediate_size / etp)
+            # MindSpeed moe_zero_memory releases, for recompute in backward, the experts' activation output
+            # (level0) and also the dispatched inputs (level1)
+            kept_ffn = {"none": 3, "level0": 2, "level1": 2}[lay.moe_zero_memory]
+            kept_in = 0 if lay.moe_zero_memory == "level1" else h
+            mlp_bytes = routed * (kept_in + kept_ffn * c.moe.expert_intermediate_size / etp)
             mlp_bytes += local / sp * c.moe.num_experts * FP32 / BF16  # router logits in fp32
             if c.moe.shared_experts:
                 mlp_bytes += local * 3 * c.moe.shared_experts * c.moe.expert_intermediate_size / tp
@@ -113,14 +121,26 @@ class TrainMemory:
         mean = (dense * (self.cfg.num_layers - n_moe) + sparse * n_moe) / self.cfg.num_layers
         return mean, max(dense, sparse if n_moe else dense)
 
-    def _logits_bytes(self, tokens: float) -> float:
-        tp = self.lay.tp if self.lay.engine == "megatron" else 1
-        return tokens / self.lay.cp * self.cfg.vocab_size / tp * LOGIT_BYTES
+    def _logits_bytes(self, tokens: float, forward_only: bool = False) -> float:
+        """The logits of a micro-batch's last stage: Megatron's vocab-parallel fp32 cross-entropy (forward
+        only: the fp32 logits), FSDP's fused bf16 one."""
+        megatron = self.lay.engine == "megatron"
+        tp = self.lay.tp if megatron else 1
+        per_entry = (FP32 if forward_only else LOGIT_BYTES) if megatron else FSDP_LOGIT_BYTES
+        return tokens / self.lay.cp * self.cfg.vocab_size / tp * per_entry
+
+    def _micro_batch_tokens(self, sequences: int) -> float:
+        """Tokens of the largest micro-batch of a CP group: `sequences` full-length sequences, or with dynamic
+        batching the token budget (verl packs up to ppo_max_token_len_per_gpu x CP per micro-batch)."""
+        lay = self.lay
+        if lay.dynamic_batch_tokens is not None:
+            return float(lay.dynamic_batch_tokens * lay.cp)
+        return float(sequences * self.sc.workload.max_seq_len)
 
     def update_activation_bytes(self, stage: int) -> float:
         """Peak activation bytes of a stage in update_actor (1F1B: stage s holds pp - s micro-batches)."""
-        lay, wl = self.lay, self.sc.workload
-        tokens = lay.micro_batch * wl.max_seq_len
+        tokens = self._micro_batch_tokens(self.lay.micro_batch)
+        lay = self.lay
         mean, largest = self._layer_activations(tokens)
         layers = int(self.stages.layers[stage])
         h = self.cfg.hidden_size
@@ -147,10 +167,10 @@ class TrainMemory:
 
     def log_prob_activation_bytes(self, stage: int) -> float:
         """Forward-only pass: one layer live at a time, plus the fp32 logits of the micro-batch."""
-        lay, wl = self.lay, self.sc.workload
-        tokens = lay.log_prob_micro_batch * wl.max_seq_len
+        lay = self.lay
+        tokens = self._micro_batch_tokens(lay.log_prob_micro_batch)
         _, largest = self._layer_activations(tokens)
-        logits = self._logits_bytes(tokens) * FP32 / LOGIT_BYTES if self.stages.has_head[stage] else 0.0
+        logits = self._logits_bytes(tokens, forward_only=True) if self.stages.has_head[stage] else 0.0
         gathered = float(tensor_table(self.inv).largest_layer_bytes) if lay.engine == "fsdp" else 0.0
         return (largest + logits + gathered) * (1 + self.pf["activation_fragmentation"])
 

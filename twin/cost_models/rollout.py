@@ -18,8 +18,10 @@ from numpy.typing import ArrayLike
 
 from twin.catalog.inventory import Inventory
 from twin.cost_models.comm import collective_time
-from twin.cost_models.compute import attention_flops_per_ctx
+from twin.cost_models.efficiency import efficiency, memory_seconds, peak_flops
+from twin.cost_models.imbalance import expert_imbalance
 from twin.cost_models.memory import BF16, RolloutMemory
+from twin.cost_models.operators import attention_flops_per_ctx_layer, decode_attention_flops_per_ctx_layer
 from twin.cost_models.static import tensor_table
 from twin.layout.ranks import rollout_group
 from twin.profile import Profile
@@ -36,7 +38,7 @@ class DecodeStep:
 
     forward_s: ArrayLike  # device time: roofline of weights + KV reads and compute
     comm_s: ArrayLike  # TP collectives and EP dispatch/combine
-    launch_s: float  # eager kernel launches (0 in graph mode)
+    launch_s: float  # eager operator launches on the host (0 in graph mode)
     host_s: float  # pre/post-processing
     schedule_s: float  # vLLM scheduler
     sync_s: float  # DP end-of-sequence synchronisation
@@ -54,9 +56,8 @@ class RolloutCost:
         self.inv, self.sc, self.cluster, self.pf, self.mem = inv, scenario, cluster, profile, memory
         self.cfg = inv.config
         self.ro = memory.lay
-        spec = cluster.kind.device_spec
-        self.peak = spec.peak_bf16_tflops.value * 1e12
-        self.hbm = spec.hbm_bandwidth_gbs.value * 1e9
+        self.kind = cluster.kind
+        self.peak = peak_flops(cluster.kind)
 
     @cached_property
     def _weights(self) -> tuple[int, int, float, float]:
@@ -79,6 +80,21 @@ class RolloutCost:
     def dp_per_instance(self) -> int:
         return self.ro.instance_size // self.ro.tp
 
+    def _expert_load(self, batch: ArrayLike) -> tuple[ArrayLike, ArrayLike]:
+        """(share of a device's local experts that receive a token, busiest-rank load over the mean) for a
+        decode step of `batch` sequences per DP replica."""
+        moe, ro = self.cfg.moe, self.ro
+        if moe is None:
+            return 1.0, 1.0
+        dp_sharing = self.dp_per_instance if ro.ep > 1 else 1
+        per_expert = batch * dp_sharing * moe.experts_per_token / moe.num_experts
+        touched = 1 - np.exp(-per_expert)
+        ranks = ro.ep if ro.ep > 1 else 1
+        tokens = batch * dp_sharing
+        imbalance = expert_imbalance(ranks, moe.num_experts, moe.experts_per_token, tokens,
+                                     self.pf["expert_load_cv"], self.sc.workload.expert_routing)
+        return touched, imbalance
+
     def decode_step(self, batch: ArrayLike, context: ArrayLike) -> DecodeStep:
         """One decode step of a DP replica running `batch` sequences with mean context `context` (scalars
         or numpy arrays)."""
@@ -86,25 +102,54 @@ class RolloutCost:
         batch = np.asarray(batch, dtype=float)
         context = np.asarray(context, dtype=float)
         dense_b, expert_b, dense_f, expert_f = self._weights
-        local_experts = 1.0
-        if cfg.moe is not None:
-            dp_sharing = self.dp_per_instance if ro.ep > 1 else 1
-            per_expert = batch * dp_sharing * cfg.moe.experts_per_token / cfg.moe.num_experts
-            local_experts = 1 - np.exp(-per_expert)  # share of local experts that receive a token
+        touched, imbalance = self._expert_load(batch)
         kv_read = batch * context * self.mem.kv_bytes_per_token
-        mem_s = (dense_b + expert_b * local_experts + kv_read) / (self.hbm * pf["hbm_efficiency"])
-        attn = attention_flops_per_ctx(cfg) / ro.tp * batch * context
-        flops = dense_f * batch + expert_f * batch / ro.tp + attn
-        compute_s = flops / (self.peak * pf["decode_compute_efficiency"])
+        nbytes = dense_b + expert_b * np.minimum(1.0, touched * imbalance) + kv_read
+        mem_s = memory_seconds(self.kind, pf, nbytes, self._read_kernels)
+        attn = decode_attention_flops_per_ctx_layer(cfg) * cfg.num_layers / ro.tp * batch * context
+        gemm = dense_f * batch + expert_f * batch / ro.tp * imbalance
+        gemm_eff = efficiency(self.kind, pf, "gemm", np.maximum(2.0 * batch * self._mean_gemm_numel, 1.0))
+        attn_eff = efficiency(self.kind, pf, "attention", np.maximum(context, 1.0))
+        compute_s = gemm / (self.peak * gemm_eff) + attn / (self.peak * attn_eff)
         intercept, slope = self._comm_coefficients
-        comm = intercept + slope * np.maximum(batch, 1.0)  # idle ranks still join the collectives
-        launch = 0.0 if ro.graph_mode else pf["eager_launch_us_per_layer"] * 1e-6 * cfg.num_layers
+        comm = intercept + slope * np.maximum(batch, 1.0) * imbalance  # idle ranks still join the collectives
+        launch = 0.0 if ro.graph_mode else self.ops_per_step * pf["eager_op_launch_us"] * 1e-6
         host = pf["decode_host_ms_graph" if ro.graph_mode else "decode_host_ms_eager"] * 1e-3
         schedule = pf["vllm_schedule_ms"] * 1e-3
         sync = 0.0
         if self.dp_per_instance > 1:
             sync = EOS_SYNCS_PER_STEP * pf[f"eos_sync_ms_{self.eos_backend}"] * 1e-3
         return DecodeStep(np.maximum(mem_s, compute_s), comm, launch, host, schedule, sync)
+
+    @cached_property
+    def _read_kernels(self) -> int:
+        """Kernels a decode step's weight and KV reads split into: one per weight matrix and one attention
+        kernel per layer."""
+        table = tensor_table(self.inv)
+        return int((table.matrix & ~table.embedding).sum()) + self.cfg.num_layers
+
+    @cached_property
+    def _mean_gemm_numel(self) -> float:
+        """Mean elements of one non-expert weight matrix of a rollout rank (the GEMM size of a decode step)."""
+        table = tensor_table(self.inv)
+        used = table.matrix & ~table.embedding & ~table.expert
+        return float(self._weights[0]) / BF16 / max(1, int(used.sum()))
+
+    @cached_property
+    def ops_per_step(self) -> int:
+        """Operators an eager decode step launches from the host: per layer its weight GEMMs, seven
+        memory-bound kernels (two norms, two residual adds, rotary, activation, cache write), the attention
+        kernel, its collectives (TP all-reduces; EP dispatch and combine) and, in MoE layers, the router's
+        kernels (gate, top-k, normalisation, permute, unpermute)."""
+        table = tensor_table(self.inv)
+        cfg, ro = self.cfg, self.ro
+        ops = 0
+        for i in range(cfg.num_layers):
+            in_layer = (table.layer == i) & table.matrix & ~table.expert
+            moe = cfg.is_moe_layer(i)
+            collectives = (2 if ro.tp > 1 else 0) + (2 if moe and ro.ep > 1 else 0)
+            ops += int(in_layer.sum()) + 7 + 1 + collectives + (5 + 1 if moe else 0)  # +1: grouped GEMM
+        return ops
 
     @property
     def eos_backend(self) -> str:
@@ -136,8 +181,13 @@ class RolloutCost:
     def prefill_compute_s(self, tokens: ArrayLike, context: ArrayLike) -> ArrayLike:
         """Compute of `tokens` prompt tokens attending over `context` tokens on average."""
         _, _, dense_f, expert_f = self._weights
-        per_token = dense_f + expert_f / self.ro.tp + attention_flops_per_ctx(self.cfg) / self.ro.tp * context
-        return tokens * per_token / (self.peak * self.pf["prefill_compute_efficiency"])
+        cfg, pf = self.cfg, self.pf
+        tokens = np.asarray(tokens, dtype=float)
+        chunk = float(min(self.ro.max_num_batched_tokens, max(1.0, float(np.max(tokens)))))
+        gemm_eff = efficiency(self.kind, pf, "gemm", 2.0 * chunk * self._mean_gemm_numel)
+        attn = attention_flops_per_ctx_layer(cfg) * cfg.num_layers / self.ro.tp * context
+        attn_eff = efficiency(self.kind, pf, "attention", np.maximum(np.asarray(context, dtype=float) * 2, 1.0))
+        return tokens * ((dense_f + expert_f / self.ro.tp) / (self.peak * gemm_eff) + attn / (self.peak * attn_eff))
 
     def prefill_time(self, tokens: float) -> float:
         """Prefill of `tokens` prompt tokens on one DP replica, in chunks of the token budget."""
@@ -155,23 +205,43 @@ class RolloutCost:
 
     @property
     def sequences_per_replica(self) -> float:
-        return self.sc.workload.responses / self.ro.dp
+        """Responses one DP replica generates in one generation round."""
+        wl = self.sc.workload
+        return wl.generation_prompts * wl.n / self.ro.dp
+
+    @property
+    def responses_per_round(self) -> int:
+        wl = self.sc.workload
+        return wl.generation_prompts * wl.n
 
     def analytical_seconds(self, kv_tokens: int) -> float:
-        """Closed-form rollout: waves of continuous batching on one DP replica, the tail, and prefill."""
+        """Closed-form rollout: per generation round, waves of continuous batching on one DP replica, then
+        the longest response of the whole round decoded at a small batch (the replicas finish unevenly:
+        the round ends with the slowest), and prefill; DAPO's rounds one after another."""
         wl = self.sc.workload
         per_replica = self.sequences_per_replica
         conc = self.concurrency(per_replica, kv_tokens)
         mean = wl.response_len.mean
-        steps = -(-per_replica // conc) * mean + max(0.0, response_tail(self.sc, per_replica) - mean)
-        decode = steps * float(self.decode_step(per_replica * mean / steps, wl.prompt_len.mean + mean / 2).total)
+        tail = max(0.0, response_tail(self.sc, self.responses_per_round) - mean)
+        waves = -(-per_replica // conc)
+        full = float(self.decode_step(per_replica * mean / (waves * mean), wl.prompt_len.mean + mean / 2).total)
+        lone = float(self.decode_step(1.0, wl.prompt_len.mean + mean + tail / 2).total)
+        decode = waves * mean * full + tail * lone
         prefill = self.prefill_time(per_replica * wl.prompt_len.mean)
-        return self.polled(decode + prefill) + self.pf["rollout_fixed_s"]
+        return (self.polled(decode + prefill) + self.pf["rollout_fixed_s"]) * wl.gen_rounds
+
+    @property
+    def poll_s(self) -> float:
+        """The trainer's poll interval for finished generation: the profile's (the software it was fitted
+        on), unless the scenario's software says whether it polls."""
+        polls = self.sc.software.rollout_poll
+        if polls is None:
+            return self.pf["rollout_poll_s"]
+        return self.pf["verl_rollout_poll_s"] if polls else 0.0
 
     def polled(self, seconds: float) -> float:
-        """When the trainer polls for finished generation every `rollout_poll_s`, it sees the end at the next
-        poll."""
-        poll = self.pf["rollout_poll_s"]
+        """When the trainer polls for finished generation, it sees the end at the next poll."""
+        poll = self.poll_s
         return math.ceil(seconds / poll - 1e-9) * poll if poll > 0 else seconds
 
 

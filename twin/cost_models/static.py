@@ -121,13 +121,6 @@ class TensorTable:
         expert = np.where(used & self.expert, 2.0 * self.numel / self.experts * k, 0.0)
         return dense, expert
 
-    def stage_flops(self, lay: TrainLayout) -> tuple[np.ndarray, np.ndarray]:
-        """(non-expert, routed-expert) forward FLOPs per token of each pipeline stage's share."""
-        stage = self.stage_of(lay)
-        n = lay.pp if lay.engine == "megatron" else 1
-        dense, expert = self.forward_flops()
-        return np.bincount(stage, weights=dense, minlength=n), np.bincount(stage, weights=expert, minlength=n)
-
     def _rollout_shard_bytes(self, lay: RolloutLayout) -> np.ndarray:
         dense = self._split_numel(lay.tp, VLLM_VOCAB_MULTIPLE, ~self.expert)
         experts = self.numel / lay.ep if lay.ep > 1 else self._split_numel(lay.tp, 1, self.expert)

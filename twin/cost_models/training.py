@@ -1,11 +1,14 @@
 """Time of the training-side passes: one micro-batch on one pipeline stage, forward or forward+backward,
-with its TP/SP, EP and CP communication; the pipeline schedule; gradient sync and the optimizer step.
+walked layer by layer through its operators (twin.cost_models.operators) with its TP/SP, EP and CP
+communication; micro-batches fixed or packed by tokens (dynamic batching); the pipeline schedule; gradient
+sync and the optimizer step.
 
-All efficiencies and latencies come from the profile; FLOPs and bytes from the inventory and layout.
+Efficiencies and latencies come from the device curves and the profile; shapes from the inventory and layout.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
@@ -13,11 +16,14 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
+from twin.catalog.config import ModelConfig
 from twin.catalog.inventory import Inventory
 from twin.cost_models.comm import collective_time, host_copy_time, p2p_time
-from twin.cost_models.compute import attention_flops_per_ctx
+from twin.cost_models.efficiency import memory_seconds
+from twin.cost_models.imbalance import expert_imbalance
 from twin.cost_models.memory import ADAM_BYTES, BF16, FP32, TrainMemory
-from twin.cost_models.static import tensor_table
+from twin.cost_models.operators import LayerOperators, LayerShapes, causal_attention_flops
+from twin.layout.models import TrainLayout
 from twin.layout.ranks import train_group
 from twin.profile import Profile
 from twin.scenario import Scenario
@@ -27,14 +33,39 @@ PassKind = Literal["forward", "backward", "log_prob"]
 
 
 @dataclass(frozen=True)
-class StageFlops:
-    """Per-token forward FLOPs of one pipeline stage's share of the model (whole stage, all TP ranks)."""
+class StageLayers:
+    """The decoder layers of one pipeline stage: how many dense and MoE layers, and whether it holds the head."""
 
-    dense: float
-    expert: float
-    attention_per_ctx: float
+    dense_layers: int
     moe_layers: int
-    layers: int
+    head: bool
+
+    @property
+    def layers(self) -> int:
+        return self.dense_layers + self.moe_layers
+
+
+def dynamic_micro_batches(tokens: float, sequences: int, max_tokens: int, vpp: int | None = None) -> int:
+    """verl's use_dynamic_bsz (utils/seqlen_balancing.rearrange_micro_batches): as many micro-batches as
+    the tokens need at `max_tokens` each, at most one per sequence, rounded up to a multiple of the virtual
+    pipeline size."""
+    m = max(1, min(sequences, math.ceil(tokens / max_tokens - 1e-9)))
+    if vpp and vpp > 1:
+        m = -(-m // vpp) * vpp
+    return m
+
+
+def cp_exchange_bytes(cfg: ModelConfig, lay: TrainLayout, tokens: float) -> float:
+    """Bytes one CP rank sends in one layer's forward ring attention: its key/value block (after TP) to
+    the next rank, cp - 1 times. MLA is exchanged with keys and values expanded to full heads."""
+    if lay.cp <= 1:
+        return 0.0
+    if cfg.mla is not None:
+        width = cfg.num_attention_heads * (cfg.mla.qk_head_dim + cfg.mla.v_head_dim)
+    else:
+        width = 2 * cfg.num_kv_heads * cfg.head_dim
+    tp = lay.tp if lay.engine == "megatron" else 1
+    return (lay.cp - 1) * tokens / lay.cp * width / tp * BF16
 
 
 @dataclass(frozen=True)
@@ -58,19 +89,32 @@ class TrainCost:
         self.cfg = inv.config
         self.lay = memory.lay
         self.devices = memory.devices
-        self.peak = cluster.kind.device_spec.peak_bf16_tflops.value * 1e12
+        megatron = self.lay.engine == "megatron"
+        self.tp = self.lay.tp if megatron else 1
+        self.sp = self.tp if megatron and self.lay.sequence_parallel else 1
+        self.ops = LayerOperators(inv, cluster.kind, profile, self.tp, self.lay.expert_tp if megatron else 1)
 
     @cached_property
-    def stage_flops(self) -> list[StageFlops]:
+    def stage_layers(self) -> list[StageLayers]:
         cfg = self.cfg
-        dense, expert = tensor_table(self.inv).stage_flops(self.lay)
-        per_layer_attn = attention_flops_per_ctx(cfg) / cfg.num_layers
         out = []
         first = 0
-        for s, layers in enumerate(int(n) for n in self.mem.stages.layers):
-            moe_layers = sum(1 for i in range(first, first + layers) if cfg.is_moe_layer(i))
+        n = len(self.mem.stages.layers)
+        for s, layers in enumerate(int(x) for x in self.mem.stages.layers):
+            moe = sum(1 for i in range(first, first + layers) if cfg.is_moe_layer(i))
             first += layers
-            out.append(StageFlops(float(dense[s]), float(expert[s]), per_layer_attn * layers, moe_layers, layers))
+            out.append(StageLayers(layers - moe, moe, bool(self.mem.stages.has_head[s]) or s == n - 1))
+        return out
+
+    @cached_property
+    def _shapes(self) -> dict[bool, LayerShapes]:
+        """One representative layer of each kind (dense, MoE)."""
+        cfg = self.cfg
+        out: dict[bool, LayerShapes] = {}
+        for i in range(cfg.num_layers):
+            moe = cfg.is_moe_layer(i)
+            if moe not in out:
+                out[moe] = self.ops.layer(i)
         return out
 
     @property
@@ -83,8 +127,23 @@ class TrainCost:
         """One representative rank group per dimension (stage 0)."""
         return {dim: train_group(self.lay, self.devices, dim) for dim in ("tp", "cp", "dp", "ep", "pp")}
 
+    @property
+    def expert_ranks(self) -> int:
+        return self.lay.expert_partition if self.lay.engine == "megatron" else 1
+
+    def imbalance(self, pairs_per_rank: ArrayLike) -> ArrayLike:
+        """Busiest EP rank over the mean, for `pairs_per_rank` token-expert pairs per rank."""
+        moe = self.cfg.moe
+        if moe is None:
+            return 1.0
+        ranks = self.expert_ranks
+        return expert_imbalance(ranks, moe.num_experts, moe.experts_per_token,
+                                np.asarray(pairs_per_rank, dtype=float) * ranks / moe.experts_per_token,
+                                self.pf["expert_load_cv"], self.sc.workload.expert_routing)
+
     def _comm_per_layer(self, tokens: float, moe: bool, passes: int) -> float:
-        """TP/SP, CP and EP communication of one layer for `tokens` tokens of a micro-batch."""
+        """TP/SP and EP communication of one layer for `tokens` tokens of a micro-batch (CP's ring exchange
+        overlaps attention: see `cp_exposed_s`)."""
         lay, h = self.lay, self.cfg.hidden_size
         if lay.engine == "fsdp":
             return 0.0
@@ -99,40 +158,101 @@ class TrainCost:
                 t += 2 * collective_time(self.cluster, self.pf, tp_group, "all_reduce", act)
             if moe and lay.moe_tp_extend_ep:
                 t /= 2  # the MLP half of the TP traffic is replaced by the expert all-to-all
-        if lay.cp > 1:
-            kv = tokens / lay.cp * 2 * self.cfg.num_kv_heads * self.cfg.head_dim / lay.tp * BF16
-            t += collective_time(self.cluster, self.pf, self._groups["cp"], "all_gather", kv * lay.cp)
         if moe and self.cfg.moe is not None and lay.expert_partition > 1:
             k = self.cfg.moe.experts_per_token
-            sp = lay.tp if lay.sequence_parallel else 1
-            send = tokens / lay.cp / sp * k * h * BF16
+            pairs = tokens / lay.cp / self.sp * k
+            send = pairs * h * BF16 * float(self.imbalance(pairs))  # the busiest rank receives the most
             t += 2 * collective_time(self.cluster, self.pf, self._groups["ep"], "all_to_all", send)
         return t * passes
 
+    def cp_exposed_s(self, tokens: ArrayLike, attention_s: ArrayLike, passes: int) -> ArrayLike:
+        """CP's ring exchange beyond what the attention of the blocks already held hides (a ring step's
+        transfer overlaps the previous block's attention)."""
+        lay = self.lay
+        if lay.cp <= 1:
+            return 0.0
+        tokens = np.asarray(tokens, dtype=float)
+        per_byte = collective_time(self.cluster, self.pf, self._groups["cp"], "all_gather", 1e9) / 1e9
+        comm = cp_exchange_bytes(self.cfg, lay, 1.0) * tokens * lay.cp / (lay.cp - 1) * per_byte
+        layers = self.stage_layers[0].layers
+        hidden = np.asarray(attention_s, dtype=float) * (lay.cp - 1) / lay.cp
+        return passes * np.maximum(0.0, comm * layers - hidden)
+
+    def _forward_compute(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike) -> tuple[ArrayLike, ArrayLike]:
+        """(all operators, attention alone) seconds of one forward of a micro-batch through one stage."""
+        lay, cfg, ops = self.lay, self.cfg, self.ops
+        sl = self.stage_layers[stage]
+        tokens = np.asarray(tokens, dtype=float)
+        tokens_sq = np.asarray(tokens_sq, dtype=float)
+        rows = tokens / lay.cp  # GEMM rows of this device (TP splits the weights, CP the sequence)
+        seq_len = tokens_sq / np.maximum(tokens, 1.0)
+        attn = ops.attention_seconds(causal_attention_flops(cfg, tokens_sq) / (self.tp * lay.cp), seq_len)
+        total = 0.0
+        for moe, count in ((False, sl.dense_layers), (True, sl.moe_layers)):
+            if count == 0:
+                continue
+            shapes = self._shapes[moe]
+            layer = ops.gemm_seconds(rows, shapes.dense_gemms) + attn + ops.elementwise_seconds(rows, moe, self.sp)
+            if moe and cfg.moe is not None:
+                etp = self.ops.etp
+                pairs = rows * cfg.moe.experts_per_token * etp / self.tp
+                local = cfg.moe.num_experts / self.expert_ranks
+                layer = layer + ops.grouped_gemm_seconds(pairs * self.imbalance(pairs), shapes.expert_numel, local)
+            total = total + count * layer
+        if sl.head:
+            total = total + ops.gemm_seconds(rows, ops.head_gemm)
+            # fp32 logits: written, then read by the log-softmax and the gather
+            total = total + memory_seconds(self.cluster.kind, self.pf, rows * self.cfg.vocab_size / self.tp * FP32 * 3)
+        return total, attn * sl.layers
+
+    def _signature(self, stage: int) -> tuple[StageLayers, bool]:
+        """Stages with the same layers cost the same (the last sends no activations on)."""
+        return self.stage_layers[stage], stage == self.mem.n_stages - 1
+
     def microbatch_time(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike, kind: PassKind) -> PassTime:
         """A micro-batch of `tokens` tokens whose sequence lengths square-sum to `tokens_sq` through one stage
-        (scalars or numpy arrays: compute and communication are linear in them). `kind`: the forward or the
-        backward half of a training pass (backward includes the recompute), or a forward-only log-prob pass."""
+        (scalars or numpy arrays). `kind`: the forward or the backward half of a training pass (backward
+        includes the recompute), or a forward-only log-prob pass."""
+        if np.ndim(tokens) == 0 and np.ndim(tokens_sq) == 0:
+            cache = self.__dict__.setdefault("_pass_cache", {})
+            key = (self._signature(stage), float(tokens), float(tokens_sq), kind)
+            if key not in cache:
+                cache[key] = self._microbatch_time(stage, tokens, tokens_sq, kind)
+            return cache[key]
+        return self._microbatch_time(stage, tokens, tokens_sq, kind)
+
+    def _microbatch_time(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike, kind: PassKind) -> PassTime:
         lay, pf = self.lay, self.pf
-        sf = self.stage_flops[stage]
-        tokens = np.asarray(tokens, dtype=float)
-        # a micro-batch's work is split over its TP x CP group (FSDP: each rank runs its own sequences)
-        shard = lay.tp * lay.cp if lay.engine == "megatron" else 1
-        attn = sf.attention_per_ctx * np.asarray(tokens_sq, dtype=float) / 2  # causal: half the context
-        fwd = ((sf.dense * tokens) / (self.peak * pf["train_matmul_efficiency"])
-               + (sf.expert * tokens) / (self.peak * pf["train_expert_efficiency"])
-               + attn / (self.peak * pf["attention_efficiency"])) / shard
-        if kind == "log_prob":
-            fwd = fwd / pf["log_prob_efficiency_scale"]
-        elif kind == "backward":  # twice the forward, plus the recomputed forward
+        fwd, attn = self._forward_compute(stage, tokens, tokens_sq)
+        passes = 1
+        if kind == "backward":  # twice the forward, plus the recomputed forward
             recompute = {"none": 0.0, "selective": pf["selective_recompute_flops"], "full": 1.0}
-            fwd = fwd * (2.0 + recompute[lay.recompute.granularity])
-        intercept, slope = self._comm_coefficients(stage, 2 if kind == "backward" else 1)
-        return PassTime(compute_s=fwd + pf["microbatch_overhead_ms"] * 1e-3, comm_s=intercept + slope * tokens)
+            extra = recompute[lay.recompute.granularity]
+            fwd = fwd * (2.0 + extra) + self.zero_memory_recompute_s(stage, tokens)
+            attn = attn * (2.0 + extra)
+            passes = 2
+        intercept, slope = self._comm_coefficients(stage, passes)
+        comm = intercept + slope * np.asarray(tokens, dtype=float) + self.cp_exposed_s(tokens, attn, passes)
+        return PassTime(compute_s=fwd + pf["microbatch_overhead_ms"] * 1e-3, comm_s=comm)
+
+    def zero_memory_recompute_s(self, stage: int, tokens: ArrayLike) -> ArrayLike:
+        """MindSpeed moe_zero_memory recomputes in backward what its forward released: level0 the MoE layers'
+        memory-bound kernels (the experts' activation function among them), level1 also the dispatch of the
+        routed tokens (one more all-to-all per MoE layer)."""
+        lay, sl = self.lay, self.stage_layers[stage]
+        if lay.moe_zero_memory == "none" or sl.moe_layers == 0:
+            return 0.0
+        rows = np.asarray(tokens, dtype=float) / lay.cp
+        t = sl.moe_layers * self.ops.elementwise_seconds(rows, True, self.sp)
+        if lay.moe_zero_memory == "level1" and self.cfg.moe is not None and self.expert_ranks > 1:
+            pairs = rows / self.sp * self.cfg.moe.experts_per_token
+            per_byte = collective_time(self.cluster, self.pf, self._groups["ep"], "all_to_all", 1e9) / 1e9
+            t = t + sl.moe_layers * pairs * self.cfg.hidden_size * BF16 * self.imbalance(pairs) * per_byte
+        return t
 
     def _comm_coefficients(self, stage: int, passes: int) -> tuple[float, float]:
         """A micro-batch's communication seconds as intercept + slope x tokens (linear in bytes moved)."""
-        key = (stage, passes)
+        key = (self._signature(stage), passes)
         cache = self.__dict__.setdefault("_comm_cache", {})
         if key not in cache:
             one, two = self._comm_total(stage, 1024.0, passes), self._comm_total(stage, 2048.0, passes)
@@ -141,12 +261,12 @@ class TrainCost:
         return cache[key]
 
     def _comm_total(self, stage: int, tokens: float, passes: int) -> float:
-        """TP/SP, CP, EP traffic of all the stage's layers and the activation send: `passes` 1 for a forward,
+        """TP/SP and EP traffic of all the stage's layers and the activation send: `passes` 1 for a forward,
         2 for a backward (activation gradients and the recompute's traffic)."""
         lay, pf = self.lay, self.pf
-        sf = self.stage_flops[stage]
-        comm = (sf.layers - sf.moe_layers) * self._comm_per_layer(tokens, False, passes)
-        comm += sf.moe_layers * self._comm_per_layer(tokens, True, passes)
+        sl = self.stage_layers[stage]
+        comm = sl.dense_layers * self._comm_per_layer(tokens, False, passes)
+        comm += sl.moe_layers * self._comm_per_layer(tokens, True, passes)
         comm *= 1 - pf["train_comm_overlap"]
         if lay.engine == "megatron" and lay.pp > 1:
             comm += passes * self.p2p_s(tokens)
@@ -157,10 +277,10 @@ class TrainCost:
         lay = self.lay
         if lay.engine != "megatron" or lay.pp == 1:
             return 0.0
-        act = tokens / lay.cp / (lay.tp if lay.sequence_parallel else 1) * self.cfg.hidden_size * BF16
+        act = tokens / lay.cp / self.sp * self.cfg.hidden_size * BF16
         return p2p_time(self.cluster, self.pf, 0, self.devices // lay.pp, act)
 
-    def microbatch(self, stage: int, sequences: int, backward: bool) -> PassTime:
+    def microbatch(self, stage: int, sequences: float, backward: bool) -> PassTime:
         """One micro-batch of `sequences` mean-length sequences through one stage: forward and backward of
         a training pass, or a forward-only log-prob pass."""
         mean = self.mean_seq
@@ -173,23 +293,39 @@ class TrainCost:
     def sequences_per_dp_rank(self) -> float:
         return self.sc.workload.responses / self.mem.dp
 
+    def micro_batches(self, sequences: float, micro: int) -> int:
+        """Micro-batches of `sequences` mean-length sequences on one DP rank: fixed `micro` sequences each,
+        or packed by tokens (dynamic batching)."""
+        lay = self.lay
+        if lay.dynamic_batch_tokens is None:
+            return max(1, round(sequences / micro))
+        budget = lay.dynamic_batch_tokens * lay.cp
+        return dynamic_micro_batches(sequences * self.mean_seq, max(1, int(sequences)), budget,
+                                     lay.vpp if lay.engine == "megatron" else None)
+
+    def micro_batches_of(self, lengths: np.ndarray) -> int:
+        """Dynamic micro-batches of one DP rank's sequences of these lengths."""
+        lay = self.lay
+        return dynamic_micro_batches(float(lengths.sum()), len(lengths), (lay.dynamic_batch_tokens or 0) * lay.cp,
+                                     lay.vpp if lay.engine == "megatron" else None)
+
     def pipeline_time(self, micro: int, backward: bool) -> tuple[float, int]:
         """(seconds, micro-batches) of one pass over the whole step's sequences with the 1F1B schedule."""
         lay = self.lay
-        m = max(1, round(self.sequences_per_dp_rank() / micro))
-        slowest = max(float(self.microbatch(s, micro, backward).total) for s in range(self.mem.n_stages))
+        steps = self.sc.workload.optimizer_steps if backward else 1
+        per_step = self.sequences_per_dp_rank() / steps
+        per_batch = self.micro_batches(per_step, micro)
+        m = per_batch * steps
+        size = per_step / per_batch
+        slowest = max(float(self.microbatch(s, size, backward).total) for s in range(self.mem.n_stages))
         if lay.engine == "fsdp" or lay.pp == 1:
             return m * slowest, m
-        vpp = lay.vpp or 1
-        steps = self.sc.workload.optimizer_steps if backward else 1
-        per_batch = max(1, m // steps)
-        bubble = (lay.pp - 1) / vpp
+        bubble = (lay.pp - 1) / (lay.vpp or 1)
         return steps * (per_batch + bubble) * slowest, m
 
     def optimizer_time(self) -> float:
         """Gradient sync (reduce-scatter + all-gather) and the Adam step, per optimizer step, summed."""
         lay, pf, mem = self.lay, self.pf, self.mem
-        hbm = self.cluster.kind.device_spec.hbm_bandwidth_gbs.value * 1e9 * pf["hbm_efficiency"]
         worst = 0.0
         for s in range(mem.n_stages):
             dense, expert = float(mem.stages.dense_numel[s]), float(mem.stages.expert_numel[s])
@@ -203,7 +339,7 @@ class TrainCost:
                         + collective_time(self.cluster, pf, dp_group, "all_gather", dense * BF16))
                 state_numel = dense / (mem.dp * lay.cp) + expert / mem.edp
             # Adam reads and writes the fp32 state, reads the fp32 gradient and writes the bf16 weight
-            step = state_numel * (2 * ADAM_BYTES + FP32 + BF16) / hbm
+            step = float(memory_seconds(self.cluster.kind, pf, state_numel * (2 * ADAM_BYTES + FP32 + BF16)))
             if lay.offload.optimizer == "swap":
                 step += 2 * host_copy_time(self.cluster, pf, state_numel * ADAM_BYTES) * (1 - pf["swap_overlap"])
             worst = max(worst, sync + step)
@@ -216,3 +352,4 @@ class TrainCost:
     def log_prob_time(self) -> float:
         t, _ = self.pipeline_time(self.lay.log_prob_micro_batch, backward=False)
         return t
+

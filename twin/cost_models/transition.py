@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from twin.cost_models.comm import host_copy_time
+from twin.cost_models.efficiency import memory_seconds
 from twin.cost_models.memory import GB, RolloutMemory, TrainMemory
 from twin.cost_models.reshard import ReshardStats, chunk_bytes
 from twin.cost_models.static import tensor_table
@@ -17,34 +18,20 @@ from twin.topology.routing import Cluster
 
 def local_copy_s(rm: RolloutMemory, cluster: Cluster, profile: Profile) -> float:
     """The rollout engine's weights are their own tensors: every rank copies its rollout shard into them,
-    received or already on the device."""
-    hbm = cluster.kind.device_spec.hbm_bandwidth_gbs.value * 1e9 * profile["hbm_efficiency"]
-    return rm.weight_bytes / hbm
+    received or already on the device (read and written once)."""
+    return float(memory_seconds(cluster.kind, profile, 2.0 * rm.weight_bytes))
 
 
-def reshard_time(stats: ReshardStats, cluster: Cluster, profile: Profile) -> float:
-    """The busiest device's received bytes over its tiers (shares as in the whole transfer) plus the
-    fixed cost of each transfer round (one chunk per device per all-to-all-v round; one exported tensor
-    per gather)."""
-    total = max(1, sum(stats.bytes_per_tier.values()))
-    busiest = stats.bytes_per_device_max
-    seconds = 0.0
-    for tier, nbytes in stats.bytes_per_tier.items():
-        bw = cluster.kind.tier(tier).bandwidth_gbs.value * 1e9 * profile[f"tier_efficiency_{tier}"]
-        seconds += busiest * nbytes / total / bw
-    rounds = stats.rounds_max
-    return seconds + rounds * profile["reshard_round_latency_us"] * 1e-6
-
-
-def reshard_port_time(stats: ReshardStats, cluster: Cluster, profile: Profile) -> float:
-    """Concurrent flows share each device's port on each tier: the reshard lasts as long as the busiest
-    port (send or receive, any tier, ports of different tiers in parallel), plus the fixed cost of its
-    transfer rounds."""
+def reshard_time(stats: ReshardStats, cluster: Cluster, profile: Profile, rm: RolloutMemory) -> float:
+    """The one reshard-time formula (closed form, simulation and planner): concurrent flows share each
+    device's port on each tier, so the transfer lasts as long as the busiest port (send or receive, any
+    tier, ports of different tiers in parallel); plus the fixed cost of its transfer rounds (one chunk per
+    device per all-to-all-v round; one exported tensor per gather) and the local copy into the engine."""
     worst = 0.0
     for tier, per_device in stats.tier_bytes.items():
         bw = cluster.kind.tier(tier).bandwidth_gbs.value * 1e9 * profile[f"tier_efficiency_{tier}"]
         worst = max(worst, float(per_device.max()) / bw)
-    return worst + stats.rounds_max * profile["reshard_round_latency_us"] * 1e-6
+    return worst + stats.rounds_max * profile["reshard_round_latency_us"] * 1e-6 + local_copy_s(rm, cluster, profile)
 
 
 def reshard_lower_bound(tm: TrainMemory, rm: RolloutMemory, method: str, cluster: Cluster,
@@ -81,12 +68,13 @@ def offload_moments(tm: TrainMemory, rm: RolloutMemory, scenario: Scenario, clus
     after_update = (grads if off.grad else 0) + (opt if off.optimizer == "offload" else 0)
     before_update = (weights if off.param else 0) + after_update
     return {
-        "after_rollout": copy(rollout_w) + released / GB * profile["empty_cache_s_per_gb"],
+        # the rollout's sleep and the weight sync are worker-group calls of their own
+        "after_rollout": copy(rollout_w) + released / GB * profile["empty_cache_s_per_gb"] + profile["worker_call_s"],
         "ref_onload": copy(ref),
         "ref_offload": copy(ref),
         "before_update": copy(before_update),
         "after_update": copy(after_update),
-        "before_reshard": copy(rollout_w) + profile["transition_fixed_s"],
+        "before_reshard": copy(rollout_w) + profile["worker_call_s"],
         "after_reshard": copy(weights if off.param else 0),
     }
 

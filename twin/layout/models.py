@@ -52,6 +52,10 @@ class TrainLayout(BaseModel):
     log_prob_micro_batch: int = Field(default=1, ge=1)  # sequences per micro-batch in log-prob passes
     recompute: Recompute = Recompute()
     offload: Offload = Offload()
+    # verl use_dynamic_bsz: micro-batches packed up to this many tokens per device (ppo_max_token_len_per_gpu),
+    # update and log-prob passes alike; None: fixed micro_batch / log_prob_micro_batch sequences
+    dynamic_batch_tokens: int | None = Field(default=None, ge=1)
+    moe_zero_memory: Literal["none", "level0", "level1"] = "none"  # MindSpeed activation release in MoE layers
 
     @model_validator(mode="after")
     def _shape(self) -> TrainLayout:

@@ -103,14 +103,15 @@ def simulate_rollout(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.rand
     ro, wl, pf = rc.ro, sc.workload, rc.pf
     per_inst = rc.dp_per_instance
     ranks_total = ro.dp
-    per_rank = -(-wl.responses // ranks_total)
-    fixed = wl.prompt_len.dist == "fixed" and wl.response_len.dist == "fixed" and wl.responses % ranks_total == 0
+    responses = rc.responses_per_round
+    per_rank = -(-responses // ranks_total)
+    fixed = wl.prompt_len.dist == "fixed" and wl.response_len.dist == "fixed" and responses % ranks_total == 0
     instances = 1 if fixed else ro.instances
     rows = 1 if fixed else ranks_total
     prompts = sample_lengths(wl.prompt_len, rows * per_rank, rng).reshape(rows, per_rank)
     targets = sample_lengths(wl.response_len, rows * per_rank, rng).reshape(rows, per_rank)
-    if not fixed and wl.responses % ranks_total:  # the last ranks get one sequence fewer
-        short = ranks_total * per_rank - wl.responses
+    if not fixed and responses % ranks_total:  # the last ranks get one sequence fewer
+        short = ranks_total * per_rank - responses
         targets[-short:, -1] = 0
         prompts[-short:, -1] = 0
     state = _Ranks(prompts, targets)

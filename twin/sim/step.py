@@ -22,7 +22,7 @@ from twin.cost_models.scheduling import (
     UPDATE_INPUT_BYTES_PER_TOKEN,
     driver_seconds,
 )
-from twin.cost_models.transition import local_copy_s, offload_moments, reshard_port_time
+from twin.cost_models.transition import offload_moments, reshard_time
 from twin.evaluate import Evaluation
 from twin.results import SimulationResult
 from twin.sim.pipeline import PipelineRun, run_pipeline
@@ -60,8 +60,12 @@ class StepSimulation:
         fixed = self.sc.workload.prompt_len.dist == "fixed" and self.sc.workload.response_len.dist == "fixed"
         count = 1 if fixed else min(dp, MAX_DP_REPLICAS_SIMULATED)
         out = []
+        lay = self.ev.layout.train
         for r in range(count):
             lengths = (prompts + responses)[r * per:(r + 1) * per].astype(float)
+            if lay.dynamic_batch_tokens is not None:
+                out.append(_packed(lengths, self.ev.train_cost.micro_batches_of(lengths)))
+                continue
             m = max(1, per // micro)
             chunks = lengths[: m * micro].reshape(m, micro)
             out.append((chunks.sum(axis=1), (chunks**2).sum(axis=1)))
@@ -127,8 +131,9 @@ class StepSimulation:
         self.trace.mark_memory(env.now, "rollout", mem["rollout"])
         outcome = simulate_rollout(ev.rollout_cost, ev.memory_report.kv_tokens, sc, self.rng, self.trace, env.now)
         self.represented.update(outcome.represented)
-        yield env.timeout(outcome.seconds)
-        stages["rollout"] = outcome.seconds
+        rollout_s = outcome.seconds * wl.gen_rounds  # DAPO: further rounds of the same kind of draw
+        yield env.timeout(rollout_s)
+        stages["rollout"] = rollout_s
         stages["offload"] += yield from self._timed(drv, "transition", "offload rollout weights, free KV cache",
                                                     moments["after_rollout"])
         stages["reward"] = yield from self._timed(drv, "reward", "reward (math_verify)", driver["reward"])
@@ -170,7 +175,7 @@ class StepSimulation:
         self.trace.mark_memory(env.now, "transition", mem["transition"])
         stages["offload"] += yield from self._timed(drv, "transition", "rollout weights onload",
                                                     moments["before_reshard"])
-        reshard = reshard_port_time(ev.reshard(), ev.cluster, pf) + local_copy_s(ev.rollout_memory, ev.cluster, pf)
+        reshard = reshard_time(ev.reshard(), ev.cluster, pf, ev.rollout_memory)
         stages["reshard"] = yield from self._timed("reshard", "comm", f"reshard ({ev.method})", reshard)
         stages["offload"] += yield from self._timed(drv, "transition", "actor weights offload",
                                                     moments["after_reshard"])
@@ -186,8 +191,9 @@ class StepSimulation:
         self.env.run()
         return self.records
 
-    def result(self) -> SimulationResult:
-        """The DESIGN 4.3 object: mean stage times over the simulated steps."""
+    def result(self, alternatives: bool = True) -> SimulationResult:
+        """The DESIGN 4.3 object: mean stage times over the simulated steps (`alternatives`: with the other
+        reshard methods' figures)."""
         n = len(self.records)
         stages = {k: sum(r.stages_s[k] for r in self.records) / n for k in self.records[0].stages_s}
         steps_s = [sum(r.stages_s.values()) for r in self.records]
@@ -198,12 +204,27 @@ class StepSimulation:
         for name, run in last.pipelines.items():
             if not name.startswith("update") or name == "update 0.0":
                 notes.append(f"{name}: pipeline bubble {run.bubble_fraction * 100:.1f} %")
-        return self.ev.result(stages, "simulation", notes=notes, represented=self.represented)
+        return self.ev.result(stages, "simulation", notes=notes, alternatives=alternatives,
+                              represented=self.represented)
+
+
+def _packed(lengths: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, squared lengths) of `m` micro-batches balanced by tokens, longest sequence first into the
+    lightest micro-batch (verl balances its dynamic micro-batches by workload the same way)."""
+    tokens, squares = np.zeros(m), np.zeros(m)
+    for length in np.sort(lengths)[::-1]:
+        i = int(np.argmin(tokens))
+        tokens[i] += length
+        squares[i] += length * length
+    return tokens, squares
 
 
 def simulated(ev: Evaluation) -> SimulationResult:
-    """The discrete-event prediction of one step (the planner's full evaluation of a candidate)."""
-    return simulate(ev)[0]
+    """The discrete-event prediction of one step (the planner's full evaluation of a candidate; the planner
+    adds the winner's reshard alternatives itself)."""
+    sim = StepSimulation(ev)
+    sim.run(1)
+    return sim.result(alternatives=False)
 
 
 def simulate(ev: Evaluation, steps: int = 1, seed: int | None = None) -> tuple[SimulationResult, StepSimulation]:

@@ -1,4 +1,4 @@
-"""Cluster topology: device catalog, cluster graphs with link tiers, and collective routing."""
+"""Cluster topology: cluster graphs with link tiers and collective routing (the kinds are data, twin.hardware)."""
 
 from twin.topology.clusters import CLUSTER_KINDS, ClusterKind, LinkTier, build_graph, cluster_kind
 from twin.topology.devices import DEVICES, DeviceSpec, Figure

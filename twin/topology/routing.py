@@ -37,9 +37,9 @@ class Cluster:
     """A sized cluster: its kind, its graph and the tier queries on it."""
 
     def __init__(self, kind: str | ClusterKind, cards: int) -> None:
-        self.kind = cluster_kind(kind) if isinstance(kind, str) else kind
+        self.kind = cluster_kind(kind)
         self.cards = cards
-        self.graph: nx.Graph = build_graph(self.kind.name, cards)
+        self.graph: nx.Graph = build_graph(self.kind, cards)
         self._cache: dict[tuple[int, ...], tuple[TierUse, ...]] = {}
 
     @property

@@ -1,0 +1,24 @@
+"""The one assembly of a step's worker-side stage times from the cost models, shared by the closed form
+(twin.evaluate), the planner's screen (twin.planner) and, stage by stage, the simulation (twin.sim)."""
+
+from __future__ import annotations
+
+from twin.cost_models.scheduling import (
+    LOG_PROB_INPUT_BYTES_PER_TOKEN,
+    UPDATE_INPUT_BYTES_PER_TOKEN,
+    dispatch_seconds,
+)
+from twin.cost_models.training import TrainCost
+from twin.profile import Profile
+from twin.scenario import Scenario
+
+
+def train_stage_seconds(sc: Scenario, pf: Profile, tc: TrainCost) -> dict[str, float]:
+    """old_log_prob, ref and update seconds: each pass's pipeline time plus its task dispatch."""
+    lay, devices = tc.lay, tc.devices
+    log_prob = tc.log_prob_time() + dispatch_seconds(sc, pf, lay, devices, LOG_PROB_INPUT_BYTES_PER_TOKEN)
+    return {
+        "old_log_prob": 0.0 if sc.has("skip_old_log_prob") else log_prob,
+        "ref": log_prob if sc.workload.use_kl_loss else 0.0,
+        "update": tc.update_time() + dispatch_seconds(sc, pf, lay, devices, UPDATE_INPUT_BYTES_PER_TOKEN),
+    }
