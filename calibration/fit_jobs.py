@@ -106,7 +106,7 @@ class JobFit:
         if copy:
             g = [r.derived["gbps"] for r in copy]
             host = self.kind.tier("host").bandwidth_gbs.value
-            self._set("tier_efficiency_host", statistics.median(g) / host,
+            self._set("host_efficiency_scale", statistics.median(g) / host,
                       f"calibration copy job, median of {len(g)} points, {statistics.median(g):.3g} GB/s over {host:g}")
             points = [(float(r.bytes), r.derived["gbps"] / spec.hbm_bandwidth_gbs.value) for r in copy]
             self._scale("memory_efficiency_scale", "memory", points, "copy job (x = bytes copied)")
@@ -163,7 +163,7 @@ class JobFit:
         world = max(r.group.world_size for r in records)
         cluster = Cluster(self.kind, max(world, 1) // self.kind.devices_per_card or 1)
         tiers = sorted({u.tier for r in records for u in cluster.tiers(r.group.ranks)})
-        names = [f"tier_efficiency_{t}" for t in tiers] + ["collective_step_latency_us", "a2a_base_latency_us",
+        names = [f"{t}_efficiency_scale" for t in tiers] + ["collective_step_latency_us", "a2a_base_latency_us",
                                                              "a2a_per_peer_latency_us"]
 
         def one(profile: Profile, r: JobMeasurement) -> float:

@@ -8,19 +8,55 @@ bytes for peers behind a slower tier cross that tier. Per tier, the algorithm HC
 number of latency steps: one step on a full mesh (A2 HCCS, every peer directly linked), log2(n) steps
 (halving-doubling) on switched fabrics and between servers. An all-to-all costs a fixed latency that
 grows with the number of peers (as the measured EP dispatch/combine kernels do) plus the bytes of its
-busiest tier. Link bandwidth is scaled by the profile's efficiency of that tier.
+busiest tier.
+
+A tier's bandwidth is scaled by its collective efficiency curve from the hardware data
+(`LinkTier.efficiency(message_bytes, peers, collective)`: measured by message size and peers where a
+source published them, e.g. A3 UB's EP dispatch/combine by EP size) times one profile scale per tier
+(`<tier>_efficiency_scale`, the framework's distance from the isolated measurement). A curve measured on
+the whole call (the EP dispatch/combine kernels) already holds the call's fixed cost; elsewhere the fixed
+cost is the per-step latency (`collective_step_latency_us` + the tier's `latency_s`) or, for an
+all-to-all, the profile's base + per-peer latency.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Literal
 
+from twin.hardware.specs import ClusterKind
 from twin.profile import Profile
 from twin.topology.routing import Cluster, TierUse
 
-Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"]
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "ep_dispatch", "ep_combine",
+                     "broadcast"]
+ALL_TO_ALL: frozenset[str] = frozenset({"all_to_all", "ep_dispatch", "ep_combine"})
+
+
+def tier_bandwidth(cluster: Cluster, profile: Profile, tier: str, message_bytes: float, peers: float = 1,
+                   collective: str = "any") -> float:
+    """Bytes/s one device reaches on `tier` for one message of `message_bytes` to `peers` other ranks:
+    nominal bandwidth x the tier's efficiency curve x the profile's scale of that tier."""
+    eff = _curve(cluster.kind, tier, max(float(message_bytes), 1.0), max(float(peers), 1.0), collective)
+    return cluster.kind.tier(tier).bandwidth_bytes_s * eff * profile[f"{tier}_efficiency_scale"]
+
+
+@lru_cache(maxsize=65536)
+def _curve(kind: ClusterKind, tier: str, message_bytes: float, peers: float, collective: str) -> float:
+    """The tier's collective efficiency (memoised: a fit asks the same sizes thousands of times)."""
+    return float(kind.tier(tier).efficiency(message_bytes, peers=peers, collective=collective))
+
+
+@lru_cache(maxsize=256)
+def _has_curves(kind: ClusterKind, tier: str, collective: str) -> bool:
+    return any(c.collective == collective for c in kind.tier(tier).collective_efficiency)
+
+
+def _measured(cluster: Cluster, tier: str, collective: str) -> bool:
+    """Whether `tier` has efficiency curves of `collective` itself (timed on whole calls)."""
+    return _has_curves(cluster.kind, tier, collective)
 
 
 def _steps(use: TierUse, cluster: Cluster) -> int:
@@ -37,7 +73,8 @@ def _tier_time(use: TierUse, cluster: Cluster, profile: Profile, op: Collective,
     n = use.members_per_domain
     if n <= 1 or nbytes <= 0:
         return 0.0
-    bw = use.bandwidth_gbs * 1e9 * profile[f"tier_efficiency_{use.tier}"]
+    eff = _curve(cluster.kind, use.tier, max(float(nbytes), 1.0), float(n - 1), op)
+    bw = use.bandwidth_gbs * 1e9 * eff * profile[f"{use.tier}_efficiency_scale"]
     lat = profile["collective_step_latency_us"] * 1e-6 + use.latency_us * 1e-6
     frac = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
             "broadcast": 1.0}[op]
@@ -50,13 +87,14 @@ def collective_time(cluster: Cluster, profile: Profile, ranks: Sequence[int], op
     """Seconds for `op` over `ranks` where each rank contributes `nbytes` (all-gather: its shard x n).
 
     `nbytes` is the full buffer for all_reduce/broadcast, the gathered output for all_gather, the input
-    for reduce_scatter and each rank's total send volume for all_to_all.
+    for reduce_scatter and each rank's total send volume for the all-to-alls (all_to_all, ep_dispatch,
+    ep_combine).
     """
     uses = cluster.tiers(ranks)
     if not uses:
         return 0.0
-    if op == "all_to_all":
-        return _all_to_all_time(uses, cluster, profile, nbytes, len(set(ranks)))
+    if op in ALL_TO_ALL:
+        return _all_to_all_time(uses, cluster, profile, op, nbytes, len(set(ranks)))
     total = 0.0
     remaining = nbytes
     for use in uses:
@@ -66,17 +104,26 @@ def collective_time(cluster: Cluster, profile: Profile, ranks: Sequence[int], op
     return total
 
 
-def _all_to_all_time(uses: Sequence[TierUse], cluster: Cluster, profile: Profile, nbytes: float,
+def _all_to_all_time(uses: Sequence[TierUse], cluster: Cluster, profile: Profile, op: str, nbytes: float,
                      group: int) -> float:
-    """All-to-all: every peer gets its share directly and the tiers carry their shares in parallel; the
-    fixed cost grows with the number of peers (the measured dispatch/combine kernels' shape)."""
+    """All-to-all: every peer gets its share directly and the tiers carry their shares in parallel.
+
+    On a tier with curves of `op` itself (timed on whole calls: bytes the rank sends over the call's
+    time, all `group - 1` peers), the call lasts `nbytes` over that efficiency, its fixed cost included,
+    and never less than that fixed cost (below the smallest measured message the curve is clamped).
+    Elsewhere the tier carries its peers' share at its generic efficiency, plus a fixed cost that grows
+    with the number of peers (the measured dispatch/combine kernels' shape)."""
+    peers = max(group - 1, 1)
+    fixed = (profile["a2a_base_latency_us"] + (group - 1) * profile["a2a_per_peer_latency_us"]) * 1e-6
     slowest = 0.0
     for use in uses:
-        share = nbytes * use.peers / max(group - 1, 1)
-        bw = use.bandwidth_gbs * 1e9 * profile[f"tier_efficiency_{use.tier}"]
-        slowest = max(slowest, share / bw)
-    fixed = profile["a2a_base_latency_us"] + (group - 1) * profile["a2a_per_peer_latency_us"]
-    return slowest + fixed * 1e-6
+        if _measured(cluster, use.tier, op):
+            t = max(nbytes / tier_bandwidth(cluster, profile, use.tier, nbytes, peers, op), fixed)
+        else:
+            share = nbytes * use.peers / peers
+            t = share / tier_bandwidth(cluster, profile, use.tier, share, use.peers, op) + fixed
+        slowest = max(slowest, t)
+    return slowest
 
 
 def p2p_time(cluster: Cluster, profile: Profile, src: int, dst: int, nbytes: float) -> float:
@@ -84,9 +131,8 @@ def p2p_time(cluster: Cluster, profile: Profile, src: int, dst: int, nbytes: flo
     if src == dst or nbytes <= 0:
         return 0.0
     tier = cluster.pair_tier(src, dst)
-    spec = cluster.kind.tier(tier)
-    bw = spec.bandwidth_gbs.value * 1e9 * profile[f"tier_efficiency_{tier}"]
-    return nbytes / bw + (profile["collective_step_latency_us"] + spec.latency_us.value) * 1e-6
+    bw = tier_bandwidth(cluster, profile, tier, nbytes, 1, "p2p")
+    return nbytes / bw + profile["collective_step_latency_us"] * 1e-6 + cluster.kind.tier(tier).latency_s
 
 
 def host_copy_time(cluster: Cluster, profile: Profile, nbytes: float) -> float:
@@ -97,4 +143,5 @@ def host_copy_time(cluster: Cluster, profile: Profile, nbytes: float) -> float:
     if link is None:
         link = cluster.__dict__["_host_link_0"] = cluster.host_link(0)
     bw, lat = link
-    return nbytes / (bw * 1e9 * profile["tier_efficiency_host"]) + lat * 1e-6
+    eff = _curve(cluster.kind, "host", max(float(nbytes), 1.0), 1.0, "copy")
+    return nbytes / (bw * 1e9 * eff * profile["host_efficiency_scale"]) + lat * 1e-6

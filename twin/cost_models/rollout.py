@@ -157,10 +157,12 @@ class RolloutCost:
 
     @cached_property
     def _comm_coefficients(self) -> tuple[float, float]:
-        """Seconds of a step's TP collectives and EP dispatch/combine as intercept + slope x batch (both are
-        linear in the bytes moved)."""
-        one, two = self._decode_comm(1.0), self._decode_comm(2.0)
-        return one - (two - one), two - one
+        """Seconds of a step's TP collectives and EP dispatch/combine as intercept + slope x batch: the
+        secant between 128 and 256 sequences per instance, the decode batches these runs hold and where the
+        EP curves were measured (128 tokens per rank); the curves make the time only piecewise linear."""
+        lo, hi = self._decode_comm(128.0), self._decode_comm(256.0)
+        slope = (hi - lo) / 128.0
+        return lo - slope * 128.0, slope
 
     def _decode_comm(self, batch: float) -> float:
         ro, cfg, pf = self.ro, self.cfg, self.pf
@@ -174,8 +176,9 @@ class RolloutCost:
             t += ar * (2 * dense_layers + per_moe * moe_layers)
         if ro.ep > 1 and cfg.moe is not None:
             send = batch / ro.tp * cfg.moe.experts_per_token * h * BF16  # zero-redundancy TP -> EP
-            a2a = collective_time(self.cluster, pf, self._ep_group, "all_to_all", send)
-            t += 2 * a2a * moe_layers
+            a2a = (collective_time(self.cluster, pf, self._ep_group, "ep_dispatch", send)
+                   + collective_time(self.cluster, pf, self._ep_group, "ep_combine", send))
+            t += a2a * moe_layers
         return t
 
     def prefill_compute_s(self, tokens: ArrayLike, context: ArrayLike) -> ArrayLike:

@@ -162,7 +162,9 @@ class TrainCost:
             k = self.cfg.moe.experts_per_token
             pairs = tokens / lay.cp / self.sp * k
             send = pairs * h * BF16 * float(self.imbalance(pairs))  # the busiest rank receives the most
-            t += 2 * collective_time(self.cluster, self.pf, self._groups["ep"], "all_to_all", send)
+            ep = self._groups["ep"]
+            t += (collective_time(self.cluster, self.pf, ep, "ep_dispatch", send)
+                  + collective_time(self.cluster, self.pf, ep, "ep_combine", send))
         return t * passes
 
     def cp_exposed_s(self, tokens: ArrayLike, attention_s: ArrayLike, passes: int) -> ArrayLike:
@@ -246,7 +248,7 @@ class TrainCost:
         t = sl.moe_layers * self.ops.elementwise_seconds(rows, True, self.sp)
         if lay.moe_zero_memory == "level1" and self.cfg.moe is not None and self.expert_ranks > 1:
             pairs = rows / self.sp * self.cfg.moe.experts_per_token
-            per_byte = collective_time(self.cluster, self.pf, self._groups["ep"], "all_to_all", 1e9) / 1e9
+            per_byte = collective_time(self.cluster, self.pf, self._groups["ep"], "ep_dispatch", 1e9) / 1e9
             t = t + sl.moe_layers * pairs * self.cfg.hidden_size * BF16 * self.imbalance(pairs) * per_byte
         return t
 

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from twin.cost_models.comm import host_copy_time
+from twin.cost_models.comm import host_copy_time, tier_bandwidth
 from twin.cost_models.efficiency import memory_seconds
 from twin.cost_models.memory import GB, RolloutMemory, TrainMemory
 from twin.cost_models.reshard import ReshardStats, chunk_bytes
@@ -29,8 +29,8 @@ def reshard_time(stats: ReshardStats, cluster: Cluster, profile: Profile, rm: Ro
     device per all-to-all-v round; one exported tensor per gather) and the local copy into the engine."""
     worst = 0.0
     for tier, per_device in stats.tier_bytes.items():
-        bw = cluster.kind.tier(tier).bandwidth_gbs.value * 1e9 * profile[f"tier_efficiency_{tier}"]
-        worst = max(worst, float(per_device.max()) / bw)
+        busiest = float(per_device.max())
+        worst = max(worst, busiest / tier_bandwidth(cluster, profile, tier, busiest))
     return worst + stats.rounds_max * profile["reshard_round_latency_us"] * 1e-6 + local_copy_s(rm, cluster, profile)
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import bisect
+import math
 from itertools import pairwise
 from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, model_validator
+
+_TINY = float(np.finfo(float).tiny)
 
 Source = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 Confidence = Literal["H", "M", "L"]  # H first-party/exact, M ambiguous or reputable third party, L folk or derived
@@ -37,11 +41,22 @@ class CurvePoint(BaseModel):
 class _Table:
     """The curve's points as arrays for np.interp; derived from the fields, so any two compare equal."""
 
-    __slots__ = ("log_x", "y")
+    __slots__ = ("log_x", "log_x_list", "y", "y_list")
 
     def __init__(self, points: tuple[CurvePoint, ...]) -> None:
         self.log_x = np.log(np.array([p.x for p in points], dtype=float))
         self.y = np.array([p.value for p in points], dtype=float)
+        self.log_x_list, self.y_list = self.log_x.tolist(), self.y.tolist()  # the scalar path, without numpy
+
+    def at(self, lx: float) -> float:
+        """np.interp at one point, in plain Python (the cost models ask one size at a time in their loops)."""
+        xs, ys = self.log_x_list, self.y_list
+        if lx <= xs[0]:
+            return ys[0]
+        if lx >= xs[-1]:
+            return ys[-1]
+        i = bisect.bisect_right(xs, lx) - 1
+        return ys[i] + (lx - xs[i]) * (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Table)
@@ -71,6 +86,8 @@ class Curve(BaseModel):
     def __call__(self, x: float | np.ndarray) -> float | np.ndarray:
         """The efficiency at size `x` (a scalar gives a float, an array an array of its shape)."""
         t = self._table
+        if isinstance(x, (int, float)):
+            return t.at(math.log(max(x, _TINY)))
         lx = np.log(np.maximum(x, np.finfo(float).tiny))
         out = np.interp(lx, t.log_x, t.y)
         return float(out) if np.ndim(out) == 0 else out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import math
 from typing import Literal
 
 import numpy as np
@@ -151,6 +153,8 @@ class LinkTier(BaseModel):
         log_peers, curves = fam.get(collective) or fam["any"]
         if len(curves) == 1:
             return curves[0](message_bytes)
+        if isinstance(message_bytes, (int, float)) and isinstance(peers, (int, float)):
+            return _between_peers(log_peers.tolist(), [c(message_bytes) for c in curves], math.log(max(peers, 1.0)))
         x = np.asarray(message_bytes, dtype=float)
         lp = np.log(np.maximum(np.asarray(peers, dtype=float), 1.0))
         x, lp = np.broadcast_arrays(x, lp)
@@ -162,6 +166,16 @@ class LinkTier(BaseModel):
         hi = np.take_along_axis(ys, (i + 1)[None], axis=0)[0]
         out = lo + t * (hi - lo)
         return float(out) if out.ndim == 0 else out
+
+
+def _between_peers(log_peers: list[float], values: list[float], lp: float) -> float:
+    """Linear in log(peers) between the curves' values at one message size, clamped beyond them."""
+    if lp <= log_peers[0]:
+        return values[0]
+    if lp >= log_peers[-1]:
+        return values[-1]
+    i = bisect.bisect_right(log_peers, lp) - 1
+    return values[i] + (lp - log_peers[i]) * (values[i + 1] - values[i]) / (log_peers[i + 1] - log_peers[i])
 
 
 class ClusterKind(BaseModel):
