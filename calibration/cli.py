@@ -17,7 +17,9 @@ from rich.console import Console
 from calibration.errors import CalibrationError
 
 if TYPE_CHECKING:
+    from calibration.crossval import CrossValidated
     from calibration.measurements import LoadedMeasurements
+    from twin.profile import Profile
     from twin.scenario import Scenario
 
 EXIT_FAILED_POINTS = 1
@@ -51,7 +53,7 @@ def _warn(message: str) -> None:
 
 @app.command()
 def run(
-    jobs: Annotated[list[str], typer.Argument(help="gemm, attention, collectives, copy, decode, train",
+    jobs: Annotated[list[str], typer.Argument(help="gemm, attention, collectives, copy, decode, train, overhead",
                                               show_default=False)],
     output: Annotated[Path, typer.Option("-o", "--output", help="measurements.jsonl to append to")],
     device: Annotated[DeviceKind, typer.Option(help="device to measure")] = DeviceKind.cpu,
@@ -140,15 +142,19 @@ def fit(
                                                            "(default: their built-in tiny model)")] = None,
     new_id: Annotated[str | None, typer.Option("--id", help="id of the new profile (default: output's stem)")] = None,
     outer: Annotated[int, typer.Option(min=1, help="simulation-corrected iterations of a case fit")] = 3,
+    free: Annotated[str | None, typer.Option(help="case fit: comma-separated parameters to free (refused when the "
+                                                  "data cannot identify them); default: the largest set it can")]
+    = None,
+    accept_bound_hits: Annotated[str | None, typer.Option(help="comma-separated freed parameters allowed to end "
+                                                               "on a bound (a model error, recorded)")] = None,
 ) -> None:
     """Fit a calibration profile to job measurements and/or measured cases; write it beside the base
-    (never overwriting)."""
-    from calibration.fit import CaseFit
+    (never overwriting). A case fit frees only what the cases identify (DESIGN section 7)."""
     from calibration.fit_jobs import JobFit
-    from calibration.fit_report import print_fit, print_job_fit
+    from calibration.fit_report import print_job_fit
     from calibration.measurements import JobMeasurement
     from twin.fileio import check_target, refuse_overwrite
-    from twin.profile import load_profile, reference_profile, save_profile
+    from twin.profile import load_profile, reference_profile, save_profile, serves_kind
     from twin.scenario import load_scenario
 
     if not measurements and not cases:
@@ -174,18 +180,50 @@ def fit(
         files = _case_files(cases)
         loaded = [load_scenario(f) for f in files]
         chosen = [(f, s) for f, s in zip(files, loaded, strict=True)
-                  if s.cluster.kind == base.cluster_kind and s.measured and s.measured.use == "fit"]
+                  if serves_kind(base, s.cluster.kind) and s.measured and s.measured.use == "fit"]
         if not chosen:
             raise CalibrationError(f"none of the {len(files)} case files is a {base.cluster_kind} scenario marked "
                                    "`use: fit`")
-        fitter = CaseFit(result, [s for _, s in chosen], progress=lambda msg: stderr.print(msg, highlight=False))
-        case_outcome = fitter.run(new_id, outer=outer)
-        print_fit(stdout, case_outcome, fitter.names, result)
+        result = _case_fit(result, [s for _, s in chosen], new_id, outer, free, accept_bound_hits)
         inputs += [str(f) for f, _ in chosen]
-        result = case_outcome.profile.model_copy(update={"parent": base.id})
+        result = result.model_copy(update={"parent": base.id})
     result = result.model_copy(update={"provenance": result.provenance.model_copy(update={"inputs": inputs})})
     save_profile(result, output)
     stdout.print(f"wrote {output} (id {result.id}, parent {base.id})", highlight=False)
+
+
+def _names(text: str | None) -> list[str]:
+    return [n.strip() for n in (text or "").split(",") if n.strip()]
+
+
+def _case_fit(base: Profile, cases: list[Scenario], new_id: str, outer: int, free: str | None,
+              accept: str | None) -> Profile:
+    """The identifiability report, the fit of the identified (or named) parameters, and its bound check."""
+    from calibration.fit import CaseFit, candidates
+    from calibration.fit_report import print_fit, print_identifiability
+
+    try:
+        fitter = CaseFit(base, cases, progress=lambda msg: stderr.print(msg, highlight=False))
+        allp = fitter.identify(candidates(base))
+        print_identifiability(stdout, allp, "all bounded parameters")
+        names = _names(free) or allp.select()
+        if not names:
+            raise CalibrationError("the cases identify no parameter: nothing to fit")
+        chosen = allp.subset(names) if set(names) <= set(allp.names) else fitter.identify(names)
+        print_identifiability(stdout, chosen, "freed parameters")
+        outcome = fitter.run(new_id, chosen, outer=outer)
+    except ValueError as exc:
+        raise CalibrationError(str(exc)) from None
+    print_fit(stdout, outcome, chosen.names, base)
+    accepted = _names(accept)
+    refused = [n for n in outcome.bound_hits if n not in accepted]
+    if refused:
+        raise CalibrationError(f"fitted values on a bound (a model error): {', '.join(refused)}; the profile is not "
+                               "written (name them in --accept-bound-hits to write it anyway)")
+    prov = outcome.profile.provenance
+    assert prov.fit is not None
+    record = prov.fit.model_copy(update={"bound_hits_accepted": outcome.bound_hits})
+    return outcome.profile.model_copy(update={"provenance": prov.model_copy(update={"fit": record})})
 
 
 def _loaded(path: Path) -> LoadedMeasurements:
@@ -254,14 +292,24 @@ def report(
     skip_steps: SkipSteps = 1,
     plot: Annotated[Path | None, typer.Option(help="write a PNG of predicted vs measured")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as one JSON object")] = False,
+    cv: Annotated[bool, typer.Option("--cv", help="leave-one-case-out error: refit without each fitting case "
+                                                  "and predict it (minutes)")] = False,
+    base: Annotated[Path | None, typer.Option(help="cross-validation: the profile the refits start from "
+                                                   "(default: the kind's reference profile, the fit's parent)")]
+    = None,
+    write_cv: Annotated[Path | None, typer.Option(help="write the profile with its cross-validated error here "
+                                                       "(never overwritten)")] = None,
+    cv_outer: Annotated[int, typer.Option(min=1, help="simulation-corrected iterations of each refit")] = 1,
 ) -> None:
-    """Predicted vs measured for every measured case of the profile's cluster kind, fitted and held out apart."""
+    """Predicted vs measured for every measured case of the profile's cluster kind, fitted and held out apart,
+    and the leave-one-case-out error of a case-fitted profile."""
+    import sys
 
     from calibration.report import build_report
     from calibration.report_print import print_report
     from twin.clirun import json_text, make_console
-    from twin.fileio import check_target
-    from twin.profile import load_profile
+    from twin.fileio import check_target, refuse_overwrite
+    from twin.profile import load_profile, save_profile
     from twin.scenario import load_scenario
 
     if (runs is None) != (scenario is None):
@@ -274,6 +322,12 @@ def report(
     if runs is not None and scenario is not None:
         loaded.append(_run_case(runs, scenario, skip_steps, CaseUse.judge))
     result = build_report(prof, loaded)
+    if write_cv is not None:
+        refuse_overwrite(write_cv, "a calibration profile")
+    crossed = None
+    if cv or write_cv is not None:
+        crossed = _cross_validate(prof, base, loaded, cv_outer)
+        result.cross_validated = crossed
     if plot is not None:
         from calibration.report_plot import plot_report
 
@@ -288,6 +342,22 @@ def report(
                       soft_wrap=True)
         if plot is not None:
             out.print(f"wrote {plot}", highlight=False, soft_wrap=True)
+    if write_cv is not None and crossed is not None:
+        save_profile(prof.model_copy(update={"cross_validation": crossed.result}), write_cv)
+        stderr.print(f"wrote {write_cv} (profile {prof.id} with its cross-validated error)", highlight=False,
+                     soft_wrap=True)
+
+
+def _cross_validate(prof: Profile, base: Path | None, cases: list[Scenario], outer: int) -> CrossValidated:
+    from calibration.crossval import leave_one_out
+    from twin.profile import EMBEDDED, load_profile, reference_profile, serves_kind
+
+    kind = next((k for k in EMBEDDED if serves_kind(prof, k)), prof.cluster_kind)
+    start = load_profile(base) if base is not None else reference_profile(kind)
+    if base is None and start.id != prof.parent:
+        raise CalibrationError(f"profile {prof.id} was fitted from {prof.parent}, not the reference {start.id}: "
+                               "give the profile it started from with --base")
+    return leave_one_out(prof, start, cases, outer, progress=lambda msg: stderr.print(msg, highlight=False))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,8 +1,9 @@
 """Fit a profile to the calibration jobs' micro-benchmarks (the `cpu` kind's profile comes only from them).
 
-Efficiencies the cost models use as plain ratios are read off the measurements: the GEMM job gives the
-matrix-multiply efficiencies (best shape for training, median for prefill, worst for decode), the attention
-job's prefill points the attention efficiency, the copy job the host link and memory efficiencies. The rest
+The scales of the device's efficiency curves are read off the measurements: each point's measured fraction
+of peak divided by the curve's value at the point's operation size (the GEMM job's 2mnk FLOPs, the attention
+job's prefill sequence length, the copy job's bytes), the median over the points; the copy job also gives the
+host link efficiency. No job measures grouped expert GEMMs, so that scale keeps its base value. The rest
 are fitted by least squares through the twin's own cost models: the collectives job through
 `collective_time` on the cluster (tier efficiency, per-step latency, all-to-all latencies), the decode
 job through the rollout's decode-step model (per-step host cost, per-layer launch cost), the train job
@@ -26,7 +27,8 @@ from calibration.measurements import JobMeasurement
 from twin.catalog.config import parse_config
 from twin.catalog.inventory import build_inventory
 from twin.cost_models.comm import collective_time
-from twin.cost_models.memory import RolloutMemory, TrainMemory
+from twin.cost_models.efficiency import SCALE, Curve, efficiency, peak_flops
+from twin.cost_models.memory import GB, RolloutMemory, TrainMemory
 from twin.cost_models.rollout import RolloutCost
 from twin.cost_models.training import TrainCost
 from twin.layout.models import RolloutLayout, TrainLayout
@@ -76,31 +78,63 @@ class JobFit:
         self.values[name] = clamped
         self.sources[name] = source
 
+    def _scale(self, name: str, curve: Curve, points: list[tuple[float, float]], what: str) -> None:
+        """A curve's scale from (operation size, measured fraction of peak) points: the median over the points
+        of measured / (peak x curve value at that size), so the twin's cost at each size matches the job's."""
+        ratios = [frac / float(efficiency(self.kind, self.base, curve, x)) * self.base[SCALE[curve]]
+                  for x, frac in points]
+        sizes = [x for x, _ in points]
+        self._set(name, statistics.median(ratios),
+                  f"calibration {what}: median over {len(ratios)} points of measured / (peak x the device's {curve} "
+                  f"curve at the point's size {min(sizes):.3g}-{max(sizes):.3g}); ratios "
+                  f"{min(ratios):.3g}-{max(ratios):.3g}")
+
     def direct(self) -> None:
         spec = self.kind.device_spec
-        peak = spec.peak_bf16_tflops.value
-        gemm = [r for r in self.by_job.get("gemm", []) if r.dtype == self.dtype]
+        peak = peak_flops(self.kind)  # the bf16 peak every cost model divides by
+        gemm = [r for r in self.by_job.get("gemm", []) if r.dtype == self.dtype and r.flops and "tflops" in r.derived]
         if gemm:
-            t = _median(gemm, "tflops")
-            src = f"calibration gemm job, {len(t)} {self.dtype} points, {{}} of {min(t):.3g}-{max(t):.3g} TFLOP/s " \
-                  f"over the {peak:g} TFLOP/s of the device entry"
-            self._set("gemm_efficiency_scale", max(t) / peak, src.format("best"))
-            self._set("grouped_gemm_efficiency_scale", max(t) / peak, src.format("best"))
-        attention = [r for r in self.by_job.get("attention", []) if r.op.endswith("prefill") and r.dtype == self.dtype]
+            points = [(float(r.flops), r.derived["tflops"] * 1e12 / peak) for r in gemm]
+            self._scale("gemm_efficiency_scale", "gemm", points, f"gemm job ({self.dtype}, x = 2mnk FLOPs)")
+        attention = [r for r in self.by_job.get("attention", []) if r.op.endswith("prefill")
+                     and r.dtype == self.dtype and "tflops" in r.derived]
         if attention:
-            t = _median(attention, "tflops")
-            self._set("attention_efficiency_scale", statistics.median(t) / peak,
-                      f"calibration attention job, median of {len(t)} prefill points, "
-                      f"{statistics.median(t):.3g} TFLOP/s")
-        copy = self.by_job.get("copy", [])
+            points = [(float(r.params["seq"]), r.derived["tflops"] * 1e12 / peak) for r in attention]
+            self._scale("attention_efficiency_scale", "attention", points,
+                        f"attention job ({self.dtype} prefill, x = sequence length)")
+        copy = [r for r in self.by_job.get("copy", []) if r.bytes and "gbps" in r.derived]
         if copy:
-            g = _median(copy, "gbps")
+            g = [r.derived["gbps"] for r in copy]
             host = self.kind.tier("host").bandwidth_gbs.value
             self._set("host_efficiency_scale", statistics.median(g) / host,
                       f"calibration copy job, median of {len(g)} points, {statistics.median(g):.3g} GB/s over {host:g}")
-            self._set("memory_efficiency_scale", max(g) / spec.hbm_bandwidth_gbs.value,
-                      f"calibration copy job, best of {len(g)} points, {max(g):.3g} GB/s over "
-                      f"{spec.hbm_bandwidth_gbs.value:g}")
+            points = [(float(r.bytes), r.derived["gbps"] / spec.hbm_bandwidth_gbs.value) for r in copy]
+            self._scale("memory_efficiency_scale", "memory", points, "copy job (x = bytes copied)")
+
+    def overhead(self) -> None:
+        """Framework time per call from the overhead job: verl worker-group calls and the rollout poll."""
+        records = self.by_job.get("overhead", [])
+        calls = [r for r in records if r.op == "worker_call"]
+        if calls:
+            w = np.array([float(r.params["workers"]) for r in calls])
+            t = np.array([r.stats.median_s for r in calls])
+            widest = max(calls, key=lambda r: float(r.params["workers"]))
+            self._set("dispatch_ray_s_per_worker", float(w @ t / (w @ w)),
+                      f"calibration overhead job: verl worker-group no-op calls on {sorted(set(w.astype(int)))} "
+                      "workers, seconds per worker (least squares through the origin)")
+            self._set("dispatch_d2d_s", widest.stats.median_s,
+                      f"calibration overhead job: one verl worker-group call on {widest.params['workers']} workers "
+                      "with the inputs handed over outside it (median)")
+        data = [r for r in records if r.op == "worker_call_data" and r.bytes]
+        if len({r.bytes for r in data}) >= 2:
+            gb = np.array([r.bytes / float(r.params["workers"]) / GB for r in data])
+            slope = float(np.polyfit(gb, [r.stats.median_s for r in data], 1)[0])
+            self._set("dispatch_ray_s_per_gb", slope,
+                      f"calibration overhead job: {len(data)} verl worker-group calls carrying "
+                      f"{min(gb):.3g}-{max(gb):.3g} GB per worker through Ray, slope")
+        poll = [r for r in records if r.op == "rollout_poll"]
+        if poll:
+            self._set("rollout_poll_s", poll[0].stats.median_s, f"calibration overhead job, {poll[0].note}")
 
     # ---- fitted through the cost models --------------------------------------------------------------
     def _least_squares(self, job: str, names: list[str], records: list[JobMeasurement],
@@ -186,6 +220,7 @@ class JobFit:
 
     def run(self, new_id: str, inputs: list[str]) -> JobFitOutcome:
         self.direct()
+        self.overhead()
         self.collectives()
         self.decode()
         self.train()

@@ -7,6 +7,7 @@ from rich.table import Table
 
 from calibration.fit import FitOutcome
 from calibration.fit_jobs import JobFitOutcome
+from calibration.identify import MIN_TARGETS, RELATIVE_THRESHOLD, Identifiability
 from twin.profile import Profile
 
 
@@ -25,6 +26,19 @@ def print_fit(console: Console, outcome: FitOutcome, names: list[str], base: Pro
         p = base.params[n]
         params.add_row(n, f"{p.value:.4g}", f"{outcome.profile[n]:.4g}", f"{p.bounds}", p.unit)
     console.print(params)
+
+
+def print_identifiability(console: Console, ident: Identifiability, title: str) -> None:
+    """Singular values of the log-log Jacobian, the combinations they resolve, and what each parameter moves."""
+    console.print(f"{title}: {len(ident.names)} parameters, {len(ident.targets)} distinct measured numbers, "
+                  f"{ident.identifiable} directions identified (singular value >= {RELATIVE_THRESHOLD:g} of the "
+                  "largest)", highlight=False, soft_wrap=True)
+    for line in ident.directions():
+        console.print(f"  {line}", highlight=False, soft_wrap=True)
+    weak = [f"{n} ({len(ident.moved(n))})" for n in ident.names if len(ident.moved(n)) < MIN_TARGETS]
+    if weak:
+        console.print(f"  moving fewer than {MIN_TARGETS} distinct numbers: {', '.join(weak)}", highlight=False,
+                      soft_wrap=True)
 
 
 def print_job_fit(console: Console, outcome: JobFitOutcome, base: Profile) -> None:

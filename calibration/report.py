@@ -11,12 +11,15 @@ is left out of the MAPE.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from calibration.errors import CalibrationError
 from calibration.targets import Target, case_targets, target_values
-from twin.profile import Profile
+from twin.profile import Profile, serves_kind
 from twin.scenario import Scenario
+
+if TYPE_CHECKING:
+    from calibration.crossval import CrossValidated
 
 Group = Literal["fitted", "held_out"]
 GROUPS: tuple[Group, ...] = ("fitted", "held_out")
@@ -59,6 +62,7 @@ class Report:
     profile: Profile
     rows: list[Row]
     skipped: dict[str, str] = field(default_factory=dict)  # case -> why it has no rows
+    cross_validated: CrossValidated | None = None  # leave-one-case-out error of the fitting cases
 
     def mape(self, group: Group, kind: Kind) -> Mape:
         rows = [r for r in self.rows if r.group == group and r.kind == kind]
@@ -76,6 +80,9 @@ class Report:
                       "error": r.error, "error_unit": "s" if r.in_seconds else "relative"} for r in self.rows],
             "mape": {g: {k: vars(self.mape(g, k)) for k in KIND_TITLES} for g in GROUPS},
             "skipped": self.skipped,
+            "cross_validation": (self.cross_validated.result.model_dump(mode="json")
+                                 if self.cross_validated else None),
+            "cross_validation_notes": self.cross_validated.notes if self.cross_validated else [],
         }
 
 
@@ -91,7 +98,7 @@ def build_report(profile: Profile, cases: list[Scenario]) -> Report:
     skipped: dict[str, str] = {}
     kept = []
     for sc in cases:
-        if sc.measured is not None and sc.cluster.kind != profile.cluster_kind:
+        if sc.measured is not None and not serves_kind(profile, sc.cluster.kind):
             skipped[sc.name] = f"cluster kind {sc.cluster.kind}, the profile's is {profile.cluster_kind}"
         elif sc.measured is not None:
             kept.append(sc)

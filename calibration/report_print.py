@@ -50,3 +50,43 @@ def print_report(console: Console, report: Report) -> None:
         console.print(SECONDS_NOTE, highlight=False, soft_wrap=True)
     for case, why in report.skipped.items():
         console.print(f"not compared: {case}: {why}", highlight=False, soft_wrap=True)
+    if report.cross_validated is not None:
+        print_cross_validation(console, report)
+
+
+def _stage(quantity: str) -> str:
+    if quantity.startswith("stage:"):
+        return quantity.removeprefix("stage:")
+    return "rollout" if quantity == "rollout_tps_per_card" else "step"
+
+
+def print_cross_validation(console: Console, report: Report) -> None:
+    """Leave-one-case-out rows per case, and per stage the fitted, held-out and leave-one-out MAPE side by side."""
+    cv = report.cross_validated
+    assert cv is not None
+    table = Table(title=f"leave-one-case-out: profile {report.profile.id} refitted without each case")
+    for col in ("case", "quantity", "measured", "predicted", "error"):
+        table.add_column(col, justify="left" if col in ("case", "quantity") else "right")
+    for r in cv.rows:
+        rel = f" / {r.target.reference}'s" if r.target.reference else ""
+        table.add_row(r.target.case, r.target.quantity + rel, f"{r.target.goal:.4g}", f"{r.predicted:.4g}",
+                      f"{r.error * 100:+.1f} %")
+    console.print(table)
+    summary = Table(title="mean absolute error per stage (n: numbers averaged)")
+    summary.add_column("stage")
+    for col in ("fitted", "held out", "leave-one-out"):
+        summary.add_column(col, justify="right")
+    columns: dict[str, dict[str, list[float]]] = {"fitted": {}, "held_out": {}, "loo": {}}
+    for row in report.rows:
+        if not row.in_seconds:
+            columns[row.group].setdefault(_stage(row.target.quantity), []).append(abs(row.error))
+    for held in cv.rows:
+        columns["loo"].setdefault(_stage(held.target.quantity), []).append(abs(held.error))
+    stages = sorted({s for col in columns.values() for s in col}, key=lambda s: (s == "step", s))
+    for stage in stages:
+        cells = [columns[c].get(stage) for c in ("fitted", "held_out", "loo")]
+        summary.add_row(stage, *(f"{sum(v) / len(v) * 100:.1f} % (n={len(v)})" if v else "-" for v in cells))
+    console.print(summary)
+    console.print(f"band written with --write-cv: step +-{cv.result.step_rel_error * 100:.1f} %", highlight=False)
+    for note in cv.notes:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)

@@ -77,6 +77,40 @@ def case_targets(cases: list[Scenario]) -> list[Target]:
     return out
 
 
+STEP_LIKE = ("step", "tps_per_card", "tps_per_device")  # one number: the step time, restated as throughput
+SUM_TOLERANCE = 0.01  # a measured step within 1 % of its measured stages' sum is that sum restated
+
+
+def distinct_targets(targets: list[Target], cases: list[Scenario]) -> list[Target]:
+    """The targets that are distinct measured numbers: a zero (a skipped stage) is left out, a TPS that
+    restates the case's step or rollout time counts once, and a step that is the sum of the case's measured
+    stages counts with them, not again."""
+    by_name = {c.name: c for c in cases}
+    out: list[Target] = []
+    for key in dict.fromkeys((t.case, t.reference) for t in targets):
+        group = [t for t in targets if (t.case, t.reference) == key and t.goal != 0]
+        quantities = {t.quantity for t in group}
+        step_like = [t for t in group if t.quantity in STEP_LIKE]
+        keep_step = step_like[0] if step_like and not _step_is_stage_sum(by_name[key[0]], key[1]) else None
+        for t in group:
+            if t.quantity == "rollout_tps_per_card" and "stage:rollout" in quantities:
+                continue
+            if t.quantity in STEP_LIKE and t is not keep_step:
+                continue
+            out.append(t)
+    return out
+
+
+def _step_is_stage_sum(sc: Scenario, reference: str | None) -> bool:
+    m = sc.measured
+    if reference is not None or m is None or not m.stages_s:
+        return False
+    step = m.step_s
+    if step is None and m.tps_per_card:
+        step = sc.workload.tokens_per_step / m.tps_per_card / sc.cluster.cards
+    return step is not None and abs(sum(m.stages_s.values()) - step) <= SUM_TOLERANCE * step
+
+
 def quantity(stages: Mapping[str, float], sc: Scenario, devices: int, name: str) -> float:
     """The value of quantity `name` for one step with these stage seconds (the step is their sum)."""
     if name.startswith("stage:"):

@@ -169,6 +169,7 @@ def simulate_cmd(
     from twin.evaluate import Evaluation
     from twin.profile import load_profile
     from twin.report import print_result
+    from twin.uncertainty import print_uncertainty
 
     if trace:
         check_target(trace, f"--trace {trace}", [case, profile])
@@ -197,6 +198,7 @@ def simulate_cmd(
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
         return
     print_result(console, result, scenario.measured)
+    print_uncertainty(console, result)
     for path, what in ((trace, "trace"), (plot, "plots")):
         if path:
             console.print(f"wrote {what}: {path}")
@@ -238,6 +240,7 @@ def plan_cmd(
     from twin.profile import load_profile
     from twin.report import print_result
     from twin.sim.step import simulated
+    from twin.uncertainty import print_uncertainty
 
     check_target(output, f"--output {output}", [scenario, profile, model])
     if risk not in ("p50", "p90"):
@@ -260,6 +263,7 @@ def plan_cmd(
             sys.stdout.write(plan.model_dump_json(by_alias=True, indent=2) + "\n")
             return
         print_result(console, plan.predictions, sc.measured)
+        print_uncertainty(console, plan.predictions)
         console.print(f"wrote {output}")
         _write_command_file(output)
         print_refusals(plan)
@@ -319,6 +323,7 @@ def plan_cmd(
         if o.summary.stopped:
             console.print(f"[bold]stopped early[/] ({p.sc.cluster.cards} cards): {o.summary.stopped}; this is the "
                           "best plan found so far")
+    print_uncertainty(console, plan.predictions)
     if plan.explained:
         from twin.explain import print_explanation
 

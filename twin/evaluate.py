@@ -29,6 +29,7 @@ from twin.results import ReshardFigures, ReshardResult, SimulationResult
 from twin.scenario import Scenario
 from twin.topology.clusters import cluster_kind
 from twin.topology.routing import Cluster
+from twin.uncertainty import uncertainty_for
 
 
 def sleep_frees_memory(scenario: Scenario) -> bool:
@@ -141,7 +142,7 @@ class Evaluation:
         step = sum(stages.values())
         tokens = self.sc.workload.tokens_per_step
         cards = self.sc.cluster.cards
-        return SimulationResult(
+        res = SimulationResult(
             scenario=self.sc.name,
             model_kind=model_kind,
             cards=cards,
@@ -167,6 +168,7 @@ class Evaluation:
             notes=[*mem.notes, *(notes or [])],
             represented_ranks=represented or {},
         )
+        return res.model_copy(update={"uncertainty": uncertainty_for(res, self.sc, self.profile)})
 
     def analytical(self, alternatives: bool = True) -> SimulationResult:
         return self.result(self.stage_times(), "analytical", alternatives=alternatives)

@@ -28,8 +28,9 @@ class Param(BaseModel):
 
     value: float = Field(allow_inf_nan=False)
     unit: str
-    source: str
-    bounds: tuple[float, float] | None = None  # limits a fit may move it within
+    source: str  # where the value comes from: datasheet, measurement job, published profile, fit
+    bounds: tuple[float, float] | None = None  # limits a fit may move it within (never widened to let a fit land)
+    bounds_source: str | None = None  # where the bounds come from (every shipped bounded parameter has one)
     fitted: bool = False
 
     @model_validator(mode="after")
@@ -48,6 +49,20 @@ class Param(BaseModel):
         return self
 
 
+class FitRecord(BaseModel):
+    """What a case fit could identify (DESIGN section 7), kept so a shipped profile can be checked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    freed: list[str]  # the parameters the fit moved
+    distinct_targets: int  # distinct measured numbers fitted
+    moved: dict[str, int] = {}  # freed parameter -> distinct numbers it moves
+    singular_values: list[float]  # of the freed parameters' log-log Jacobian at the start point
+    relative_threshold: float  # a direction is identified at or above this fraction of the largest
+    identifiable: int  # singular values at or above the threshold
+    bound_hits_accepted: list[str] = []  # freed parameters that ended on a bound (a model error), accepted
+
+
 class Provenance(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -55,6 +70,7 @@ class Provenance(BaseModel):
     fitted_on: date | None = None
     cases: list[str] = []  # scenario names used for the fit (never used to judge it)
     residuals: dict[str, float] = {}
+    fit: FitRecord | None = None
     notes: str = ""
 
 
@@ -71,6 +87,7 @@ class CrossValidation(BaseModel):
     step_rel_error: float = Field(ge=0)
     stages_rel_error: dict[str, float] = {}
     memory_rel_error: float | None = Field(default=None, ge=0)
+    case_errors: dict[str, dict[str, float]] = {}  # held-out case -> quantity -> signed relative error
     domain: dict[str, list[str | float]] = {}  # e.g. model_family: [deepseek, qwen3], seq_len: [lo, hi]
 
 
@@ -106,13 +123,15 @@ class Profile(BaseModel):
             raise TwinError(f"profile {self.id} has no parameter {name!r}") from None
 
     def with_values(self, values: dict[str, float], new_id: str, sources: dict[str, str] | None = None) -> Profile:
-        """A child profile with some parameters replaced (marked fitted, with where each value came from)."""
+        """A child profile with some parameters replaced; those whose value changed are marked fitted, and
+        every value given a source takes it."""
         params = dict(self.params)
         for name, v in values.items():
-            update: dict[str, object] = {"value": float(v), "fitted": True}
+            update: dict[str, object] = {} if float(v) == params[name].value else {"value": float(v), "fitted": True}
             if sources and name in sources:
-                update["source"] = sources[name]
-            params[name] = params[name].model_copy(update=update)
+                update["source"] = sources[name]  # a measurement that confirms a value still becomes its source
+            if update:
+                params[name] = params[name].model_copy(update=update)
         return self.model_copy(update={"id": new_id, "parent": self.id, "params": params,
                                        "provenance": Provenance()})
 
@@ -128,6 +147,12 @@ def _parse(text: str, label: str) -> Profile:
 
 EMBEDDED = {"a2": "a2.yaml", "a3": "a3.yaml", "cpu": "cpu.yaml", "a100": "gpu.yaml", "h100": "gpu.yaml",
             "h200": "gpu.yaml", "h20": "gpu.yaml"}
+
+
+def serves_kind(profile: Profile, kind: str) -> bool:
+    """Whether the profile is meant for clusters of `kind`: its own kind, or one of the kinds its shipped file
+    serves (the `gpu` profile serves a100, h100, h200 and h20)."""
+    return kind == profile.cluster_kind or EMBEDDED.get(kind, "").removesuffix(".yaml") == profile.cluster_kind
 
 
 @lru_cache(maxsize=16)

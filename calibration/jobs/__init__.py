@@ -14,6 +14,7 @@ JOB_MODULES = {
     "copy": "calibration.jobs.copy",
     "decode": "calibration.jobs.decode",
     "train": "calibration.jobs.train",
+    "overhead": "calibration.jobs.overhead",
 }
 
 

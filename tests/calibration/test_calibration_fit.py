@@ -8,10 +8,13 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
+from calibration.fit import CaseFit
 from calibration.fit_jobs import JobFit
+from calibration.identify import Identifiability
 from calibration.measurements import (
     DeviceFacts,
     GroupInfo,
@@ -21,8 +24,11 @@ from calibration.measurements import (
     Stats,
     Versions,
 )
+from calibration.targets import Target, case_targets, distinct_targets
 from twin.cost_models.comm import collective_time
-from twin.profile import embedded_profile
+from twin.evaluate import Evaluation
+from twin.profile import Profile, embedded_profile, reference_profile
+from twin.scenario import Scenario, load_scenario
 from twin.topology.routing import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,14 +96,104 @@ def test_fit_writes_a_new_profile_and_never_overwrites(tmp_path):
     assert nothing.returncode == 2 and "give measurements" in nothing.stderr
 
 
-def test_case_fit_uses_only_fit_cases_and_records_them(tmp_path):
+def test_case_fit_refuses_what_one_case_cannot_identify_and_bound_hits(tmp_path):
+    c1 = str(ROOT / "scenarios" / "c1-dsr1-a3-128.yaml")
     judge = _cli("fit", "--cases", str(ROOT / "scenarios" / "c5-qwen25-7b-a3-16dies.yaml"), "--kind", "a3",
                  "-o", "x.yaml", cwd=tmp_path)
     assert judge.returncode == 2 and "use: fit" in judge.stderr  # a judge case is never fitted
-    ok = _cli("fit", "--cases", str(ROOT / "scenarios" / "c1-dsr1-a3-128.yaml"), "--kind", "a3", "--outer", "1",
+    knob = _cli("fit", "--cases", c1, "--kind", "a3", "--free", "grouped_gemm_efficiency_scale,framework_overhead_gb",
+                "-o", "x.yaml", cwd=tmp_path)
+    assert knob.returncode == 2 and knob.stderr.strip().splitlines()[-1] == (
+        "calibration: error: refusing to free grouped_gemm_efficiency_scale (2), framework_overhead_gb (0): each moves "
+        "fewer than 3 of the 7 distinct measured numbers by 0.01 or more of its own relative change")
+    assert "s1 = " in knob.stdout and not (tmp_path / "x.yaml").exists()
+    hit = _cli("fit", "--cases", c1, "--kind", "a3", "--outer", "1", "-o", "c1.yaml", cwd=tmp_path)
+    assert hit.returncode == 2 and "on a bound (a model error): ub_efficiency_scale" in hit.stderr
+    assert not (tmp_path / "c1.yaml").exists()
+    ok = _cli("fit", "--cases", c1, "--kind", "a3", "--outer", "1", "--accept-bound-hits", "ub_efficiency_scale",
               "-o", "c1.yaml", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     profile = yaml.safe_load((tmp_path / "c1.yaml").read_text())
     assert profile["parent"] == "a3-reference-1" and profile["provenance"]["cases"] == ["c1-dsr1-a3-128"]
-    residuals = profile["provenance"]["residuals"]
-    assert abs(residuals["c1-dsr1-a3-128: step"]) < 0.05
+    fit = profile["provenance"]["fit"]
+    freed = ["memory_efficiency_scale", "ub_efficiency_scale"]
+    assert fit["freed"] == freed and fit["bound_hits_accepted"] == ["ub_efficiency_scale"]
+    assert fit["distinct_targets"] == 7 and fit["identifiable"] == 2
+    assert [n for n, p in profile["params"].items() if p["fitted"]] == freed
+
+
+TRUTH = {"gemm_efficiency_scale": 0.8, "worker_call_s": 0.8, "reward_ms_per_response": 2.0}
+
+
+def _generated(case: Scenario, truth: Profile) -> Scenario:
+    """The case with the values the twin predicts under `truth` in place of its measured ones."""
+    from twin.sim.step import simulate
+
+    r = simulate(Evaluation(case, truth))[0]
+    m = case.measured
+    stages = {k: r.stages_s[k] for k in m.stages_s}
+    return case.model_copy(update={"measured": m.model_copy(update={
+        "stages_s": stages, "step_s": r.step_s if m.step_s else None,
+        "tps_per_card": r.tps_per_card if m.tps_per_card else None})})
+
+
+def test_case_fit_recovers_known_parameters_from_model_generated_timings():
+    base = reference_profile("a3")
+    truth = base.with_values(TRUTH, "truth")
+    cases = [_generated(load_scenario(ROOT / "scenarios" / f"{n}.yaml"), truth)
+             for n in ("c1-dsr1-a3-128", "c3-dsr1-a3-128-gloo-d2d", "c3-dsr1-a3-128-gloo-ray")]
+    fitter = CaseFit(base, cases)
+    assert len(fitter.targets) == 19 and len(fitter.distinct) == 14  # a TPS restates a step, a step its stages
+    identified = fitter.identify(list(TRUTH))
+    assert identified.refusal() is None and identified.identifiable == 3
+    outcome = fitter.run("recovered", identified, outer=2)
+    for name, value in TRUTH.items():
+        assert outcome.profile[name] == pytest.approx(value, rel=0.03), name
+    assert max(abs(e) for e in outcome.errors()) < 0.01 and outcome.bound_hits == []
+    assert outcome.profile.provenance.fit.freed == list(TRUTH)
+    too_many = fitter.identify([*TRUTH, "grouped_gemm_efficiency_scale", "attention_efficiency_scale",
+                                "memory_efficiency_scale"])
+    assert too_many.refusal() is not None and too_many.refusal().startswith("refusing to free")
+
+
+def test_identifiability_counts_directions_and_movers_exactly():
+    targets = [Target(f"c{i}", "step", 1.0) for i in range(4)]
+    jac = np.array([[1.0, 2.0, 0.0], [1.0, 2.0, 0.005], [1.0, 2.0, 0.0], [0.0, 0.0, 0.5]])
+    ident = Identifiability(["a", "b", "c"], targets, jac)
+    assert ident.identifiable == 2  # b is twice a: one direction for both
+    assert [len(ident.moved(n)) for n in "abc"] == [3, 3, 1]
+    assert ident.refusal() == ("refusing to free c (1): each moves fewer than 3 of the 4 distinct measured numbers by "
+                               "0.01 or more of its own relative change")
+    assert ident.subset(["a", "b"]).refusal() == (
+        "refusing to free 2 parameters: the Jacobian of 4 distinct measured numbers has 1 singular values above 0.05 "
+        "of the largest; free at most 1 (without --free, the fit picks them)")
+    assert ident.select() == ["b"]
+
+
+def test_distinct_targets_count_restated_numbers_once():
+    scs = [load_scenario(ROOT / "scenarios" / f"{n}.yaml") for n in ("c1-dsr1-a3-128", "c2-dsr1-a3-128-graph-gloo")]
+    labels = [t.label for t in distinct_targets(case_targets(scs), scs)]
+    assert labels == [f"c1-dsr1-a3-128: stage:{s}" for s in ("rollout", "ref", "reward", "advantage", "update",
+                                                             "reshard", "offload")] + [
+        "c2-dsr1-a3-128-graph-gloo: stage:rollout"]
+
+
+def _overhead(op: str, params: dict, seconds: float, nbytes: int | None = None, note: str = "") -> JobMeasurement:
+    return JobMeasurement(
+        key=f"overhead|{op}|{params}", job="overhead", timestamp=datetime.now(timezone.utc), op=op, params=params,
+        stats=Stats.from_samples([seconds] * 3, warmup=1), bytes=nbytes, note=note,
+        device=DeviceFacts(kind="cpu", name="test-cpu", count=1, threads=1),
+        host=HostFacts(hostname="h", cpu_model="c", cores=2, memory_gb=24.0), versions=Versions(python="3.11"))
+
+
+def test_job_fit_reads_the_per_call_terms_off_the_overhead_job():
+    records = [_overhead("worker_call", {"workers": 1}, 0.001), _overhead("worker_call", {"workers": 2}, 0.002),
+               _overhead("worker_call_data", {"workers": 2, "payload_mb": 1}, 0.010, nbytes=200_000_000),
+               _overhead("worker_call_data", {"workers": 2, "payload_mb": 2}, 0.030, nbytes=400_000_000),
+               _overhead("rollout_poll", {"source": "verl code"}, 2.0, note="read from verl's code, not timed: x.py")]
+    profile = JobFit(embedded_profile("cpu"), records, "fp32").run("overhead", ["synthetic"]).profile
+    assert profile["dispatch_ray_s_per_worker"] == pytest.approx(0.001)  # (1*1 + 2*2) ms / (1 + 4)
+    assert profile["dispatch_d2d_s"] == pytest.approx(0.002)  # the call on the widest group
+    assert profile["dispatch_ray_s_per_gb"] == pytest.approx(0.02 / 0.1)  # 20 ms more for 0.1 GB more per worker
+    assert profile["rollout_poll_s"] == 2.0 and "verl's code" in profile.params["rollout_poll_s"].source
+    assert not profile.params["rollout_poll_s"].fitted  # confirmed, not moved
