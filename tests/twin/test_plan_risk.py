@@ -14,7 +14,7 @@ def with_band(r, lo: float, hi: float):
 
 
 def test_risk_key_and_overlap_on_hand_made_bands():
-    base = search(Planner(SC), 1).ranked[0]
+    base = search(Planner(SC), 1).ranked[0].model_copy(update={"uncertainty": None})
     a, b = with_band(base, 0.9, 1.1), with_band(base.model_copy(update={"step_s": base.step_s * 1.3}), 0.95, 1.05)
     assert risk_key(a, "p50") == base.step_s and risk_key(a, "p90") == base.step_s * 1.1
     assert risk_key(base, "p90") == base.step_s  # no band: the prediction itself
