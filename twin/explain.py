@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from twin.cost_models.memory import RolloutMemory
 from twin.errors import TwinError
 from twin.layout.models import Layout, Offload, Recompute, RolloutLayout, TrainLayout
 from twin.layout.rules import check_layout
@@ -161,7 +162,7 @@ def resolve_query(planner: Planner, query: str) -> tuple[Layout, bool | None]:
 
 def choose_knobs(planner: Planner, layout: Layout, util_open: bool) -> tuple[Layout, str | None]:
     """The knobs a layout string leaves to the planner, chosen as the search does: the largest log-prob
-    micro-batch that keeps the headroom, and (when open) the largest utilization that does; the second
+    micro-batch that keeps the headroom, and (when open) the utilization `Planner.utilization` picks; the second
     value says why nothing is left for vLLM."""
     from twin.planner import LOG_PROB_MICRO_BATCHES
 
@@ -172,7 +173,8 @@ def choose_knobs(planner: Planner, layout: Layout, util_open: bool) -> tuple[Lay
             break
     rollout = layout.rollout
     if util_open:
-        util = planner.utilization(parts["rollout"])
+        util = planner.utilization(parts["rollout"], RolloutMemory(planner.inv, rollout, planner.profile,
+                                                                    planner.hbm_gb))
         if util <= 0:
             return layout, (f"memory: training keeps {parts['rollout']:.1f} GB on a device during rollout, "
                             f"nothing left for vLLM under the {planner.limit_gb:.1f} GB limit")

@@ -215,15 +215,22 @@ class Planner:
         return side.times[util]
 
     # ---- pairing -----------------------------------------------------------------------------------
-    def utilization(self, train_rollout_gb: float) -> float:
-        """The largest gpu_memory_utilization (in steps, at most the cap) that keeps the headroom in the
-        rollout phase: vLLM takes utilization x HBM beside what training leaves on the device."""
+    def utilization(self, train_rollout_gb: float, rollout: RolloutMemory | None = None) -> float:
+        """The gpu_memory_utilization (in steps, at most the cap) of a pair: the largest that keeps the headroom
+        in the rollout phase (vLLM takes utilization x HBM beside what training leaves on the device), lowered
+        while the KV cache still holds every sequence a replica can run at once (max_num_seqs x the longest
+        sequence): a larger cache is never used, it only takes headroom and offload time."""
         room = (self.limit_gb - train_rollout_gb) / self.hbm_gb
-        return round(min(UTILIZATION_MAX, int(room / UTILIZATION_STEP + 1e-9) * UTILIZATION_STEP), 2)
+        steps = int(min(UTILIZATION_MAX, room) / UTILIZATION_STEP + 1e-9)
+        if rollout is not None:
+            need = rollout.lay.max_num_seqs * self.sc.workload.max_seq_len
+            while steps > 1 and rollout.kv_tokens(round((steps - 1) * UTILIZATION_STEP, 2)) >= need:
+                steps -= 1
+        return round(steps * UTILIZATION_STEP, 2)
 
     def pair(self, t: TrainSide, r: RolloutSide, index: int) -> Candidate | None:
         """Screen one pair: choose gpu_memory_utilization, check every phase, bound the step time."""
-        util = self.utilization(t.parts["rollout"])
+        util = self.utilization(t.parts["rollout"], r.memory)
         if util <= 0:
             self.rejected["rollout: no memory left for vLLM"] += 1
             return None

@@ -5,7 +5,9 @@ import math
 
 import pytest
 
+from twin.cost_models.memory import RolloutMemory
 from twin.errors import TwinError
+from twin.layout.models import RolloutLayout
 from twin.planner import P95_OF_MEAN_ABS, Planner, default_headroom, default_scenario, search
 from twin.profile import CrossValidation, embedded_profile
 
@@ -33,6 +35,18 @@ def test_utilization_keeps_the_headroom_in_the_rollout_phase():
     assert p.utilization(4.0) == 0.7  # (51.2 - 4) / 64 = 0.7375, down to the 0.05 step
     assert Planner(SC, headroom=0.0).utilization(4.0) == 0.9  # capped at vLLM's 0.9
     assert p.utilization(60.0) <= 0
+
+
+def test_utilization_stops_where_the_kv_cache_holds_every_running_sequence():
+    p = Planner(SC, headroom=0.0)
+    lay = RolloutLayout(tp=1, dp=16, max_num_seqs=4, gpu_memory_utilization=0.9)
+    rm = RolloutMemory(p.inv, lay, p.profile, p.hbm_gb)
+    need = 4 * SC.workload.max_seq_len  # 4 sequences of the longest length at once per replica
+    util = p.utilization(4.0, rm)
+    assert rm.kv_tokens(util) >= need and rm.kv_tokens(round(util - 0.05, 2)) < need
+    assert util < p.utilization(4.0) == 0.9  # the room would allow 0.9; a larger cache is never used
+    wide = lay.model_copy(update={"max_num_seqs": 100_000})  # a cache that is never enough: the room decides
+    assert p.utilization(4.0, RolloutMemory(p.inv, wide, p.profile, p.hbm_gb)) == 0.9
 
 
 def test_headroom_removes_candidates_and_lowers_the_utilization():
