@@ -264,9 +264,7 @@ def plan_cmd(
             return
         print_result(console, plan.predictions, sc.measured)
         print_uncertainty(console, plan.predictions)
-        console.print(f"wrote {output}")
-        _write_command_file(output)
-        print_refusals(plan)
+        _report_written(output, plan)
         return
     prof = load_profile(profile) if profile else None
     if explain:  # a malformed query fails before the search
@@ -336,6 +334,11 @@ def plan_cmd(
         plot_front(everything, pts, png, f"{sc.model} on {', '.join(str(p.sc.cluster.cards) for p, _ in searches)} "
                                           f"{sc.cluster.kind} cards: Pareto front (risk {risk})")
         console.print(f"wrote {png}")
+    _report_written(output, plan)
+
+
+def _report_written(output: Path, plan: Plan) -> None:
+    """After a plan is saved: say so, write the launch command beside it, and name what the executor refuses."""
     console.print(f"wrote {output}")
     _write_command_file(output)
     print_refusals(plan)

@@ -38,6 +38,16 @@ class CurvePoint(BaseModel):
     confidence: Confidence
 
 
+def interp_clamped(xs: list[float], ys: list[float], x: float) -> float:
+    """np.interp at one point in plain Python: linear between the points `xs` (ascending), flat beyond them."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = bisect.bisect_right(xs, x) - 1
+    return ys[i] + (x - xs[i]) * (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])
+
+
 class _Table:
     """The curve's points as arrays for np.interp; derived from the fields, so any two compare equal."""
 
@@ -50,13 +60,7 @@ class _Table:
 
     def at(self, lx: float) -> float:
         """np.interp at one point, in plain Python (the cost models ask one size at a time in their loops)."""
-        xs, ys = self.log_x_list, self.y_list
-        if lx <= xs[0]:
-            return ys[0]
-        if lx >= xs[-1]:
-            return ys[-1]
-        i = bisect.bisect_right(xs, lx) - 1
-        return ys[i] + (lx - xs[i]) * (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])
+        return interp_clamped(self.log_x_list, self.y_list, lx)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Table)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import math
 from typing import Literal
 
@@ -10,7 +9,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from twin.errors import TwinError
-from twin.hardware.figures import Curve, Figure, Source
+from twin.hardware.figures import Curve, Figure, Source, interp_clamped
 
 HARDWARE_SCHEMA = 1
 CurveName = Literal["gemm", "grouped_gemm", "attention", "memory"]
@@ -97,7 +96,7 @@ class _Families:
         by_op: dict[str, list[TierCurve]] = {}
         for c in curves:
             by_op.setdefault(c.collective, []).append(c)
-        self.by_op = {op: (np.log([c.peers for c in cs]), cs)
+        self.by_op = {op: (np.log([c.peers for c in cs]).tolist(), cs)
                       for op, cs in ((op, sorted(cs, key=lambda c: c.peers)) for op, cs in by_op.items())}
 
     def __eq__(self, other: object) -> bool:
@@ -154,28 +153,20 @@ class LinkTier(BaseModel):
         if len(curves) == 1:
             return curves[0](message_bytes)
         if isinstance(message_bytes, (int, float)) and isinstance(peers, (int, float)):
-            return _between_peers(log_peers.tolist(), [c(message_bytes) for c in curves], math.log(max(peers, 1.0)))
+            # linear in log(peers) between the curves' values at this message size, clamped beyond them
+            return interp_clamped(log_peers, [c(message_bytes) for c in curves], math.log(max(peers, 1.0)))
         x = np.asarray(message_bytes, dtype=float)
         lp = np.log(np.maximum(np.asarray(peers, dtype=float), 1.0))
         x, lp = np.broadcast_arrays(x, lp)
         ys = np.stack([np.asarray(c(x), dtype=float) for c in curves])  # (curves, *shape)
-        lp = np.clip(lp, log_peers[0], log_peers[-1])
-        i = np.clip(np.searchsorted(log_peers, lp, side="right") - 1, 0, len(curves) - 2)
-        t = (lp - log_peers[i]) / (log_peers[i + 1] - log_peers[i])
+        at = np.asarray(log_peers)
+        lp = np.clip(lp, at[0], at[-1])
+        i = np.clip(np.searchsorted(at, lp, side="right") - 1, 0, len(curves) - 2)
+        t = (lp - at[i]) / (at[i + 1] - at[i])
         lo = np.take_along_axis(ys, i[None], axis=0)[0]
         hi = np.take_along_axis(ys, (i + 1)[None], axis=0)[0]
         out = lo + t * (hi - lo)
         return float(out) if out.ndim == 0 else out
-
-
-def _between_peers(log_peers: list[float], values: list[float], lp: float) -> float:
-    """Linear in log(peers) between the curves' values at one message size, clamped beyond them."""
-    if lp <= log_peers[0]:
-        return values[0]
-    if lp >= log_peers[-1]:
-        return values[-1]
-    i = bisect.bisect_right(log_peers, lp) - 1
-    return values[i] + (lp - log_peers[i]) * (values[i + 1] - values[i]) / (log_peers[i + 1] - log_peers[i])
 
 
 class ClusterKind(BaseModel):
