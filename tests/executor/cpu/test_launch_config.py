@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from executor.cpu.launch import METRICS_FILE, cpu_run_config, reward_function_path
+from executor.cpu.launch import METRICS_FILE, ROLLOUTS_DIR, cpu_run_config, reward_function_path
 from executor.cpu.names import PLUGIN_MODULE
 
 
@@ -40,12 +40,13 @@ def test_overrides_compose_and_pass_verls_validation(tmp_path: Path, world: int)
     validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     assert not need_reference_policy(cfg) and not need_critic(cfg)
     assert cfg.algorithm.rollout_correction.bypass_mode and cfg.actor_rollout_ref.rollout.calculate_log_probs
-    assert cfg.actor_rollout_ref.rollout.name == "transformers" and cfg.trainer.device == "cpu"
+    assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.trainer.device == "cpu"
     assert cfg.trainer.n_gpus_per_node == world and cfg.ray_kwargs.ray_init.num_gpus == world
     assert cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n % world == 0
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     assert actor.policy_loss.loss_mode == "bypass_mode"
     assert cfg.reward.custom_reward_function.path == str(reward_function_path())
+    assert cfg.trainer.rollout_data_dir == str(tmp_path.resolve() / ROLLOUTS_DIR)
 
 
 def test_environment_loads_the_plugin_and_places_the_metrics_file(tmp_path: Path) -> None:
