@@ -79,7 +79,8 @@ def why(v: Versus, best: SimulationResult, risk: Risk) -> str:
         text = f"step {-diff:.1f} % faster at p50 ({v.step_s:.0f} s vs {best.step_s:.0f} s) but higher at {risk}"
     if v.deciding_stage:
         text += f"; decided by {v.deciding_stage} (+{v.deciding_delta_s:.1f} s)"
-        gains = {k: v.stages_s.get(k, 0.0) - v.best_stages_s.get(k, 0.0) for k in dict.fromkeys([*v.stages_s, *v.best_stages_s])}
+        stages = dict.fromkeys([*v.stages_s, *v.best_stages_s])
+        gains = {k: v.stages_s.get(k, 0.0) - v.best_stages_s.get(k, 0.0) for k in stages}
         gain = min(gains, key=gains.get)
         if gains[gain] < -0.1 * v.deciding_delta_s:  # a stage that wins back a tenth of it or more is named too
             text += f", partly won back in {gain} ({gains[gain]:+.1f} s)"
