@@ -84,24 +84,33 @@ def plot_front(everything: list[ParetoPoint], pts: list[ParetoPoint], path: Path
     from matplotlib.ticker import FuncFormatter
 
     markers = dict(zip(sorted({p.cards for p in everything}), "os^Dv<>", strict=False))
-    fig, (full, zoom) = plt.subplots(1, 2, figsize=(14, 6.5), dpi=120, gridspec_kw={"width_ratios": [1, 1]})
+    costly = len(markers) > 1
+    fig, axes = plt.subplots(1, 3 if costly else 2, figsize=(19 if costly else 14, 6.5), dpi=120)
+    full, zoom = axes[0], axes[1]
     fastest = min(p.step_s for p in everything)
     near = [p for p in everything if p.step_s <= fastest * (1 + ZOOM)]
     vmax = max(p.reshard_bytes_total for p in everything) / 1e9 or 1.0
     number = {id(p): i + 1 for i, p in enumerate(pts)}
     chosen = next((p for p in everything if p.chosen), None)
-    for ax, shown in ((full, everything), (zoom, near)):
-        sc = _scatter(ax, shown, number, markers, vmax)
+    panels = [(full, everything, "step_s"), (zoom, near, "step_s")]
+    if costly:  # the fourth axis: what a step costs in card-hours, against the headroom
+        panels.append((axes[2], everything, "card_hours_per_step"))
+        axes[2].set_xscale("log")
+        axes[2].set_xlabel("card-hours per step, log scale (lower is cheaper)")
+        axes[2].set_title("cost: cards x step time", fontsize=9)
+    for ax, shown, x in panels:
+        sc = _scatter(ax, shown, number, markers, vmax, x)
         if chosen is not None and chosen in shown:
-            ax.scatter([chosen.step_s], [chosen.headroom_fraction * 100], marker="*", s=500, facecolors="none",
+            ax.scatter([getattr(chosen, x)], [chosen.headroom_fraction * 100], marker="*", s=500, facecolors="none",
                        edgecolors="red", linewidths=1.6, label="chosen plan", zorder=4)
         ax.set_ylabel("memory headroom in the worst phase, % of HBM (higher is safer)")
         ax.grid(alpha=0.3, which="both")
     full.set_xscale("log")
     plain = FuncFormatter(lambda v, _: f"{v:g}")  # 500, 1000, 2000 rather than 5 x 10^2
-    full.xaxis.set_major_formatter(plain)
-    full.xaxis.set_minor_formatter(plain)
-    full.tick_params(axis="x", which="minor", labelsize=7)
+    for ax in axes[::2]:
+        ax.xaxis.set_major_formatter(plain)
+        ax.xaxis.set_minor_formatter(plain)
+        ax.tick_params(axis="x", which="minor", labelsize=7)
     full.set_xlabel("predicted step time, s, log scale (lower is better)")
     full.set_title(f"all {len(everything)} layouts evaluated in full; {len(pts)} on the front (numbered)", fontsize=9)
     full.axvspan(fastest, fastest * (1 + ZOOM), color="gold", alpha=0.15, label=f"right panel: within {ZOOM:.0%}")
@@ -109,41 +118,49 @@ def plot_front(everything: list[ParetoPoint], pts: list[ParetoPoint], path: Path
     zoom.set_title(f"within {ZOOM:.0%} of the fastest step ({fastest:.0f} s)", fontsize=9)
     _label(full, [p for p in pts if p.step_s > fastest * (1 + ZOOM)], number)
     _label(zoom, [p for p in pts if p in near], number)
+    if costly:
+        _label(axes[2], pts, number, "card_hours_per_step")
     fig.colorbar(sc, cax=fig.add_axes((0.9, 0.16, 0.012, 0.70)), label="reshard volume per step, GB")
     handles, labels = full.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
+    legend = fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
+    for handle, text in zip(legend.legend_handles, labels, strict=True):
+        if text.startswith("Pareto front"):  # the shape says the card count; the colour is the points' own
+            handle.set_array(None)
+            handle.set_facecolor("white")
     plan = f"chosen plan (red star): {short(chosen.layout)}, {chosen.cards} cards, {chosen.step_s:.0f} s, " \
            f"{chosen.headroom_fraction:.1%} headroom" if chosen else "no plan chosen"
     fig.suptitle(f"{title}\n{plan}", fontsize=10)
-    fig.subplots_adjust(left=0.06, right=0.87, bottom=0.16, top=0.86, wspace=0.18)
+    fig.subplots_adjust(left=0.05, right=0.87, bottom=0.16, top=0.86, wspace=0.2)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
 
 
-def _scatter(ax, shown: list[ParetoPoint], number: dict[int, int], markers: dict[int, str], vmax: float):
-    """Dominated layouts grey, the front coloured by reshard volume, one marker per card count."""
+def _scatter(ax, shown: list[ParetoPoint], number: dict[int, int], markers: dict[int, str], vmax: float, x: str):
+    """Dominated layouts grey, the front coloured by reshard volume, one marker per card count; `x` the field on
+    the horizontal axis."""
     sc = None
     for cards, m in markers.items():
         grey = [p for p in shown if p.cards == cards and id(p) not in number]
-        ax.scatter([p.step_s for p in grey], [p.headroom_fraction * 100 for p in grey], c="lightgrey", marker=m,
+        ax.scatter([getattr(p, x) for p in grey], [p.headroom_fraction * 100 for p in grey], c="lightgrey", marker=m,
                    s=25, label=f"dominated ({cards} cards)" if grey else None, zorder=2)
         mine = [p for p in shown if p.cards == cards and id(p) in number]
-        sc = ax.scatter([p.step_s for p in mine], [p.headroom_fraction * 100 for p in mine],
+        sc = ax.scatter([getattr(p, x) for p in mine], [p.headroom_fraction * 100 for p in mine],
                         c=[p.reshard_bytes_total / 1e9 for p in mine], cmap="viridis", vmin=0, vmax=vmax, marker=m,
                         s=60, edgecolors="black", label=f"Pareto front ({cards} cards)" if mine else None, zorder=3)
     return sc
 
 
-def _label(ax, shown: list[ParetoPoint], number: dict[int, int]) -> None:
+def _label(ax, shown: list[ParetoPoint], number: dict[int, int], x: str = "step_s") -> None:
     """Each point's number on the table, at the first nearby spot no earlier label takes (12 points apart)."""
     ax.figure.canvas.draw()  # fixes the axis limits, so data map to display points
     taken: list[tuple[float, float]] = []
     scale = ax.figure.dpi / 72
-    for p in sorted(shown, key=lambda p: p.step_s):
-        x, y = ax.transData.transform((p.step_s, p.headroom_fraction * 100)) / scale
-        spot = next((o for o in _OFFSETS if all(abs(x + o[0] - tx) > 12 or abs(y + o[1] - ty) > 9
+    for p in sorted(shown, key=lambda p: getattr(p, x)):
+        at = (getattr(p, x), p.headroom_fraction * 100)
+        px, py = ax.transData.transform(at) / scale
+        spot = next((o for o in _OFFSETS if all(abs(px + o[0] - tx) > 12 or abs(py + o[1] - ty) > 9
                                                  for tx, ty in taken)), _OFFSETS[0])
-        taken.append((x + spot[0], y + spot[1]))
-        ax.annotate(str(number[id(p)]), (p.step_s, p.headroom_fraction * 100), xytext=spot,
+        taken.append((px + spot[0], py + spot[1]))
+        ax.annotate(str(number[id(p)]), at, xytext=spot,
                     textcoords="offset points", fontsize=7)
