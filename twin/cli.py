@@ -487,8 +487,8 @@ def print_plan_table(outcome: PlanOutcome, sc: Scenario, devices: int) -> None:
     rejected = ", ".join(f"{k}: {v}" for k, v in sorted(s.rejected.items(), key=lambda kv: -kv[1])) or "none"
     console.print(f"searched {s.train_layouts} training x {s.rollout_layouts} rollout structures, "
                   f"{s.pairs_evaluated:,} pairs with knobs, {s.pairs_fitting:,} fit ({s.candidates:,} candidates with "
-                  f"their gpu_memory_utilization steps); {s.simulated} evaluated in full "
-                  f"in {s.wall_s:.1f} s. Rejected: {rejected}")
+                  f"their gpu_memory_utilization steps) in {s.wall_s:.1f} s; {s.simulated} evaluated in full in all "
+                  f"(the search, and --pareto and --explain where asked). Rejected: {rejected}")
 
 
 @app.command("schema")
