@@ -63,9 +63,8 @@ def print_front(console: Console, everything: list[ParetoPoint], pts: list[Paret
                       f"{p.headroom_fraction:.1%}", f"{p.reshard_bytes_total / 1e9:,.0f}",
                       f"{p.card_hours_per_step:.2f}", end_section=p is pts[-1] and bool(dominated))
     console.print(table)
-    note = (" (below the line: dominated; the plan is the fastest at the chosen risk, with the largest utilization "
-            "that keeps the headroom unless a smaller one already holds max_num_seqs longest sequences)"
-            ) if dominated else ""
+    note = (" (below the line: the plan, dominated: it is ranked by the step time at the chosen risk alone, which "
+            "another layout can tie with more headroom or less reshard volume)") if dominated else ""
     console.print(f"# = the number on the plot; * = the chosen plan{note}")
 
 

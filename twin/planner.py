@@ -3,9 +3,10 @@
 The search splits each pair into its training side and its rollout side, which the memory and cost models
 compute separately (a phase's peak is the training side's worst stage plus what the rollout side adds to
 every device), so thousands of pairs are screened exactly except for the reshard, whose time is bounded
-below without its transfer list. The best pairs by that bound are then evaluated in full (exact reshard
-transfer lists; the simulation from the command line), best first, until no unevaluated pair can beat the
-k-th best.
+below without its transfer list. Each pair is screened at each of its gpu_memory_utilization steps (a
+candidate apiece), and a layout is ranked by its best step. The best candidates by that bound are then
+evaluated in full (exact reshard transfer lists; the simulation from the command line), best first, until no
+unevaluated candidate can beat the k-th best layout.
 
 Every candidate keeps a memory headroom (a fraction of HBM, by default the profile's memory uncertainty)
 in every phase, and the ranking uses a quantile of the step-time band (`risk`): p50 the prediction,
