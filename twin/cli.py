@@ -301,7 +301,8 @@ def plan_cmd(
 
             layout, _ = resolve_query(planner, explain)
             where = next(((p, o) for p, o in searches if p.devices == layout.rollout.devices), (planner, outcome))
-            plan = plan.model_copy(update={"explained": explain_layout(*where, explain, simulated, progress)})
+            explained = explain_layout(*where, explain, simulated, progress, deadline=deadline)
+            plan = plan.model_copy(update={"explained": explained})
     everything, pts = [], []
     if pareto:
         from twin.pareto import front, point

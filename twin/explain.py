@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -194,11 +195,12 @@ def choose_knobs(planner: Planner, layout: Layout, util_open: bool) -> tuple[lis
 
 def place(planner: Planner, outcome: PlanOutcome, layout: Layout, key: float,
           finalize: Callable[[Evaluation], SimulationResult], progress: Callable[[str, int], Callable[[], None]] | None,
-          cap: int) -> tuple[int, int, int]:
+          cap: int, deadline: float | None) -> tuple[int, int, int, str]:
     """The exact rank of a layout whose full evaluation ranks at `key`: every other layout whose screen bound is
     below `key` is evaluated in full unless one of its utilization steps already beats `key` (it is known to rank
-    above, whatever its other steps give), lowest bound first, at most `cap` of them. Returns the layouts known to
-    rank above, those left undecided past the cap, and the evaluations made."""
+    above, whatever its other steps give), lowest bound first, at most `cap` of them and not past `deadline` (a
+    time.perf_counter() value). Returns the layouts known to rank above, those left undecided, the evaluations
+    made, and what stopped them."""
     from twin.planner import evaluate_candidate, layout_group
 
     own = layout_group(layout)
@@ -209,28 +211,32 @@ def place(planner: Planner, outcome: PlanOutcome, layout: Layout, key: float,
 
     todo = [(c, g) for c in sorted(c for c in outcome.pending if c.bound_s < key)
             if (g := layout_group(Layout(train=c.train.layout, rollout=c.rollout.layout))) != own]
-    tick = progress("placing the layout", len({g for _, g in todo})) if progress else None
-    n, undecided = 0, set()
+    tick = progress("placing the layout", len(todo)) if progress else None
+    n, undecided, stop = 0, set(), ""
     for cand, group in todo:
+        if tick:
+            tick()
         if above(group):
             continue
-        if n >= cap:
+        if not stop and n >= cap:
+            stop = f"the cap of {cap} evaluations to place a layout"
+        if not stop and deadline is not None and time.perf_counter() > deadline:
+            stop = "the time limit"
+        if stop:
             undecided.add(group)
             continue
         outcome.pending.remove(cand)
         evaluate_candidate(planner, outcome, cand, finalize)
         n += 1
-        if tick:
-            tick()
     heapq.heapify(outcome.pending)
     better = sum(1 for g in outcome.best if g != own and above(g))
-    return better, len({g for g in undecided if not above(g)}), n
+    return better, len({g for g in undecided if not above(g)}), n, stop
 
 
 def explain_layout(planner: Planner, outcome: PlanOutcome, query: str,
                    finalize: Callable[[Evaluation], SimulationResult],
                    progress: Callable[[str, int], Callable[[], None]] | None = None,
-                   cap: int = MAX_EXPLAIN_EVALUATIONS) -> Explanation:
+                   cap: int = MAX_EXPLAIN_EVALUATIONS, deadline: float | None = None) -> Explanation:
     """Place the queried layout in the search: its exact rank among the fitting layouts (each at its best
     utilization step) and its stages beside the best plan's, or the rule or memory limit that rejects it."""
     from twin.planner import evaluate
@@ -258,7 +264,7 @@ def explain_layout(planner: Planner, outcome: PlanOutcome, query: str,
         reason = reason or first_unfit
         return Explanation(query=query, layout=steps[0], rejected_by=reason, summary=f"rejected by {reason}")
     key, layout, result = min(fitting, key=lambda f: f[0])
-    better, unknown, n = place(planner, outcome, layout, key, finalize, progress, cap)
+    better, unknown, n, stop = place(planner, outcome, layout, key, finalize, progress, cap, deadline)
     best = outcome.evaluated[0].result if outcome.evaluated else result
     v = versus(result, best)
     rank = better + 1
@@ -267,8 +273,7 @@ def explain_layout(planner: Planner, outcome: PlanOutcome, query: str,
     if rank > 1:
         text += f": {why(v, best, planner.risk)}"
     if unknown:
-        text += (f" ({unknown} layouts bounded below this one's step were not evaluated in full: the cap of "
-                 f"{cap} evaluations to place a layout)")
+        text += f" ({unknown} layouts bounded below this one's step were not evaluated in full: {stop})"
     return Explanation(query=query, layout=layout, rank=rank, rank_upper=rank + unknown if unknown else None,
                        evaluated=n + len(steps), versus=v, summary=text)
 
