@@ -118,6 +118,16 @@ def test_past_the_cap_the_rank_is_a_range_saying_why():
            "of 3 evaluations to place a layout)" in ex.summary
 
 
+def test_past_the_time_limit_the_rank_is_a_range_saying_so():
+    path = ROOT / "scenarios" / "c5-qwen25-7b-a3-16dies.yaml"
+    planner = Planner(load_scenario(path).model_copy(update={"layout": None}))
+    outcome = search(planner, 2)
+    before = outcome.summary.simulated
+    ex = explain_layout(planner, outcome, str(path), analytical, deadline=0.0)  # the limit is long past
+    assert outcome.summary.simulated - before == 0 and ex.evaluated == 1  # the layout itself only
+    assert ex.rank_upper > ex.rank and ex.summary.endswith("were not evaluated in full: the time limit)")
+
+
 @pytest.mark.parametrize("text, fragment", [
     ("TP2 XX3 | TP2 DP8", "training token 'XX3'"),
     ("TP2 PP1 | TP2 DP8 util", "rollout token 'util'"),
