@@ -472,8 +472,9 @@ def evaluate_front(searches: list[tuple[Planner, PlanOutcome]], finalize: Callab
     cuts a front, its search summary says so."""
     fronts = [sorted(f) for f in screen_front(searches)]
     # the plan's own utilization steps first (what more headroom costs the chosen layout), beside the cap
-    own = [[c for c in o.pending if (plan := o.distinct()[0].candidate) is not None and same_pair(c, plan)]
-           for _, o in searches]
+    plans = [o.distinct()[0].candidate for _, o in searches]
+    own = [[c for c in o.pending if plan is not None and same_pair(c, plan)]
+           for (_, o), plan in zip(searches, plans, strict=True)]
     tick = progress("Pareto front", sum(min(cap, len(f)) + len(s) for f, s in zip(fronts, own, strict=True))
                     ) if progress else None
     for (planner, outcome), steps in zip(searches, own, strict=True):
