@@ -69,7 +69,9 @@ def print_front(console: Console, everything: list[ParetoPoint], pts: list[Paret
 
 
 ZOOM = 0.05  # the right panel: the layouts within 5 % of the fastest step, where the choice is usually made
-_OFFSETS = ((6, 4), (6, -11), (-16, 4), (-16, -11), (6, 14), (-16, 14), (6, -21), (-16, -21))  # label spots, points
+# label spots around a point, in points, nearest first; a label not at the first gets a leader line
+_SPOTS = ((6, 4), (6, -11), (-16, 4), (-16, -11), (-5, 12), (-5, -20))
+_OFFSETS = tuple((dx * r, dy * r) for r in (1, 2.5, 4) for dx, dy in _SPOTS)
 
 
 def plot_front(everything: list[ParetoPoint], pts: list[ParetoPoint], path: Path, title: str) -> None:
@@ -151,15 +153,17 @@ def _scatter(ax, shown: list[ParetoPoint], number: dict[int, int], markers: dict
 
 
 def _label(ax, shown: list[ParetoPoint], number: dict[int, int], x: str = "step_s") -> None:
-    """Each point's number on the table, at the first nearby spot no earlier label takes (12 points apart)."""
+    """Each point's number on the table, at the first nearby spot no earlier label takes (12 points apart), in the
+    table's order."""
     ax.figure.canvas.draw()  # fixes the axis limits, so data map to display points
     taken: list[tuple[float, float]] = []
     scale = ax.figure.dpi / 72
-    for p in sorted(shown, key=lambda p: getattr(p, x)):
+    for p in sorted(shown, key=lambda p: number[id(p)]):  # the plan and the fastest get the nearest spots
         at = (getattr(p, x), p.headroom_fraction * 100)
         px, py = ax.transData.transform(at) / scale
         spot = next((o for o in _OFFSETS if all(abs(px + o[0] - tx) > 12 or abs(py + o[1] - ty) > 9
                                                  for tx, ty in taken)), _OFFSETS[0])
         taken.append((px + spot[0], py + spot[1]))
-        ax.annotate(str(number[id(p)]), at, xytext=spot,
-                    textcoords="offset points", fontsize=7)
+        far = spot != _OFFSETS[0]
+        ax.annotate(str(number[id(p)]), at, xytext=spot, textcoords="offset points", fontsize=7, zorder=5,
+                    arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "grey"} if far else None)
