@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -16,6 +17,8 @@ from twin.fileio import check_target, output_dir
 from twin.scenario import MAX_CARDS, MAX_SEED
 
 if TYPE_CHECKING:
+    from rich.progress import Progress
+
     from twin.plan import Plan
     from twin.planner import Planner, PlanOutcome
     from twin.profile import Profile
@@ -275,30 +278,37 @@ def plan_cmd(
                               headroom=headroom), explain)
     deadline = time.perf_counter() + time_limit if time_limit else None
     searches, unfit = [], []
-    for n in card_counts or [None]:
-        try:
-            sc = _plan_scenario(scenario, model, n, cluster)
-            searches.append(_plan_search(sc, prof, top, headroom, risk, pareto, deadline))
-        except TwinError as exc:  # with several card counts, one that fits nothing is reported, not fatal
-            if len(card_counts) < 2:
-                raise
-            unfit.append(str(exc))
-    if not searches:
-        raise TwinError("; ".join(unfit))
-    planner, outcome = min(searches, key=lambda po: po[1].evaluated[0].key)
-    plan = outcome.plan
-    if explain:
-        from twin.explain import explain_layout, resolve_query
+    with _progress() as bar:
+        progress = _ticker(bar)
+        for n in card_counts or [None]:
+            try:
+                sc = _plan_scenario(scenario, model, n, cluster)
+                searches.append(_plan_search(sc, prof, top, headroom, risk, deadline, bar))
+            except TwinError as exc:  # with several card counts, one that fits nothing is reported, not fatal
+                if len(card_counts) < 2:
+                    raise
+                unfit.append(str(exc))
+        if not searches:
+            raise TwinError("; ".join(unfit))
+        if pareto:
+            from twin.planner import evaluate_front
 
-        layout, _ = resolve_query(planner, explain)
-        where = next(((p, o) for p, o in searches if p.devices == layout.rollout.devices), (planner, outcome))
-        plan = plan.model_copy(update={"explained": explain_layout(*where, explain, simulated)})
+            evaluate_front(searches, simulated, progress, deadline=deadline)
+        planner, outcome = min(searches, key=lambda po: po[1].distinct()[0].key)
+        plan = outcome.plan
+        if explain:
+            from twin.explain import explain_layout, resolve_query
+
+            layout, _ = resolve_query(planner, explain)
+            where = next(((p, o) for p, o in searches if p.devices == layout.rollout.devices), (planner, outcome))
+            explained = explain_layout(*where, explain, simulated, progress, deadline=deadline)
+            plan = plan.model_copy(update={"explained": explained})
     everything, pts = [], []
     if pareto:
         from twin.pareto import front, point
 
         everything = [point(e.layout, e.result, e.layout == plan.layout and e.result.cards == plan.predictions.cards)
-                      for _, o in searches for e in (*o.evaluated, *o.headroom_variants)]
+                      for _, o in searches for e in o.evaluated]
         pts = front(everything)
         plan = plan.model_copy(update={"pareto": pts})
     save_plan(plan, output)
@@ -330,6 +340,9 @@ def plan_cmd(
         from twin.pareto import plot_front, print_front
 
         print_front(console, everything, pts)
+        for p, o in searches:
+            if o.summary.front_stopped:
+                console.print(f"Pareto front ({p.sc.cluster.cards} cards): {o.summary.front_stopped}", markup=False)
         png = output.with_suffix(".pareto.png")
         plot_front(everything, pts, png, f"{sc.model} on {', '.join(str(p.sc.cluster.cards) for p, _ in searches)} "
                                           f"{sc.cluster.kind} cards: Pareto front (risk {risk})")
@@ -379,22 +392,31 @@ def _plan_scenario(path: str | None, model: str | None, cards: int | None, clust
     return sc.model_copy(update=updates)
 
 
-def _plan_search(sc: Scenario, profile: Profile | None, top: int, headroom: float | None, risk: str,
-                 front: bool, deadline: float | None) -> tuple[Planner, PlanOutcome]:
-    """One search with a progress bar; no layout that fits is a one-line error."""
+def _progress() -> Progress:
+    """One progress bar on stderr for every stage of a plan (screening, full evaluations, the front, --explain)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=make_console(stderr=True), transient=True)
+
+
+def _ticker(bar: Progress, prefix: str = "") -> Callable[[str, int], Callable[[], None]]:
+    """What the planner reports progress to: a task per stage, advanced by the callable it returns."""
+    def progress(label: str, total: int) -> Callable[[], None]:
+        task = bar.add_task(prefix + label, total=total)
+        return lambda: bar.advance(task)
+
+    return progress
+
+
+def _plan_search(sc: Scenario, profile: Profile | None, top: int, headroom: float | None, risk: str,
+                 deadline: float | None, bar: Progress) -> tuple[Planner, PlanOutcome]:
+    """One search, its stages on the progress bar; no layout that fits is a one-line error."""
     from twin.planner import Planner, search
     from twin.sim.step import simulated
 
     planner = Planner(sc, profile, headroom=headroom, risk=risk)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=make_console(stderr=True), transient=True) as bar:
-        def progress(label: str, total: int):
-            task = bar.add_task(label, total=total)
-            return lambda: bar.advance(task)
-
-        outcome = search(planner, top, progress, finalize=simulated, front=front, deadline=deadline)
+    outcome = search(planner, top, _ticker(bar, f"{sc.cluster.cards} cards: "), finalize=simulated, deadline=deadline)
     if outcome.plan is None:
         raise TwinError(f"no layout of {planner.cfg.name} fits {sc.cluster.cards} {planner.kind.name} cards "
                         f"({planner.devices} devices of {planner.hbm_gb:g} GB, {planner.headroom:.1%} kept free); "
@@ -465,8 +487,9 @@ def print_plan_table(outcome: PlanOutcome, sc: Scenario, devices: int) -> None:
     s = outcome.summary
     rejected = ", ".join(f"{k}: {v}" for k, v in sorted(s.rejected.items(), key=lambda kv: -kv[1])) or "none"
     console.print(f"searched {s.train_layouts} training x {s.rollout_layouts} rollout structures, "
-                  f"{s.pairs_evaluated:,} pairs with knobs, {s.pairs_fitting:,} fit; {s.simulated} evaluated in full "
-                  f"in {s.wall_s:.1f} s. Rejected: {rejected}")
+                  f"{s.pairs_evaluated:,} pairs with knobs, {s.pairs_fitting:,} fit ({s.candidates:,} candidates with "
+                  f"their gpu_memory_utilization steps) in {s.wall_s:.1f} s; {s.simulated} evaluated in full in all "
+                  f"(the search, and --pareto and --explain where asked). Rejected: {rejected}")
 
 
 @app.command("schema")

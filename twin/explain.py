@@ -7,7 +7,9 @@ known), and the stage that decides the difference.
 
 from __future__ import annotations
 
+import heapq
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,7 +28,9 @@ if TYPE_CHECKING:
     from twin.evaluate import Evaluation
     from twin.planner import Planner, PlanOutcome
 
-MAX_EXPLAIN_EVALUATIONS = 48  # pairs evaluated in full to place an explained layout; beyond, a rank range
+# layouts evaluated in full to place an explained layout; beyond, a rank range that says so. C1's recipe layout on
+# 128 A3 cards needs 235 (about 100 s with the simulation on a loaded 2-core host, benchmarks/plan_explain_speed.py)
+MAX_EXPLAIN_EVALUATIONS = 400
 _TRAIN_DEGREE = re.compile(r"(TP|PP|CP|SP)(\d+)$")
 _EP = re.compile(r"EP(\d+)(x?)$")
 _ROLLOUT = re.compile(r"(TP|DP|EP|seqs)(\d+)$|util([0-9.]+)$")
@@ -75,7 +79,12 @@ def why(v: Versus, best: SimulationResult, risk: Risk) -> str:
     else:
         text = f"step {-diff:.1f} % faster at p50 ({v.step_s:.0f} s vs {best.step_s:.0f} s) but higher at {risk}"
     if v.deciding_stage:
-        text += f"; most of it in {v.deciding_stage} (+{v.deciding_delta_s:.0f} s)"
+        text += f"; decided by {v.deciding_stage} (+{v.deciding_delta_s:.1f} s)"
+        stages = dict.fromkeys([*v.stages_s, *v.best_stages_s])
+        gains = {k: v.stages_s.get(k, 0.0) - v.best_stages_s.get(k, 0.0) for k in stages}
+        gain = min(gains, key=gains.get)
+        if gains[gain] < -0.1 * v.deciding_delta_s:  # a stage that wins back a tenth of it or more is named too
+            text += f", partly won back in {gain} ({gains[gain]:+.1f} s)"
     if v.band_overlap:
         text += "; the bands overlap: the difference is within the model's error, not known"
     elif v.band_overlap is None:
@@ -160,10 +169,11 @@ def resolve_query(planner: Planner, query: str) -> tuple[Layout, bool | None]:
     return Layout(train=train, rollout=rollout), not util_given
 
 
-def choose_knobs(planner: Planner, layout: Layout, util_open: bool) -> tuple[Layout, str | None]:
+def choose_knobs(planner: Planner, layout: Layout, util_open: bool) -> tuple[list[Layout], str | None]:
     """The knobs a layout string leaves to the planner, chosen as the search does: the largest log-prob
-    micro-batch that keeps the headroom, and (when open) the utilization `Planner.utilization` picks; the second
-    value says why nothing is left for vLLM."""
+    micro-batch that keeps the headroom, and (when open) every gpu_memory_utilization step the search screens
+    (`Planner.utilizations`; the layout is placed with the best of them); the second value says why no step is
+    left for vLLM."""
     from twin.planner import LOG_PROB_MICRO_BATCHES
 
     for micro in LOG_PROB_MICRO_BATCHES:
@@ -171,56 +181,101 @@ def choose_knobs(planner: Planner, layout: Layout, util_open: bool) -> tuple[Lay
         _, parts = planner.train_parts(train)
         if max(parts.values()) <= planner.limit_gb:
             break
-    rollout = layout.rollout
-    if util_open:
-        util = planner.utilization(parts["rollout"], RolloutMemory(planner.inv, rollout, planner.profile,
-                                                                    planner.hbm_gb))
-        if util <= 0:
-            return layout, (f"memory: training keeps {parts['rollout']:.1f} GB on a device during rollout, "
-                            f"nothing left for vLLM under the {planner.limit_gb:.1f} GB limit")
-        rollout = rollout.model_copy(update={"gpu_memory_utilization": util})
-    return Layout(train=train, rollout=rollout), None
+    if not util_open:
+        return [Layout(train=train, rollout=layout.rollout)], None
+    rm = RolloutMemory(planner.inv, layout.rollout, planner.profile, planner.hbm_gb)
+    utils = planner.utilizations(parts["rollout"], rm)
+    if not utils:
+        return [layout], (f"memory: training keeps {parts['rollout']:.1f} GB on a device during rollout; no "
+                          f"gpu_memory_utilization step under the {planner.limit_gb:.1f} GB limit leaves vLLM a KV "
+                          f"cache of one full sequence ({planner.sc.workload.max_seq_len:,} tokens)")
+    return [Layout(train=train, rollout=layout.rollout.model_copy(update={"gpu_memory_utilization": u}))
+            for u in utils], None
+
+
+def place(planner: Planner, outcome: PlanOutcome, layout: Layout, key: float,
+          finalize: Callable[[Evaluation], SimulationResult], progress: Callable[[str, int], Callable[[], None]] | None,
+          cap: int, deadline: float | None) -> tuple[int, int, int, str]:
+    """The exact rank of a layout whose full evaluation ranks at `key`: every other layout whose screen bound is
+    below `key` is evaluated in full unless one of its utilization steps already beats `key` (it is known to rank
+    above, whatever its other steps give), lowest bound first, at most `cap` of them and not past `deadline` (a
+    time.perf_counter() value). Returns the layouts known to rank above, those left undecided, the evaluations
+    made, and what stopped them."""
+    from twin.planner import evaluate_candidate, layout_group
+
+    own = layout_group(layout)
+
+    def above(group: str) -> bool:
+        done = outcome.best.get(group)
+        return done is not None and done.key < key
+
+    todo = [(c, g) for c in sorted(c for c in outcome.pending if c.bound_s < key)
+            if (g := layout_group(Layout(train=c.train.layout, rollout=c.rollout.layout))) != own]
+    tick = progress("placing the layout", len(todo)) if progress else None
+    n, undecided, stop = 0, set(), ""
+    for cand, group in todo:
+        if tick:
+            tick()
+        if above(group):
+            continue
+        if not stop and n >= cap:
+            stop = f"the cap of {cap} evaluations to place a layout"
+        if not stop and deadline is not None and time.perf_counter() > deadline:
+            stop = "the time limit"
+        if stop:
+            undecided.add(group)
+            continue
+        outcome.pending.remove(cand)
+        evaluate_candidate(planner, outcome, cand, finalize)
+        n += 1
+    heapq.heapify(outcome.pending)
+    better = sum(1 for g in outcome.best if g != own and above(g))
+    return better, len({g for g in undecided if not above(g)}), n, stop
 
 
 def explain_layout(planner: Planner, outcome: PlanOutcome, query: str,
-                   finalize: Callable[[Evaluation], SimulationResult]) -> Explanation:
-    """Place the queried layout in the search: its rank and its stages beside the best plan's, or the rule
-    or memory limit that rejects it."""
-    from twin.planner import evaluate, evaluate_next
+                   finalize: Callable[[Evaluation], SimulationResult],
+                   progress: Callable[[str, int], Callable[[], None]] | None = None,
+                   cap: int = MAX_EXPLAIN_EVALUATIONS, deadline: float | None = None) -> Explanation:
+    """Place the queried layout in the search: its exact rank among the fitting layouts (each at its best
+    utilization step) and its stages beside the best plan's, or the rule or memory limit that rejects it."""
+    from twin.planner import evaluate
 
     layout, util_open = resolve_query(planner, query)
     errs = check_layout(layout, planner.cfg, planner.devices, planner.kind, planner.sc.has("directed_reshard"))
     if errs:
         rule = "; ".join(str(e) for e in errs)
         return Explanation(query=query, layout=layout, rejected_by=f"rule {rule}", summary=f"invalid: {rule}")
-    reason = None
+    steps, reason = [layout], None
     if util_open is not None:
-        layout, reason = choose_knobs(planner, layout, util_open)
-    if reason is None:
-        result, _, unfit = evaluate(planner, layout, finalize)
-        reason = f"memory: {unfit}" if unfit else None
+        steps, reason = choose_knobs(planner, layout, util_open)
+    fitting, first_unfit = [], None
+    for step in steps if reason is None else []:
+        result, _, unfit = evaluate(planner, step, finalize)
         need = planner.sc.workload.max_seq_len
-        if reason is None and result.kv_cache_tokens_per_device < need:
-            reason = (f"memory: the KV cache holds {result.kv_cache_tokens_per_device:,} tokens per device, less "
-                      f"than one full sequence ({need:,})")
-    if reason is not None:
-        return Explanation(query=query, layout=layout, rejected_by=reason, summary=f"rejected by {reason}")
-    key = risk_key(result, planner.risk)
-    n = 0
-    while outcome.pending and outcome.pending[0].bound_s < key and n < MAX_EXPLAIN_EVALUATIONS:
-        evaluate_next(planner, outcome, finalize)
-        n += 1
-    better = sum(1 for e in outcome.evaluated if e.key < key and e.layout != layout)
-    unknown = sum(1 for c in outcome.pending if c.bound_s < key)
+        if not unfit and result.kv_cache_tokens_per_device < need:
+            unfit = (f"the KV cache holds {result.kv_cache_tokens_per_device:,} tokens per device, less than one "
+                     f"full sequence ({need:,})")
+        if unfit:
+            first_unfit = first_unfit or f"memory: {unfit}"
+        else:
+            fitting.append((risk_key(result, planner.risk), step, result))
+    if not fitting:
+        reason = reason or first_unfit
+        return Explanation(query=query, layout=steps[0], rejected_by=reason, summary=f"rejected by {reason}")
+    key, layout, result = min(fitting, key=lambda f: f[0])
+    better, unknown, n, stop = place(planner, outcome, layout, key, finalize, progress, cap, deadline)
     best = outcome.evaluated[0].result if outcome.evaluated else result
     v = versus(result, best)
     rank = better + 1
     where = f"rank {rank}" if not unknown else f"rank {rank} to {rank + unknown}"
-    text = f"{where} of {outcome.summary.pairs_fitting:,} fitting pairs"
+    text = f"{where} of {outcome.summary.pairs_fitting:,} fitting layouts"
     if rank > 1:
         text += f": {why(v, best, planner.risk)}"
+    if unknown:
+        text += f" ({unknown} layouts bounded below this one's step were not evaluated in full: {stop})"
     return Explanation(query=query, layout=layout, rank=rank, rank_upper=rank + unknown if unknown else None,
-                       evaluated=n, versus=v, summary=text)
+                       evaluated=n + len(steps), versus=v, summary=text)
 
 
 def print_explanation(console: Console, ex: Explanation, best_layout: Layout | None) -> None:

@@ -63,53 +63,107 @@ def print_front(console: Console, everything: list[ParetoPoint], pts: list[Paret
                       f"{p.headroom_fraction:.1%}", f"{p.reshard_bytes_total / 1e9:,.0f}",
                       f"{p.card_hours_per_step:.2f}", end_section=p is pts[-1] and bool(dominated))
     console.print(table)
-    note = (" (below the line: dominated; the plan is the fastest at the chosen risk, with the largest utilization "
-            "that keeps the headroom unless a smaller one already holds max_num_seqs longest sequences)"
-            ) if dominated else ""
+    note = (" (below the line: the plan, dominated: it is ranked by the step time at the chosen risk alone, which "
+            "another layout can tie with more headroom or less reshard volume)") if dominated else ""
     console.print(f"# = the number on the plot; * = the chosen plan{note}")
 
 
+ZOOM = 0.05  # the right panel: the layouts within 5 % of the fastest step, where the choice is usually made
+# label spots around a point, in points, nearest first; a label not at the first gets a leader line
+_SPOTS = ((6, 4), (6, -11), (-16, 4), (-16, -11), (-5, 12), (-5, -20))
+_OFFSETS = tuple((dx * r, dy * r) for r in (1, 2.5, 4) for dx, dy in _SPOTS)
+
+
 def plot_front(everything: list[ParetoPoint], pts: list[ParetoPoint], path: Path, title: str) -> None:
-    """Step time against headroom, colour = reshard volume; the front numbered as its table, the chosen plan
-    starred, dominated layouts grey. One marker shape per card count."""
+    """Step time against headroom, colour = reshard volume, one marker shape per card count; the front numbered
+    as its table, the chosen plan starred, dominated layouts grey. Left: every layout evaluated in full (step time
+    on a log scale); right: those within ZOOM of the fastest step, where the front is dense."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     markers = dict(zip(sorted({p.cards for p in everything}), "os^Dv<>", strict=False))
-    fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
-    on_front = {id(p) for p in pts}
-    rest = [p for p in everything if id(p) not in on_front]
-    for cards, m in markers.items():
-        grey = [p for p in rest if p.cards == cards]
-        ax.scatter([p.step_s for p in grey], [p.headroom_fraction * 100 for p in grey], c="lightgrey", marker=m,
-                   s=25, label=f"dominated ({cards} cards)" if grey else None)
+    costly = len(markers) > 1
+    fig, axes = plt.subplots(1, 3 if costly else 2, figsize=(19 if costly else 14, 6.5), dpi=120)
+    full, zoom = axes[0], axes[1]
+    fastest = min(p.step_s for p in everything)
+    near = [p for p in everything if p.step_s <= fastest * (1 + ZOOM)]
     vmax = max(p.reshard_bytes_total for p in everything) / 1e9 or 1.0
-    sc = None
-    for cards, m in markers.items():
-        mine = [p for p in pts if p.cards == cards]
-        if mine:
-            sc = ax.scatter([p.step_s for p in mine], [p.headroom_fraction * 100 for p in mine],
-                            c=[p.reshard_bytes_total / 1e9 for p in mine], cmap="viridis", vmin=0, vmax=vmax,
-                            marker=m, s=60, edgecolors="black", label=f"Pareto front ({cards} cards)")
-    for i, p in enumerate(pts):
-        ax.annotate(str(i + 1), (p.step_s, p.headroom_fraction * 100), fontsize=8, xytext=(6, 4),
-                    textcoords="offset points")
-    chosen = [p for p in everything if p.chosen]
-    if chosen:
-        ax.scatter([chosen[0].step_s], [chosen[0].headroom_fraction * 100], marker="*", s=400, facecolors="none",
-                   edgecolors="red", linewidths=1.5, label="chosen plan")
-        ax.annotate(short(chosen[0].layout), (chosen[0].step_s, chosen[0].headroom_fraction * 100), fontsize=7,
-                    xytext=(10, 10), textcoords="offset points", color="red")
-    if sc is not None:
-        fig.colorbar(sc, ax=ax, label="reshard volume per step, GB")
-    ax.set_xlabel("predicted step time, s (lower is better)")
-    ax.set_ylabel("memory headroom in the worst phase, % of HBM (higher is safer)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center right")
-    fig.tight_layout()
+    number = {id(p): i + 1 for i, p in enumerate(pts)}
+    chosen = next((p for p in everything if p.chosen), None)
+    panels = [(full, everything, "step_s"), (zoom, near, "step_s")]
+    if costly:  # the fourth axis: what a step costs in card-hours, against the headroom
+        panels.append((axes[2], everything, "card_hours_per_step"))
+        axes[2].set_xscale("log")
+        axes[2].set_xlabel("card-hours per step, log scale (lower is cheaper)")
+        axes[2].set_title("cost: cards x step time", fontsize=9)
+    for ax, shown, x in panels:
+        sc = _scatter(ax, shown, number, markers, vmax, x)
+        if chosen is not None and chosen in shown:
+            ax.scatter([getattr(chosen, x)], [chosen.headroom_fraction * 100], marker="*", s=500, facecolors="none",
+                       edgecolors="red", linewidths=1.6, label="chosen plan", zorder=4)
+        ax.set_ylabel("memory headroom in the worst phase, % of HBM (higher is safer)")
+        ax.grid(alpha=0.3, which="both")
+    full.set_xscale("log")
+    plain = FuncFormatter(lambda v, _: f"{v:g}")  # 500, 1000, 2000 rather than 5 x 10^2
+    for ax in axes[::2]:
+        ax.xaxis.set_major_formatter(plain)
+        ax.xaxis.set_minor_formatter(plain)
+        ax.tick_params(axis="x", which="minor", labelsize=7)
+    full.set_xlabel("predicted step time, s, log scale (lower is better)")
+    full.set_title(f"all {len(everything)} layouts evaluated in full; {len(pts)} on the front (numbered)", fontsize=9)
+    full.axvspan(fastest, fastest * (1 + ZOOM), color="gold", alpha=0.15, label=f"right panel: within {ZOOM:.0%}")
+    zoom.set_xlabel("predicted step time, s (lower is better)")
+    zoom.set_title(f"within {ZOOM:.0%} of the fastest step ({fastest:.0f} s)", fontsize=9)
+    _label(full, [p for p in pts if p.step_s > fastest * (1 + ZOOM)], number)
+    _label(zoom, [p for p in pts if p in near], number)
+    if costly:
+        _label(axes[2], pts, number, "card_hours_per_step")
+    fig.colorbar(sc, cax=fig.add_axes((0.9, 0.16, 0.012, 0.70)), label="reshard volume per step, GB")
+    handles, labels = full.get_legend_handles_labels()
+    legend = fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
+    for handle, text in zip(legend.legend_handles, labels, strict=True):
+        if text.startswith("Pareto front"):  # the shape says the card count; the colour is the points' own
+            handle.set_array(None)
+            handle.set_facecolor("white")
+    plan = f"chosen plan (red star): {short(chosen.layout)}, {chosen.cards} cards, {chosen.step_s:.0f} s, " \
+           f"{chosen.headroom_fraction:.1%} headroom" if chosen else "no plan chosen"
+    fig.suptitle(f"{title}\n{plan}", fontsize=10)
+    fig.subplots_adjust(left=0.05, right=0.87, bottom=0.16, top=0.86, wspace=0.2)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+
+
+def _scatter(ax, shown: list[ParetoPoint], number: dict[int, int], markers: dict[int, str], vmax: float, x: str):
+    """Dominated layouts grey, the front coloured by reshard volume, one marker per card count; `x` the field on
+    the horizontal axis."""
+    sc = None
+    for cards, m in markers.items():
+        grey = [p for p in shown if p.cards == cards and id(p) not in number]
+        ax.scatter([getattr(p, x) for p in grey], [p.headroom_fraction * 100 for p in grey], c="lightgrey", marker=m,
+                   s=25, label=f"dominated ({cards} cards)" if grey else None, zorder=2)
+        mine = [p for p in shown if p.cards == cards and id(p) in number]
+        sc = ax.scatter([getattr(p, x) for p in mine], [p.headroom_fraction * 100 for p in mine],
+                        c=[p.reshard_bytes_total / 1e9 for p in mine], cmap="viridis", vmin=0, vmax=vmax, marker=m,
+                        s=60, edgecolors="black", label=f"Pareto front ({cards} cards)" if mine else None, zorder=3)
+    return sc
+
+
+def _label(ax, shown: list[ParetoPoint], number: dict[int, int], x: str = "step_s") -> None:
+    """Each point's number on the table, at the first nearby spot no earlier label takes (12 points apart), in the
+    table's order."""
+    ax.figure.canvas.draw()  # fixes the axis limits, so data map to display points
+    taken: list[tuple[float, float]] = []
+    scale = ax.figure.dpi / 72
+    for p in sorted(shown, key=lambda p: number[id(p)]):  # the plan and the fastest get the nearest spots
+        at = (getattr(p, x), p.headroom_fraction * 100)
+        px, py = ax.transData.transform(at) / scale
+        spot = next((o for o in _OFFSETS if all(abs(px + o[0] - tx) > 12 or abs(py + o[1] - ty) > 9
+                                                 for tx, ty in taken)), _OFFSETS[0])
+        taken.append((px + spot[0], py + spot[1]))
+        far = spot != _OFFSETS[0]
+        ax.annotate(str(number[id(p)]), at, xytext=spot, textcoords="offset points", fontsize=7, zorder=5,
+                    arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "grey"} if far else None)

@@ -113,10 +113,12 @@ class SearchSummary(BaseModel):
     rollout_layouts: int
     pairs_evaluated: int
     pairs_fitting: int
+    candidates: int = 0  # fitting pairs times their gpu_memory_utilization steps: what the screen ranks
     rejected: dict[str, int]  # reason -> count
     simulated: int = 0
     wall_s: float
     stopped: str | None = None  # why the search ended before it had screened and ranked everything (--time-limit)
+    front_stopped: str | None = None  # --pareto: why not every candidate on the screen's front was evaluated
 
 
 class Plan(BaseModel):

@@ -3,9 +3,10 @@
 The search splits each pair into its training side and its rollout side, which the memory and cost models
 compute separately (a phase's peak is the training side's worst stage plus what the rollout side adds to
 every device), so thousands of pairs are screened exactly except for the reshard, whose time is bounded
-below without its transfer list. The best pairs by that bound are then evaluated in full (exact reshard
-transfer lists; the simulation from the command line), best first, until no unevaluated pair can beat the
-k-th best.
+below without its transfer list. Each pair is screened at each of its gpu_memory_utilization steps (a
+candidate apiece), and a layout is ranked by its best step. The best candidates by that bound are then
+evaluated in full (exact reshard transfer lists; the simulation from the command line), best first, until no
+unevaluated candidate can beat the k-th best layout.
 
 Every candidate keeps a memory headroom (a fraction of HBM, by default the profile's memory uncertainty)
 in every phase, and the ranking uses a quantile of the step-time band (`risk`): p50 the prediction,
@@ -15,6 +16,7 @@ p90 the upper end of its uncertainty band where the result carries one.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 from collections import Counter
@@ -46,14 +48,14 @@ from twin.topology.routing import Cluster
 
 MAX_NUM_SEQS = (32, 64, 128, 256)
 LOG_PROB_MICRO_BATCHES = (8, 4, 2, 1)
+# gpu_memory_utilization steps: 0.05 of a 64 GB A3 die is 3.2 GB, below the default headroom (7.4 % = 4.7 GB, the
+# memory model's own uncertainty), so a finer step would trade memory the model cannot resolve
 UTILIZATION_STEP = 0.05
-UTILIZATION_MAX = 0.9
+UTILIZATION_MAX = 0.9  # vLLM's default gpu_memory_utilization (EngineArgs), the most the recipes run
 # The 95th percentile of |error| of a normal error is 1.96 sigma, and its mean |error| is sigma x sqrt(2/pi):
 # a mean absolute relative error times this factor is the headroom that covers 95 % of the cases.
 P95_OF_MEAN_ABS = 1.96 / (2 / math.pi) ** 0.5
-FRONT_EVALUATIONS = 16  # screen-level Pareto candidates evaluated in full for --pareto
-HEADROOM_VARIANTS = 3  # --pareto: the best plans re-evaluated with less gpu_memory_utilization ...
-HEADROOM_STEPS = 4  # ... by up to this many steps, to show what more headroom costs
+FRONT_EVALUATIONS = 16  # --pareto: screen-front candidates evaluated in full per card count, fastest first
 
 
 def default_headroom(profile: Profile) -> tuple[float, str]:
@@ -215,46 +217,60 @@ class Planner:
         return side.times[util]
 
     # ---- pairing -----------------------------------------------------------------------------------
-    def utilization(self, train_rollout_gb: float, rollout: RolloutMemory | None = None) -> float:
-        """The gpu_memory_utilization (in steps, at most the cap) of a pair: the largest that keeps the headroom
-        in the rollout phase (vLLM takes utilization x HBM beside what training leaves on the device), lowered
-        while the KV cache still holds every sequence a replica can run at once (max_num_seqs x the longest
-        sequence): a larger cache is never used, it only takes headroom and offload time."""
+    def utilization(self, train_rollout_gb: float) -> float:
+        """The largest gpu_memory_utilization (in steps, at most the cap) that keeps the headroom in the rollout
+        phase: vLLM takes utilization x HBM beside what training leaves on the device."""
         room = (self.limit_gb - train_rollout_gb) / self.hbm_gb
-        steps = int(min(UTILIZATION_MAX, room) / UTILIZATION_STEP + 1e-9)
-        if rollout is not None:
-            need = rollout.lay.max_num_seqs * self.sc.workload.max_seq_len
-            while steps > 1 and rollout.kv_tokens(round((steps - 1) * UTILIZATION_STEP, 2)) >= need:
-                steps -= 1
-        return round(steps * UTILIZATION_STEP, 2)
+        return round(int(min(UTILIZATION_MAX, room) / UTILIZATION_STEP + 1e-9) * UTILIZATION_STEP, 2)
 
-    def pair(self, t: TrainSide, r: RolloutSide, index: int) -> Candidate | None:
-        """Screen one pair: choose gpu_memory_utilization, check every phase, bound the step time."""
-        util = self.utilization(t.parts["rollout"], r.memory)
-        if util <= 0:
-            self.rejected["rollout: no memory left for vLLM"] += 1
-            return None
-        rm = r.memory
-        if rm.kv_tokens(util) < self.sc.workload.max_seq_len:
-            self.rejected["rollout: KV cache below one full sequence"] += 1
-            return None
-        lay = r.layout.model_copy(update={"gpu_memory_utilization": util})
-        if check_pair(Layout(train=t.layout, rollout=lay), self.cfg, self.sc.has("directed_reshard")):
+    def utilizations(self, train_rollout_gb: float, rollout: RolloutMemory) -> list[float]:
+        """The gpu_memory_utilization steps a pair is screened at, largest first: from `utilization` down to the
+        smallest whose KV cache still holds max_num_seqs sequences of the mean length (prompt + response means).
+        Lower, vLLM preempts the typical sequence, which is what a smaller max_num_seqs (searched too) does by
+        design. Every step is kept while it holds one full sequence; each is a candidate of its own, so more
+        headroom is traded against the step time by the ranking, not pinned at the top."""
+        wl = self.sc.workload
+        typical = rollout.lay.max_num_seqs * (wl.prompt_len.mean + wl.response_len.mean)
+        steps = []
+        for k in range(int(self.utilization(train_rollout_gb) / UTILIZATION_STEP + 1e-9), 0, -1):
+            util = round(k * UTILIZATION_STEP, 2)
+            tokens = rollout.kv_tokens(util)
+            if tokens < wl.max_seq_len or (steps and tokens < typical):
+                break
+            steps.append(util)
+        return steps
+
+    def pair(self, t: TrainSide, r: RolloutSide, index: Iterator[int]) -> list[Candidate]:
+        """Screen one pair at each of its utilization steps: check every phase, bound the step time. Memory grows
+        with the utilization, so the steps are checked smallest first and the first that exceeds ends them."""
+        if check_pair(Layout(train=t.layout, rollout=r.layout), self.cfg, self.sc.has("directed_reshard")):
             self.rejected["pair: train EP does not divide rollout EP (directed reshard)"] += 1
-            return None
-        rm_u = RolloutMemory(self.inv, lay, self.profile, self.hbm_gb)
-        add = rollout_parts(self.sc, rm_u, 0.0, sleep_frees_memory(self.sc))
-        for phase in ("update", "log_prob", "transition"):
-            if t.parts[phase] + add[phase].total > self.limit_gb:
-                self.rejected[f"pair: {phase} exceeds HBM less headroom"] += 1
-                return None
-        peak = max(t.parts[phase] + add[phase].total for phase in add)
+            return []
+        utils = self.utilizations(t.parts["rollout"], r.memory)
+        if not utils:
+            self.rejected["rollout: no memory left for vLLM" if self.utilization(t.parts["rollout"]) <= 0 else
+                          "rollout: KV cache below one full sequence"] += 1
+            return []
         pf = self.profile
         fixed = sum(driver_seconds(self.sc, pf).values())
-        bound = (t.seconds + self.rollout_seconds(r, util) + fixed
-                 + offload_time(t.memory, rm_u, self.sc, self.cluster, pf)
-                 + reshard_lower_bound(t.memory, rm_u, reshard_method(self.sc), self.cluster, pf))
-        return Candidate(bound, index, t, RolloutSide(lay, rm_u, r.cost, r.times), util, peak)
+        sleeps = sleep_frees_memory(self.sc)
+        out = []
+        for util in reversed(utils):
+            lay = r.layout.model_copy(update={"gpu_memory_utilization": util})
+            rm_u = RolloutMemory(self.inv, lay, pf, self.hbm_gb)
+            add = rollout_parts(self.sc, rm_u, 0.0, sleeps)
+            over = next((ph for ph in ("update", "log_prob", "transition")
+                         if t.parts[ph] + add[ph].total > self.limit_gb), None)
+            if over:
+                if not out:
+                    self.rejected[f"pair: {over} exceeds HBM less headroom"] += 1
+                break
+            peak = max(t.parts[phase] + add[phase].total for phase in add)
+            bound = (t.seconds + self.rollout_seconds(r, util) + fixed
+                     + offload_time(t.memory, rm_u, self.sc, self.cluster, pf)
+                     + reshard_lower_bound(t.memory, rm_u, reshard_method(self.sc), self.cluster, pf))
+            out.append(Candidate(bound, next(index), t, RolloutSide(lay, rm_u, r.cost, r.times), util, peak))
+        return out
 
 
 def _pareto(sides: list[TrainSide]) -> list[TrainSide]:
@@ -279,10 +295,24 @@ class Evaluated:
     key: float
     result: SimulationResult
     evaluation: Evaluation
+    candidate: Candidate | None = None  # the screened candidate it was (None for a layout given by the user)
 
     @property
     def layout(self) -> Layout:
         return self.evaluation.layout
+
+
+def same_pair(a: Candidate, b: Candidate) -> bool:
+    """Whether two screened candidates are utilization steps of one pair (they share its training side and its
+    rollout cost model)."""
+    return a.train is b.train and a.rollout.cost is b.rollout.cost
+
+
+def layout_group(layout: Layout) -> str:
+    """A layout without its gpu_memory_utilization: the utilization steps of one layout are one group, ranked by
+    their best step."""
+    return layout.model_copy(update={"rollout": layout.rollout.model_copy(
+        update={"gpu_memory_utilization": 0.0})}).model_dump_json()
 
 
 @dataclass
@@ -292,8 +322,12 @@ class PlanOutcome:
     best_unfit: str | None
     summary: SearchSummary
     evaluated: list[Evaluated] = field(default_factory=list)  # every fitting full evaluation, best first
-    pending: list[Candidate] = field(default_factory=list)  # screened pairs never evaluated in full (a heap)
-    headroom_variants: list[Evaluated] = field(default_factory=list)  # --pareto: the best with less utilization
+    pending: list[Candidate] = field(default_factory=list)  # screened candidates never evaluated in full (a heap)
+    best: dict[str, Evaluated] = field(default_factory=dict)  # layout group -> its best utilization step
+
+    def distinct(self) -> list[Evaluated]:
+        """The best utilization step of each layout evaluated in full, best first: what the plan ranks."""
+        return sorted(self.best.values(), key=lambda e: e.key)
 
 
 def evaluate(planner: Planner, layout: Layout, finalize: Callable[[Evaluation], SimulationResult]
@@ -321,8 +355,13 @@ def evaluate(planner: Planner, layout: Layout, finalize: Callable[[Evaluation], 
 
 def evaluate_next(planner: Planner, outcome: PlanOutcome, finalize: Callable[[Evaluation], SimulationResult]
                   ) -> Evaluated | None:
-    """Pop the pending pair with the lowest bound and evaluate it in full (None when it does not fit)."""
-    cand = heapq.heappop(outcome.pending)
+    """Pop the pending candidate with the lowest bound and evaluate it in full (None when it does not fit)."""
+    return evaluate_candidate(planner, outcome, heapq.heappop(outcome.pending), finalize)
+
+
+def evaluate_candidate(planner: Planner, outcome: PlanOutcome, cand: Candidate,
+                       finalize: Callable[[Evaluation], SimulationResult]) -> Evaluated | None:
+    """Evaluate one screened candidate in full and record it (None when it does not fit)."""
     layout = Layout(train=cand.train.layout, rollout=cand.rollout.layout)
     result, ev, unfit = evaluate(planner, layout, finalize)
     outcome.summary.simulated += 1
@@ -330,35 +369,20 @@ def evaluate_next(planner: Planner, outcome: PlanOutcome, finalize: Callable[[Ev
         planner.rejected["pair: exceeds HBM less headroom with the exact reshard buffers"] += 1
         outcome.best_unfit = outcome.best_unfit or unfit
         return None
-    done = Evaluated(risk_key(result, planner.risk), result, ev)
+    done = Evaluated(risk_key(result, planner.risk), result, ev, cand)
     outcome.evaluated.append(done)
     outcome.evaluated.sort(key=lambda e: e.key)
+    group = layout_group(layout)
+    if group not in outcome.best or done.key < outcome.best[group].key:
+        outcome.best[group] = done
     return done
 
 
-def evaluate_headroom_variants(planner: Planner, outcome: PlanOutcome,
-                               finalize: Callable[[Evaluation], SimulationResult]) -> None:
-    """The best plans with gpu_memory_utilization lowered step by step: more headroom, a smaller KV cache."""
-    need = planner.sc.workload.max_seq_len
-    for best in outcome.evaluated[:HEADROOM_VARIANTS]:
-        ro = best.layout.rollout
-        for k in range(1, HEADROOM_STEPS + 1):
-            util = round(ro.gpu_memory_utilization - k * UTILIZATION_STEP, 2)
-            if util <= 0:
-                break
-            layout = best.layout.model_copy(update={"rollout": ro.model_copy(update={"gpu_memory_utilization": util})})
-            result, ev, unfit = evaluate(planner, layout, finalize)
-            outcome.summary.simulated += 1
-            if unfit or result.kv_cache_tokens_per_device < need:
-                break
-            outcome.headroom_variants.append(Evaluated(risk_key(result, planner.risk), result, ev))
-
-
 def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[], None]] | None = None,
-           finalize: Callable[[Evaluation], SimulationResult] | None = None, front: bool = False,
+           finalize: Callable[[Evaluation], SimulationResult] | None = None,
            deadline: float | None = None) -> PlanOutcome:
-    """Screen every pair, then evaluate the best in full until none left can beat the k-th best (and, with
-    `front`, the screen's step-time/memory Pareto front too).
+    """Screen every pair at each of its utilization steps, then evaluate the best in full until none left can
+    beat the k-th best layout (a layout ranked by its best utilization step).
 
     Past `deadline` (a time.perf_counter() value) screening stops once some pair fits and evaluation in full
     stops once one candidate is ranked; past MAX_FULL_EVALUATIONS it stops too. The summary says why."""
@@ -369,66 +393,113 @@ def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[
     trains, n_train = planner.train_sides(structures, tick)
     rollouts, n_rollout = planner.rollout_sides()
     heap: list[Candidate] = []
-    evaluated = 0
+    screened, fitting, index = 0, 0, itertools.count()
     tick = progress("layout pairs", len(trains) * len(rollouts)) if progress else None
     for t in trains:
         if deadline is not None and heap and time.perf_counter() > deadline:  # something fits: stop screening
-            stopped = f"time limit reached after screening {evaluated:,} of {len(trains) * len(rollouts):,} pairs"
+            stopped = f"time limit reached after screening {screened:,} of {len(trains) * len(rollouts):,} pairs"
             break
         for r in rollouts:
-            evaluated += 1
-            cand = planner.pair(t, r, evaluated)
-            if cand is not None:
-                heap.append(cand)
+            screened += 1
+            cands = planner.pair(t, r, index)
+            fitting += bool(cands)
+            heap.extend(cands)
             if tick:
                 tick()
     heapq.heapify(heap)
-    summary = SearchSummary(train_layouts=n_train, rollout_layouts=n_rollout, pairs_evaluated=evaluated,
-                            pairs_fitting=len(heap), rejected={}, wall_s=0.0)
+    summary = SearchSummary(train_layouts=n_train, rollout_layouts=n_rollout, pairs_evaluated=screened,
+                            pairs_fitting=fitting, candidates=len(heap), rejected={}, wall_s=0.0)
     outcome = PlanOutcome(None, [], None, summary, pending=heap)
     finalize = finalize or (lambda ev: ev.analytical(alternatives=False))
-    ex = outcome.evaluated
-    # the bound is below the step time, which is below its p90: nothing left can beat the k-th key
+    ex: list[Evaluated] = []
+    tick = progress(f"evaluating in full (at most {MAX_FULL_EVALUATIONS})", MAX_FULL_EVALUATIONS) if progress else None
+    # the bound is below the step time, which is below its p90: nothing left can beat the k-th key (a step of a
+    # layout already ranked can only lower that layout's key, never below the bound)
     while heap and (len(ex) < top or heap[0].bound_s < ex[top - 1].key):
         if deadline is not None and ex and time.perf_counter() > deadline:
-            stopped = stopped or f"time limit reached with {len(heap):,} screened pairs not evaluated in full"
+            stopped = stopped or f"time limit reached with {len(heap):,} screened candidates not evaluated in full"
             break
         if summary.simulated >= MAX_FULL_EVALUATIONS and ex:
-            stopped = stopped or (f"{summary.simulated} pairs evaluated in full (the most the planner evaluates); "
-                                  f"{len(heap):,} screened pairs were not, the best of them bounded below at "
+            stopped = stopped or (f"{summary.simulated} candidates evaluated in full (the most the planner evaluates); "
+                                  f"{len(heap):,} screened candidates were not, the best of them bounded below at "
                                   f"{heap[0].bound_s:.1f} s against {ex[min(top, len(ex)) - 1].key:.1f} s for "
                                   f"the {top}th best")
             break
-        evaluate_next(planner, outcome, finalize)
+        if evaluate_next(planner, outcome, finalize):
+            ex = outcome.distinct()
+        if tick:
+            tick()
     summary.stopped = stopped
     if not ex:
         outcome.best_unfit = outcome.best_unfit or _closest(planner)
     else:
         outcome.plan = _plan(planner, ex[:top], summary)
         outcome.ranked = [e.result for e in ex[:top]]
-        if front:
-            evaluate_front(planner, outcome, finalize)
-            evaluate_headroom_variants(planner, outcome, finalize)
     summary.rejected = dict(planner.rejected)
     summary.wall_s = time.perf_counter() - start
     return outcome
 
 
-def evaluate_front(planner: Planner, outcome: PlanOutcome, finalize: Callable[[Evaluation], SimulationResult]
-                   ) -> None:
-    """Evaluate in full the pending pairs on the screen's Pareto front of step-time bound and peak memory
-    (at most FRONT_EVALUATIONS, fastest first): layouts that trade speed for memory or reshard volume."""
-    front = [c for c in outcome.pending
-             if not any(o.bound_s <= c.bound_s and o.peak_gb <= c.peak_gb and (o.bound_s, o.peak_gb)
-                        != (c.bound_s, c.peak_gb) for o in outcome.pending)]
-    chosen = {id(c) for c in sorted(front)[:FRONT_EVALUATIONS]}
-    rest = [c for c in outcome.pending if id(c) not in chosen]
-    outcome.pending[:] = [c for c in outcome.pending if id(c) in chosen]
-    heapq.heapify(outcome.pending)
-    while outcome.pending:
-        evaluate_next(planner, outcome, finalize)
-    outcome.pending[:] = rest
-    heapq.heapify(outcome.pending)
+def screen_front(searches: list[tuple[Planner, PlanOutcome]]) -> list[list[Candidate]]:
+    """For each search, its pending candidates on the joint screen-level Pareto front of all searches: step-time
+    bound, peak memory as a fraction of HBM and, when the card count varies, the bound's card-hours. Within one
+    card count the card-hours follow the bound, so each search's two-axis front is swept in one pass (sorted by
+    bound, kept while its peak is the lowest yet); only those fronts are compared across card counts."""
+    fronts = []
+    for planner, outcome in searches:
+        mine, lowest = [], math.inf
+        for c in sorted(outcome.pending):
+            peak = c.peak_gb / planner.hbm_gb
+            if peak < lowest:
+                mine.append((c.bound_s, peak, c.bound_s * planner.sc.cluster.cards, c))
+                lowest = peak
+        fronts.append(mine)
+    if len(fronts) < 2:
+        return [[c for *_, c in f] for f in fronts]
+    every = [p[:3] for f in fronts for p in f]
+
+    def dominated(a: tuple[float, ...]) -> bool:
+        return any(all(x <= y for x, y in zip(b, a, strict=True)) and b != a for b in every)
+
+    return [[c for *axes, c in f if not dominated(tuple(axes))] for f in fronts]
+
+
+def evaluate_front(searches: list[tuple[Planner, PlanOutcome]], finalize: Callable[[Evaluation], SimulationResult],
+                   progress: Callable[[str, int], Callable[[], None]] | None = None, cap: int = FRONT_EVALUATIONS,
+                   deadline: float | None = None) -> None:
+    """--pareto: evaluate in full the plan's own other utilization steps of each search, then the pending candidates
+    on the joint screen front (`screen_front`), fastest first, at most `cap` per card count; where that or `deadline`
+    cuts a front, its search summary says so."""
+    fronts = [sorted(f) for f in screen_front(searches)]
+    # the plan's own utilization steps first (what more headroom costs the chosen layout), beside the cap
+    plans = [o.distinct()[0].candidate for _, o in searches]
+    own = [[c for c in o.pending if plan is not None and same_pair(c, plan)]
+           for (_, o), plan in zip(searches, plans, strict=True)]
+    tick = progress("Pareto front", sum(min(cap, len(f)) + len(s) for f, s in zip(fronts, own, strict=True))
+                    ) if progress else None
+    for (planner, outcome), steps in zip(searches, own, strict=True):
+        for cand in steps:
+            outcome.pending.remove(cand)
+            evaluate_candidate(planner, outcome, cand, finalize)
+            if tick:
+                tick()
+    fronts = [[c for c in f if not any(c is s for s in steps)] for f, steps in zip(fronts, own, strict=True)]
+    for (planner, outcome), cands in zip(searches, fronts, strict=True):
+        for i, cand in enumerate(cands[:cap]):
+            if deadline is not None and time.perf_counter() > deadline:
+                outcome.summary.front_stopped = (f"time limit reached after {i} of the {len(cands)} screened "
+                                                 "candidates on the Pareto front were evaluated in full")
+                break
+            outcome.pending.remove(cand)
+            evaluate_candidate(planner, outcome, cand, finalize)
+            if tick:
+                tick()
+        else:
+            if len(cands) > cap:
+                outcome.summary.front_stopped = (
+                    f"{cap} of the {len(cands)} screened candidates on the Pareto front evaluated in full (the most "
+                    f"per card count), fastest first; the rest are bounded below at {cands[cap].bound_s:.0f} s or more")
+        heapq.heapify(outcome.pending)
 
 
 def _plan(planner: Planner, ranked: list[Evaluated], summary: SearchSummary) -> Plan:

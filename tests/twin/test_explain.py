@@ -8,7 +8,8 @@ import pytest
 from twin.errors import TwinError
 from twin.evaluate import Evaluation
 from twin.explain import explain_layout, parse_rollout, parse_train, resolve_query, short
-from twin.planner import Planner, default_scenario, search
+from twin.layout.models import Layout
+from twin.planner import Planner, default_scenario, layout_group, search
 from twin.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +44,9 @@ def test_a_runner_up_gets_its_rank_and_the_stage_that_decides(planned):
     stage = max(delta, key=delta.get)
     assert ex.versus.deciding_stage == stage and ex.versus.deciding_delta_s == pytest.approx(delta[stage])
     assert ex.versus.stages_s == second.result.stages_s and ex.versus.best_stages_s == best.result.stages_s
-    assert ex.summary.startswith("rank 2 of") and f"most of it in {stage}" in ex.summary
+    assert ex.summary.startswith("rank 2 of") and f"decided by {stage} (+{delta[stage]:.1f} s)" in ex.summary
+    gain = min(delta, key=delta.get)
+    assert (f"partly won back in {gain} ({delta[gain]:+.1f} s)" in ex.summary) is (delta[gain] < -0.1 * delta[stage])
     lo_2, _ = second.result.uncertainty.step_s  # the embedded a3 profile carries its cross-validated band
     _, hi_1 = best.result.uncertainty.step_s
     assert ex.versus.band_overlap is (lo_2 <= hi_1)
@@ -61,6 +64,8 @@ def test_open_utilization_is_chosen_as_the_search_does(planned):
     lay = outcome.plan.layout
     ex = explain_layout(planner, outcome, f"{lay.train.short()} | {lay.rollout.short()}", analytical)
     assert ex.layout == lay and ex.rank == 1
+    steps = [e for e in outcome.evaluated if layout_group(e.layout) == layout_group(lay)]
+    assert ex.versus.step_s == min(e.result.step_s for e in steps)  # the best of its utilization steps
 
 
 def test_an_invalid_layout_names_the_rule(planned):
@@ -81,20 +86,46 @@ def test_a_layout_over_the_memory_limit_names_the_phase_and_the_limit(planned):
                                    "more than HBM itself")
 
 
-def test_a_scenario_file_is_explained_with_its_own_layout():
+def test_a_scenario_file_is_explained_with_its_exact_rank():
     path = ROOT / "scenarios" / "c5-qwen25-7b-a3-16dies.yaml"
     sc = load_scenario(path)
     planner = Planner(sc.model_copy(update={"layout": None}))
     outcome = search(planner, 2)
-    ex = explain_layout(planner, outcome, str(path), analytical)
+    ex = explain_layout(planner, outcome, str(path), analytical, cap=1000)
     own = Evaluation(sc).analytical(alternatives=False)
     best = outcome.evaluated[0].result
     assert ex.layout == sc.layout and ex.versus.step_s == own.step_s
-    faster = sum(1 for e in outcome.evaluated if e.result.step_s < own.step_s)
-    unknown = sum(1 for c in outcome.pending if c.bound_s < own.step_s)
-    assert ex.rank == faster + 1 > 1 and ex.rank_upper == (ex.rank + unknown if unknown else None)
+    group = layout_group(sc.layout)
+    above = {g for g, e in outcome.best.items() if g != group and e.key < own.step_s}
+    assert ex.rank == len(above) + 1 > 1 and ex.rank_upper is None
+    for c in outcome.pending:  # exact: no other layout left unevaluated could still rank above it
+        g = layout_group(Layout(train=c.train.layout, rollout=c.rollout.layout))
+        assert c.bound_s >= own.step_s or g in above or g == group
     delta = {k: own.stages_s[k] - best.stages_s[k] for k in own.stages_s}
     assert ex.versus.deciding_stage == max(delta, key=delta.get)
+
+
+def test_past_the_cap_the_rank_is_a_range_saying_why():
+    path = ROOT / "scenarios" / "c5-qwen25-7b-a3-16dies.yaml"
+    planner = Planner(load_scenario(path).model_copy(update={"layout": None}))
+    outcome = search(planner, 2)
+    before = outcome.summary.simulated
+    ex = explain_layout(planner, outcome, str(path), analytical, cap=3)
+    assert outcome.summary.simulated - before == 3 and ex.evaluated == 3 + 1  # three others and the layout itself
+    assert ex.rank_upper > ex.rank
+    assert ex.summary.startswith(f"rank {ex.rank} to {ex.rank_upper} of")
+    assert f"({ex.rank_upper - ex.rank} layouts bounded below this one's step were not evaluated in full: the cap " \
+           "of 3 evaluations to place a layout)" in ex.summary
+
+
+def test_past_the_time_limit_the_rank_is_a_range_saying_so():
+    path = ROOT / "scenarios" / "c5-qwen25-7b-a3-16dies.yaml"
+    planner = Planner(load_scenario(path).model_copy(update={"layout": None}))
+    outcome = search(planner, 2)
+    before = outcome.summary.simulated
+    ex = explain_layout(planner, outcome, str(path), analytical, deadline=0.0)  # the limit is long past
+    assert outcome.summary.simulated - before == 0 and ex.evaluated == 1  # the layout itself only
+    assert ex.rank_upper > ex.rank and ex.summary.endswith("were not evaluated in full: the time limit)")
 
 
 @pytest.mark.parametrize("text, fragment", [

@@ -1,10 +1,17 @@
 """`twin plan --pareto`: the non-dominated set on step time, headroom, reshard volume (and cost when the card
 count varies), hand-made and from a real search, and its plot."""
 
+from types import SimpleNamespace
+
 from twin.layout.models import Layout, RolloutLayout, TrainLayout
 from twin.pareto import front, non_dominated, plot_front, point
 from twin.plan import ParetoPoint
-from twin.planner import HEADROOM_STEPS, HEADROOM_VARIANTS, Planner, default_scenario, search
+from twin.planner import Candidate, Planner, default_scenario, evaluate_front, layout_group, screen_front, search
+
+
+def analytical(ev):
+    return ev.analytical(alternatives=False)
+
 
 LAYOUT = Layout(train=TrainLayout(), rollout=RolloutLayout())
 
@@ -34,20 +41,58 @@ def dominates(a: ParetoPoint, b: ParetoPoint) -> bool:
 
 
 def test_front_of_a_search_is_non_dominated_and_trades_headroom():
-    out = search(Planner(default_scenario("qwen2.5-7b", "a3", 8)), 3, front=True)
-    everything = [point(e.layout, e.result, e.layout == out.plan.layout)
-                  for e in (*out.evaluated, *out.headroom_variants)]
+    sc = default_scenario("qwen2.5-7b", "a3", 8)
+    short = sc.workload.response_len.model_copy(update={"mean": 512.0, "max": 1024})
+    planner = Planner(sc.model_copy(update={"workload": sc.workload.model_copy(update={"response_len": short})}))
+    out = search(planner, 3)  # short responses: a typical batch fits at several utilization steps
+    evaluate_front([(planner, out)], analytical)
+    everything = [point(e.layout, e.result, e.layout == out.plan.layout) for e in out.evaluated]
     pts = front(everything)
     assert all(not any(dominates(o, p) for o in everything) for p in pts)
     assert all(any(dominates(p, o) for p in pts) for o in everything if o not in pts)
     assert sum(p.chosen for p in everything) == 1
-    assert 0 < len(out.headroom_variants) <= HEADROOM_VARIANTS * HEADROOM_STEPS
-    best = out.evaluated[:HEADROOM_VARIANTS]
-    for v in out.headroom_variants:  # the same layout as one of the best, with less utilization and memory
-        parent = next(e for e in best if e.layout == v.layout.model_copy(update={"rollout": v.layout.rollout.model_copy(
-            update={"gpu_memory_utilization": e.layout.rollout.gpu_memory_utilization})}))
-        assert v.layout.rollout.gpu_memory_utilization < parent.layout.rollout.gpu_memory_utilization
-        assert v.result.memory_peak_gb_max < parent.result.memory_peak_gb_max
+    chosen = next(p for p in everything if p.chosen)
+    steps = [p for p in everything if layout_group(p.layout) == layout_group(chosen.layout)]
+    plan = out.distinct()[0].candidate
+    assert len(steps) == len(planner.utilizations(plan.train.parts["rollout"], plan.rollout.memory)) > 1
+    # every utilization step of the plan's pair was evaluated: its headroom is a choice
+    assert chosen in pts and chosen.step_s == min(p.step_s for p in steps)
+
+
+_index = iter(range(10**6))
+
+
+def cand(bound: float, peak_gb: float) -> Candidate:
+    return Candidate(bound, next(_index), None, None, 0.9, peak_gb)
+
+
+def searched(cards: int, pending: list[Candidate]) -> tuple[SimpleNamespace, SimpleNamespace]:
+    """What screen_front reads of a search: the planner's HBM and card count, the outcome's pending candidates."""
+    return (SimpleNamespace(hbm_gb=64, sc=SimpleNamespace(cluster=SimpleNamespace(cards=cards))),
+            SimpleNamespace(pending=list(pending)))
+
+
+def test_screen_front_sweeps_each_card_count_and_compares_across():
+    small = [cand(100, 50), cand(110, 40), cand(105, 45), cand(120, 45), cand(130, 30), cand(100, 55)]
+    [only] = screen_front([searched(8, small)])
+    assert only == non_dominated(sorted(small), lambda c: (c.bound_s, c.peak_gb))
+    assert [c.bound_s for c in only] == [100, 105, 110, 130]
+    # 16 cards at 55 s and 20 GB: 880 card-seconds, so it dominates 110 s (880) and 130 s (1040) at 8 cards,
+    # not 100 s (800) nor 105 s (840), which cost less
+    killer = cand(55, 20)
+    f8, f16 = screen_front([searched(8, small), searched(16, [killer])])
+    assert [c.bound_s for c in f8] == [100, 105] and f16 == [killer]
+
+
+def test_front_evaluations_are_capped_per_card_count_and_say_so():
+    planner = Planner(default_scenario("qwen2.5-7b", "a3", 8))
+    out = search(planner, 2)
+    before, front_size = out.summary.simulated, len(screen_front([(planner, out)])[0])
+    assert front_size > 2
+    evaluate_front([(planner, out)], analytical, cap=2)
+    assert out.summary.simulated - before == 2
+    assert out.summary.front_stopped.startswith(f"2 of the {front_size} screened candidates on the Pareto front "
+                                                "evaluated in full (the most per card count), fastest first")
 
 
 def test_plot_writes_a_png(tmp_path):

@@ -56,3 +56,21 @@ def test_bad_options_get_one_line(tmp_path, args, fragment):
     out = twin(*base, *(args if "--cards" in args else ("--cards", "8", *args)), cwd=tmp_path)
     assert out.returncode != 0 and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and fragment in out.stderr
+
+
+def test_pareto_over_card_counts_plots_and_records_the_joint_front(tmp_path):
+    from tests.twin.test_cli import _inproc
+
+    out = tmp_path / "p.json"
+    code, stdout, err = _inproc("plan", "--model", "tiny", "--cluster", "cpu", "--cards", "1,2", "--pareto", "-o",
+                                str(out))
+    assert code == 0, err
+    plan = json.loads(out.read_text())
+    pts = plan["pareto"]
+    assert {p["cards"] for p in pts} <= {1, 2} and sum(p["chosen"] for p in pts) <= 1
+    for p in pts:  # card-hours are the cards times the step, in hours
+        assert p["card_hours_per_step"] == p["cards"] * p["step_s"] / 3600
+    text = " ".join(stdout.split())  # the table's title wraps at the console's width
+    assert "not dominated on step time, headroom, reshard volume, card-hours" in text
+    png = tmp_path / "p.pareto.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {png}" in text

@@ -37,16 +37,22 @@ def test_utilization_keeps_the_headroom_in_the_rollout_phase():
     assert p.utilization(60.0) <= 0
 
 
-def test_utilization_stops_where_the_kv_cache_holds_every_running_sequence():
+def test_utilization_steps_run_from_the_top_to_the_typical_batch():
     p = Planner(SC, headroom=0.0)
+    wl = SC.workload
     lay = RolloutLayout(tp=1, dp=16, max_num_seqs=4, gpu_memory_utilization=0.9)
     rm = RolloutMemory(p.inv, lay, p.profile, p.hbm_gb)
-    need = 4 * SC.workload.max_seq_len  # 4 sequences of the longest length at once per replica
-    util = p.utilization(4.0, rm)
-    assert rm.kv_tokens(util) >= need and rm.kv_tokens(round(util - 0.05, 2)) < need
-    assert util < p.utilization(4.0) == 0.9  # the room would allow 0.9; a larger cache is never used
-    wide = lay.model_copy(update={"max_num_seqs": 100_000})  # a cache that is never enough: the room decides
-    assert p.utilization(4.0, RolloutMemory(p.inv, wide, p.profile, p.hbm_gb)) == 0.9
+    steps = p.utilizations(4.0, rm)
+    typical = 4 * (wl.prompt_len.mean + wl.response_len.mean)  # 4 sequences of the mean length at once
+    assert steps[0] == p.utilization(4.0) == 0.9
+    assert steps == [round(0.9 - 0.05 * i, 2) for i in range(len(steps))]  # every 0.05 step, largest first
+    assert all(rm.kv_tokens(u) >= typical for u in steps) and len(steps) > 1
+    assert rm.kv_tokens(round(steps[-1] - 0.05, 2)) < typical
+    seqs = int(rm.kv_tokens(0.9) / (typical / 4)) + 1  # more mean-length sequences than the top step holds ...
+    wide = RolloutMemory(p.inv, lay.model_copy(update={"max_num_seqs": seqs}), p.profile, p.hbm_gb)
+    assert wide.kv_tokens(0.9) < seqs * typical / 4 and wide.kv_tokens(0.9) >= wl.max_seq_len
+    assert p.utilizations(4.0, wide) == [0.9]  # ... so the top step alone, while it holds one full sequence
+    assert p.utilizations(60.0, rm) == []  # nothing left for vLLM
 
 
 def test_headroom_removes_candidates_and_lowers_the_utilization():
