@@ -57,10 +57,11 @@ def offload_moments(tm: TrainMemory, rm: RolloutMemory, scenario: Scenario, clus
     """Seconds of host<->device copies and cache releases at each moment of the step where they happen."""
     off = tm.lay.offload
     stage = max(range(tm.n_stages), key=tm.weight_bytes)
-    weights, grads, opt = tm.weight_bytes(stage), tm.grads_bytes(stage), tm.optimizer_bytes(stage)
+    # the actor's parameters as it holds them (fp32 under verl's FSDP), the reference model's in bf16
+    weights, grads, opt = tm.param_bytes(stage), tm.grads_bytes(stage), tm.optimizer_bytes(stage)
     rollout_w = rm.weight_bytes if scenario.has("no_sleep_mode") else 0.0
     released = rm.kv_cache_bytes(rm.lay.gpu_memory_utilization) + rm.weight_bytes
-    ref = weights if off.param and scenario.workload.use_kl_loss else 0.0
+    ref = tm.weight_bytes(stage) if off.param and scenario.workload.use_kl_loss else 0.0
 
     def copy(nbytes: float) -> float:
         return host_copy_time(cluster, profile, nbytes)
