@@ -66,15 +66,22 @@ def offload_moments(tm: TrainMemory, rm: RolloutMemory, scenario: Scenario, clus
     def copy(nbytes: float) -> float:
         return host_copy_time(cluster, profile, nbytes)
 
+    def release(nbytes: float) -> float:
+        """torch's empty_cache returning cached blocks to the device (ascend-hardware.md: 26 GB in about 4 s)."""
+        return nbytes / GB * profile["empty_cache_s_per_gb"]
+
     after_update = (grads if off.grad else 0) + (opt if off.optimizer == "offload" else 0)
     before_update = (weights if off.param else 0) + after_update
+    # the ref pass and update_actor end with empty_cache (cann-recipes-train megatron_workers: compute_ref_log_prob
+    # and update_actor offload, then empty_cache()): it returns what they offloaded and their cached activations
+    ref_pass = scenario.workload.use_kl_loss
     return {
         # the rollout's sleep and the weight sync are worker-group calls of their own
-        "after_rollout": copy(rollout_w) + released / GB * profile["empty_cache_s_per_gb"] + profile["worker_call_s"],
+        "after_rollout": copy(rollout_w) + release(released) + profile["worker_call_s"],
         "ref_onload": copy(ref),
-        "ref_offload": copy(ref),
+        "ref_offload": copy(ref) + (release(ref + tm.log_prob_activation_bytes(stage)) if ref_pass else 0.0),
         "before_update": copy(before_update),
-        "after_update": copy(after_update),
+        "after_update": copy(after_update) + release(after_update + tm.update_activation_bytes(stage)),
         "before_reshard": copy(rollout_w) + profile["worker_call_s"],
         "after_reshard": copy(weights if off.param else 0),
     }
