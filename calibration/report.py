@@ -5,7 +5,9 @@ discrete-event step simulation) and each measured quantity becomes a row: predic
 relative error. The cases named in the profile's provenance (those it was fitted on) form the "fitted"
 group, every other case the "held out" group; the held-out error is the twin's accuracy. A quantity
 measured as 0 (a skipped stage) has no relative error: its row shows the difference in seconds, and it
-is left out of the MAPE.
+is left out of the MAPE. A case's published memory peak (`memory_peak_gb`: verl's
+actor/perf/max_memory_allocated_gb, the torch allocator's peak in update_actor divided by 1024**3, so GiB)
+is compared with the twin's allocator peak of the same phase, in GB.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ GROUPS: tuple[Group, ...] = ("fitted", "held_out")
 GROUP_TITLES = {"fitted": "fitted", "held_out": "held out"}
 Kind = Literal["end_to_end", "stages"]
 KIND_TITLES = {"end_to_end": "step and tokens/s", "stages": "stages"}
+GIB = 2**30  # verl logs max_memory_allocated() / 1024**3 under the name ..._gb
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,20 @@ class Row:
 
 
 @dataclass(frozen=True)
+class MemoryRow:
+    """A case's published peak of torch-allocated memory in update_actor against the twin's (GB, 1e9 bytes)."""
+
+    case: str
+    group: Group
+    measured_gb: float  # the published GiB figure converted to GB
+    predicted_gb: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted_gb / self.measured_gb - 1
+
+
+@dataclass(frozen=True)
 class Mape:
     value: float | None  # mean |relative error|; None without a row to average
     rows: int  # rows averaged
@@ -63,6 +80,7 @@ class Report:
     rows: list[Row]
     skipped: dict[str, str] = field(default_factory=dict)  # case -> why it has no rows
     cross_validated: CrossValidated | None = None  # leave-one-case-out error of the fitting cases
+    memory: list[MemoryRow] = field(default_factory=list)  # published memory peaks against the twin's
 
     def mape(self, group: Group, kind: Kind) -> Mape:
         rows = [r for r in self.rows if r.group == group and r.kind == kind]
@@ -80,6 +98,8 @@ class Report:
                       "error": r.error, "error_unit": "s" if r.in_seconds else "relative"} for r in self.rows],
             "mape": {g: {k: vars(self.mape(g, k)) for k in KIND_TITLES} for g in GROUPS},
             "skipped": self.skipped,
+            "memory": [{"case": m.case, "group": m.group, "measured_gb": m.measured_gb, "predicted_gb": m.predicted_gb,
+                        "error": m.error} for m in self.memory],
             "cross_validation": (self.cross_validated.result.model_dump(mode="json")
                                  if self.cross_validated else None),
             "cross_validation_notes": self.cross_validated.notes if self.cross_validated else [],
@@ -88,7 +108,8 @@ class Report:
 
 def build_report(profile: Profile, cases: list[Scenario]) -> Report:
     """Simulate the cases of the profile's cluster kind that have measured values and compare."""
-    from twin.evaluate import Evaluation
+    from twin.cost_models.memory import GB, update_allocated_gb
+    from twin.evaluate import Evaluation, sleep_frees_memory
     from twin.sim.step import simulate
 
     names = [c.name for c in cases if c.measured is not None]
@@ -120,4 +141,11 @@ def build_report(profile: Profile, cases: list[Scenario]) -> Report:
     fitted = set(profile.provenance.cases)
     rows = [Row(t, "fitted" if t.case in fitted else "held_out", p)
             for t, p in zip(targets, target_values(targets, stages, evs), strict=True)]
-    return Report(profile, rows, skipped)
+    memory = []
+    for sc in kept:
+        if sc.measured is not None and sc.measured.memory_peak_gb is not None:
+            ev = evs.get(sc.name) or Evaluation(sc, profile)
+            predicted = update_allocated_gb(ev.train_memory, ev.rollout_memory, sleep_frees_memory(sc))
+            memory.append(MemoryRow(sc.name, "fitted" if sc.name in fitted else "held_out",
+                                    sc.measured.memory_peak_gb * GIB / GB, predicted))
+    return Report(profile, rows, skipped, memory=memory)

@@ -46,12 +46,24 @@ def print_report(console: Console, report: Report) -> None:
     for group in GROUPS:
         summary.add_row(GROUP_TITLES[group], *(mape_text(report.mape(group, k)) for k in KIND_TITLES))
     console.print(summary)
+    if report.memory:
+        print_memory(console, report)
     if any(r.in_seconds for r in report.rows):
         console.print(SECONDS_NOTE, highlight=False, soft_wrap=True)
     for case, why in report.skipped.items():
         console.print(f"not compared: {case}: {why}", highlight=False, soft_wrap=True)
     if report.cross_validated is not None:
         print_cross_validation(console, report)
+
+
+def print_memory(console: Console, report: Report) -> None:
+    table = Table(title="memory: torch allocator peak in update_actor, GB (published GiB x 1.0737)")
+    for col in ("case", "group", "measured", "predicted", "error"):
+        table.add_column(col, justify="left" if col in ("case", "group") else "right")
+    for m in report.memory:
+        table.add_row(m.case, GROUP_TITLES[m.group], f"{m.measured_gb:.2f}", f"{m.predicted_gb:.2f}",
+                      f"{m.error * 100:+.1f} %")
+    console.print(table)
 
 
 def _stage(quantity: str) -> str:

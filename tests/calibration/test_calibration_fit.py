@@ -122,7 +122,9 @@ def test_case_fit_refuses_what_one_case_cannot_identify_and_bound_hits(tmp_path)
     assert [n for n, p in profile["params"].items() if p["fitted"]] == freed
 
 
-TRUTH = {"gemm_efficiency_scale": 0.8, "worker_call_s": 0.8, "reward_ms_per_response": 2.0}
+# worker_call_s (0.5 s per call) is under a fifth of a percent of a C1/C3 stage since the Ray dispatch is measured:
+# its direction falls under the identification threshold, so the fixed rollout time stands in for it
+TRUTH = {"gemm_efficiency_scale": 0.8, "rollout_fixed_s": 30.0, "reward_ms_per_response": 2.0}
 
 
 def _generated(case: Scenario, truth: Profile) -> Scenario:
@@ -143,7 +145,9 @@ def test_case_fit_recovers_known_parameters_from_model_generated_timings():
     cases = [_generated(load_scenario(ROOT / "scenarios" / f"{n}.yaml"), truth)
              for n in ("c1-dsr1-a3-128", "c3-dsr1-a3-128-gloo-d2d", "c3-dsr1-a3-128-gloo-ray")]
     fitter = CaseFit(base, cases)
-    assert len(fitter.targets) == 19 and len(fitter.distinct) == 14  # a TPS restates a step, a step its stages
+    # a TPS restates a step, C1's generated step is its stages' sum; C3-ray's step is not the sum of its four
+    # listed stages (offload, reshard and advantage are 2.2 % of it, over the 1 % tolerance), so it counts
+    assert len(fitter.targets) == 19 and len(fitter.distinct) == 15
     identified = fitter.identify(list(TRUTH))
     assert identified.refusal() is None and identified.identifiable == 3
     outcome = fitter.run("recovered", identified, outer=2)

@@ -55,7 +55,25 @@ class TrainMemory:
         return len(self.stages.weight_bytes)
 
     def weight_bytes(self, stage: int) -> float:
+        """Bytes of one device's shard of the model in its stored dtype (the reference model's, the reshard's)."""
         return float(self.stages.weight_bytes[stage])
+
+    def param_bytes(self, stage: int) -> float:
+        """Bytes of the actor's own parameters on one device: verl's FSDP actor holds them in fp32 (fsdp_workers
+        builds the actor with torch_dtype float32 unless model_dtype is set; mixed precision casts a gathered
+        layer to bf16 for compute), Megatron's in bf16 (its fp32 main copy is part of the optimizer state)."""
+        if self.lay.engine == "fsdp":
+            return float(self.stages.dense_numel[stage] + self.stages.expert_numel[stage]) * FP32
+        return self.weight_bytes(stage)
+
+    def optimizer_step_temp_bytes(self, stage: int) -> float:
+        """Scratch the optimizer step allocates: torch's foreach Adam/AdamW (verl's FSDP optimizer) computes
+        sqrt(exp_avg_sq) into new fp32 tensors, one per parameter (torch/optim/adam.py _multi_tensor_adam,
+        `exp_avg_sq_sqrt = torch._foreach_sqrt(...)`); Megatron's distributed optimizer steps with a fused
+        Adam kernel in place (none)."""
+        if self.lay.engine == "fsdp":
+            return float(self.stages.dense_numel[stage] + self.stages.expert_numel[stage]) * FP32
+        return 0.0
 
     @property
     def dp(self) -> int:
@@ -137,8 +155,9 @@ class TrainMemory:
             return float(lay.dynamic_batch_tokens * lay.cp)
         return float(sequences * self.sc.workload.max_seq_len)
 
-    def update_activation_bytes(self, stage: int) -> float:
-        """Peak activation bytes of a stage in update_actor (1F1B: stage s holds pp - s micro-batches)."""
+    def update_activation_bytes(self, stage: int, fragmented: bool = True) -> float:
+        """Peak activation bytes of a stage in update_actor (1F1B: stage s holds pp - s micro-batches); with
+        `fragmented`, as the caching allocator reserves them (its fragmentation on top of what is allocated)."""
         tokens = self._micro_batch_tokens(self.lay.micro_batch)
         lay = self.lay
         mean, largest = self._layer_activations(tokens)
@@ -163,7 +182,8 @@ class TrainMemory:
         in_flight = (lay.pp - stage) if lay.engine == "megatron" else 1
         logits = self._logits_bytes(tokens) if self.stages.has_head[stage] else 0.0
         gathered = float(tensor_table(self.inv).largest_layer_bytes) if lay.engine == "fsdp" else 0.0
-        return (per_mb * in_flight + working + logits + gathered) * (1 + self.pf["activation_fragmentation"])
+        allocated = per_mb * in_flight + working + logits + gathered
+        return allocated * (1 + self.pf["activation_fragmentation"]) if fragmented else allocated
 
     def log_prob_activation_bytes(self, stage: int) -> float:
         """Forward-only pass: one layer live at a time, plus the fp32 logits of the micro-batch."""
@@ -178,7 +198,7 @@ class TrainMemory:
     def resident_outside_training(self, stage: int) -> dict[str, float]:
         """Bytes of the actor and ref that stay on the device during rollout and transitions."""
         off = self.lay.offload
-        w = self.weight_bytes(stage)
+        w = self.param_bytes(stage)
         return {
             "weights": (0 if off.param else w) + self.ref_resident(stage),
             "grads": 0 if off.grad else self.grads_bytes(stage),
@@ -200,8 +220,8 @@ class TrainMemory:
     def host_bytes(self, stage: int) -> float:
         """Bytes of one device's training state held on the host while the rollout runs."""
         off = self.lay.offload
-        w = self.weight_bytes(stage)
-        ref = w if off.param and self.sc.workload.use_kl_loss else 0
+        w = self.param_bytes(stage)
+        ref = self.weight_bytes(stage) if off.param and self.sc.workload.use_kl_loss else 0
         return ((w if off.param else 0) + ref + (self.grads_bytes(stage) if off.grad else 0)
                 + (self.optimizer_bytes(stage) if off.optimizer != "none" else 0))
 
@@ -292,26 +312,46 @@ def _add(a: MemoryBreakdown, b: MemoryBreakdown) -> MemoryBreakdown:
     return MemoryBreakdown(**{k: getattr(a, k) + getattr(b, k) for k in MemoryBreakdown.model_fields})
 
 
+def update_parts(tm: TrainMemory, stage: int, allocated: bool = False) -> tuple[MemoryBreakdown, MemoryBreakdown]:
+    """The two candidate peaks of update_actor on one device of `stage`: forward/backward (activations) and the
+    optimizer step (its state and scratch). `allocated`: what the torch allocator has handed out, without the
+    framework's memory outside it (HCCL buffers, runtime workspace) and without fragmentation."""
+    pf, off = tm.pf, tm.lay.offload
+    overhead = 0.0 if allocated else pf["framework_overhead_gb"] * GB
+    weights = tm.param_bytes(stage) + tm.ref_resident(stage)
+    grads, opt = tm.grads_bytes(stage), tm.optimizer_bytes(stage)
+    step_opt = pf["swap_optimizer_bucket_gb"] * GB if off.optimizer == "swap" else opt
+    fwd_bwd = _gb(weights=weights, grads=grads, optimizer=opt if off.optimizer == "none" else 0,
+                  activations=tm.update_activation_bytes(stage, fragmented=not allocated), overhead=overhead)
+    step = _gb(weights=weights, grads=grads, optimizer=step_opt + tm.optimizer_step_temp_bytes(stage),
+               overhead=overhead)
+    return fwd_bwd, step
+
+
 def train_parts(tm: TrainMemory, stage: int) -> dict[str, MemoryBreakdown]:
     """What the training side puts on one device of `stage` in each phase (the rollout side excluded)."""
     pf, off = tm.pf, tm.lay.offload
     overhead = pf["framework_overhead_gb"] * GB
-    weights = tm.weight_bytes(stage)
-    grads, opt = tm.grads_bytes(stage), tm.optimizer_bytes(stage)
+    weights = tm.param_bytes(stage)
     ref = tm.ref_resident(stage)
     idle = tm.resident_outside_training(stage)
-    step_opt = pf["swap_optimizer_bucket_gb"] * GB if off.optimizer == "swap" else opt
-    fwd_bwd = _gb(weights=weights + ref, grads=grads, optimizer=opt if off.optimizer == "none" else 0,
-                  activations=tm.update_activation_bytes(stage), overhead=overhead)
-    step = _gb(weights=weights + ref, grads=grads, optimizer=step_opt, overhead=overhead)
     actor_idle = 0 if off.param else weights  # the ref pass: the ref's weights plus the actor's unless offloaded
     return {
-        "update": max((fwd_bwd, step), key=lambda b: b.total),
+        "update": max(update_parts(tm, stage), key=lambda b: b.total),
         "log_prob": _gb(weights=weights + actor_idle, grads=idle["grads"], optimizer=idle["optimizer"],
                         activations=tm.log_prob_activation_bytes(stage), overhead=overhead),
         "rollout": _gb(weights=idle["weights"], grads=idle["grads"], optimizer=idle["optimizer"], overhead=overhead),
         "transition": _gb(weights=weights + ref, grads=idle["grads"], optimizer=idle["optimizer"], overhead=overhead),
     }
+
+
+def update_allocated_gb(tm: TrainMemory, rm: RolloutMemory, sleep_mode_frees: bool) -> float:
+    """The torch allocator's peak in update_actor on the worst device, GB: what verl logs as
+    actor/perf/max_memory_allocated_gb (torch max_memory_allocated() / 1024**3, i.e. GiB; compare after
+    converting). The rollout's weights and KV cache count where they stay on the device (torch tensors too)."""
+    resident = rollout_parts(tm.sc, rm, 0.0, sleep_mode_frees)["update"]
+    worst = max(b.total for s in range(tm.n_stages) for b in update_parts(tm, s, allocated=True))
+    return worst + resident.total
 
 
 def rollout_parts(sc: Scenario, rm: RolloutMemory, reshard_extra: float,

@@ -16,6 +16,7 @@ from functools import cached_property
 import numpy as np
 from numpy.typing import ArrayLike
 
+from twin.catalog.config import ModelConfig
 from twin.catalog.inventory import Inventory
 from twin.cost_models.comm import collective_time
 from twin.cost_models.efficiency import efficiency, memory_seconds, peak_flops
@@ -137,19 +138,9 @@ class RolloutCost:
 
     @cached_property
     def ops_per_step(self) -> int:
-        """Operators an eager decode step launches from the host: per layer its weight GEMMs, seven
-        memory-bound kernels (two norms, two residual adds, rotary, activation, cache write), the attention
-        kernel, its collectives (TP all-reduces; EP dispatch and combine) and, in MoE layers, the router's
-        kernels (gate, top-k, normalisation, permute, unpermute)."""
-        table = tensor_table(self.inv)
+        """Kernels an eager decode step launches from the host: `eager_layer_kernels` of every layer."""
         cfg, ro = self.cfg, self.ro
-        ops = 0
-        for i in range(cfg.num_layers):
-            in_layer = (table.layer == i) & table.matrix & ~table.expert
-            moe = cfg.is_moe_layer(i)
-            collectives = (2 if ro.tp > 1 else 0) + (2 if moe and ro.ep > 1 else 0)
-            ops += int(in_layer.sum()) + 7 + 1 + collectives + (5 + 1 if moe else 0)  # +1: grouped GEMM
-        return ops
+        return sum(eager_layer_kernels(cfg, cfg.is_moe_layer(i), ro.tp, ro.ep) for i in range(cfg.num_layers))
 
     @property
     def eos_backend(self) -> str:
@@ -246,6 +237,46 @@ class RolloutCost:
         """When the trainer polls for finished generation, it sees the end at the next poll."""
         poll = self.poll_s
         return math.ceil(seconds / poll - 1e-9) * poll if poll > 0 else seconds
+
+
+# Kernels of one layer of an eager decode step, counted on vLLM / vLLM-Ascend's eager decode path (vllm-ascend
+# attention/mla_v1.py AscendMLAImpl.forward and _forward_decode, ops/fused_moe.py select_experts and
+# fused_experts_with_mc2; vLLM fuses q/k/v and gate/up into one GEMM each, and vLLM-Ascend's RMSNorm with a residual
+# is one npu_add_rms_norm kernel).
+ADD_NORM_KERNELS = 2  # input and post-attention RMSNorm, each fused with its residual add
+# MLA absorbed decode, besides its projections and norms: kv_c.contiguous, q_nope transposed for the W_UK bmm,
+# q_pe.contiguous, rotary, q_pe and k_pe written back, cat of the cache entry, reshape_and_cache, cat of q, paged MLA
+# attention, the attention output transposed for the W_UV bmm, its reshape, and the copy into the output buffer
+MLA_DECODE_KERNELS = 13
+GQA_DECODE_KERNELS = 3  # rotary, reshape_and_cache, paged attention
+# MoE with MC2 (expert parallel): dispatch, token-count cast, grouped GEMM, cat, swiglu, grouped GEMM, cat, weight
+# cast, combine; then the routed output scaled and added to the shared experts'
+MC2_MOE_KERNELS = 9 + 2
+# MoE without EP (all-gather state): row index (arange + permute), init_routing, expert token counts and cast,
+# grouped GEMM, cat, swiglu, grouped GEMM, cat, finalize_routing
+LOCAL_MOE_KERNELS = 11
+# top-k routing: one fused npu_moe_gating_top_k for 256 experts (DeepSeek-V3's grouping), else softmax, top-k, two
+# casts and the renormalisation (sum, divide); then the weights cast to the activation dtype
+FUSED_GATING_KERNELS = 1 + 1
+GATING_KERNELS = 6 + 1
+
+
+def eager_layer_kernels(cfg: ModelConfig, moe: bool, tp: int, ep: int) -> int:
+    """Kernels one decoder layer launches in an eager decode step (see the counts above), its TP all-reduces
+    (after attention and after the MLP) included."""
+    if cfg.mla is not None:
+        gemms = (2 if cfg.mla.q_lora_rank else 1) + 1 + 1 + 2  # q (a, b), kv_a, o, the W_UK and W_UV bmm
+        attention = gemms + (1 if cfg.mla.q_lora_rank else 0) + 1 + MLA_DECODE_KERNELS  # q_a and kv_a norms
+    else:
+        attention = 2 + (2 if cfg.qk_norm else 0) + GQA_DECODE_KERNELS  # qkv and o GEMMs, q and k norms
+    if moe and cfg.moe is not None:
+        gating = FUSED_GATING_KERNELS if cfg.moe.num_experts == 256 else GATING_KERNELS
+        experts = MC2_MOE_KERNELS if ep > 1 else LOCAL_MOE_KERNELS
+        shared = 3 if cfg.moe.shared_experts else 0  # gate_up GEMM, activation, down GEMM
+        mlp = 1 + gating + experts + shared  # the router GEMM first
+    else:
+        mlp = 3  # gate_up GEMM, activation, down GEMM
+    return ADD_NORM_KERNELS + attention + mlp + (2 if tp > 1 else 0)
 
 
 def response_tail(scenario: Scenario, draws: float) -> float:

@@ -57,23 +57,31 @@ def offload_moments(tm: TrainMemory, rm: RolloutMemory, scenario: Scenario, clus
     """Seconds of host<->device copies and cache releases at each moment of the step where they happen."""
     off = tm.lay.offload
     stage = max(range(tm.n_stages), key=tm.weight_bytes)
-    weights, grads, opt = tm.weight_bytes(stage), tm.grads_bytes(stage), tm.optimizer_bytes(stage)
+    # the actor's parameters as it holds them (fp32 under verl's FSDP), the reference model's in bf16
+    weights, grads, opt = tm.param_bytes(stage), tm.grads_bytes(stage), tm.optimizer_bytes(stage)
     rollout_w = rm.weight_bytes if scenario.has("no_sleep_mode") else 0.0
     released = rm.kv_cache_bytes(rm.lay.gpu_memory_utilization) + rm.weight_bytes
-    ref = weights if off.param and scenario.workload.use_kl_loss else 0.0
+    ref = tm.weight_bytes(stage) if off.param and scenario.workload.use_kl_loss else 0.0
 
     def copy(nbytes: float) -> float:
         return host_copy_time(cluster, profile, nbytes)
 
+    def release(nbytes: float) -> float:
+        """torch's empty_cache returning cached blocks to the device (ascend-hardware.md: 26 GB in about 4 s)."""
+        return nbytes / GB * profile["empty_cache_s_per_gb"]
+
     after_update = (grads if off.grad else 0) + (opt if off.optimizer == "offload" else 0)
     before_update = (weights if off.param else 0) + after_update
+    # the ref pass and update_actor end with empty_cache (cann-recipes-train megatron_workers: compute_ref_log_prob
+    # and update_actor offload, then empty_cache()): it returns what they offloaded and their cached activations
+    ref_pass = scenario.workload.use_kl_loss
     return {
         # the rollout's sleep and the weight sync are worker-group calls of their own
-        "after_rollout": copy(rollout_w) + released / GB * profile["empty_cache_s_per_gb"] + profile["worker_call_s"],
+        "after_rollout": copy(rollout_w) + release(released) + profile["worker_call_s"],
         "ref_onload": copy(ref),
-        "ref_offload": copy(ref),
+        "ref_offload": copy(ref) + (release(ref + tm.log_prob_activation_bytes(stage)) if ref_pass else 0.0),
         "before_update": copy(before_update),
-        "after_update": copy(after_update),
+        "after_update": copy(after_update) + release(after_update + tm.update_activation_bytes(stage)),
         "before_reshard": copy(rollout_w) + profile["worker_call_s"],
         "after_reshard": copy(weights if off.param else 0),
     }

@@ -74,3 +74,45 @@ def test_recompute_and_offload_lower_the_update_peak():
     full = base.model_copy(update={"recompute": Recompute(granularity="full", layers=1)})
     off = full.model_copy(update={"offload": Offload(param=True, grad=True, optimizer="swap")})
     assert peak(base) > peak(full) > peak(off)
+
+
+def _c6(name: str, kind: str):
+    from pathlib import Path
+
+    from twin.evaluate import Evaluation
+    from twin.scenario import load_scenario
+
+    scenarios = Path(__file__).resolve().parents[3] / "scenarios"
+    return Evaluation(load_scenario(scenarios / f"{name}.yaml"), embedded_profile(kind))
+
+
+def test_fsdp_actor_holds_fp32_parameters_and_adam_steps_with_one_fp32_scratch():
+    """verl's FSDP actor is built in fp32; torch's foreach Adam allocates sqrt(exp_avg_sq) per parameter. The
+    step's allocator peak of C6's Qwen3-8B on 8 NPUs: fp32 params 4 + fp32 grads 4 + two moments 8 + scratch 4 =
+    20 bytes per local parameter, about 8.19e9 / 8 of them (verl logs 20.83 GiB = 22.37 GB)."""
+    from twin.cost_models.memory import update_allocated_gb
+
+    ev = _c6("c6-gspo-qwen3-8b-a2-8-fsdp", "a2")
+    tm = ev.train_memory
+    local = float(tm.stages.dense_numel[0] + tm.stages.expert_numel[0])
+    assert local == pytest.approx(8.19e9 / 8, rel=2e-3)
+    assert tm.param_bytes(0) == 4 * local == 2 * tm.weight_bytes(0)
+    assert tm.optimizer_step_temp_bytes(0) == 4 * local
+    assert update_allocated_gb(tm, ev.rollout_memory, True) == pytest.approx(20 * local / 1e9, rel=1e-12)
+
+
+def test_megatron_allocator_peak_leaves_out_framework_memory_and_fragmentation():
+    """C6's Qwen3-30B-A3B (Megatron TP2 EP8, full recompute, optimizer offloaded): the forward/backward peak is
+    bf16 params + fp32 grads + activations as allocated; the reserved peak adds the framework's HCCL/runtime
+    memory and the allocator's fragmentation on the activations."""
+    from twin.cost_models.memory import update_allocated_gb
+
+    ev = _c6("c6-gspo-qwen3-30b-a3b-a3-16dies", "a3")
+    tm, pf = ev.train_memory, ev.profile
+    assert tm.param_bytes(0) == tm.weight_bytes(0) and tm.optimizer_step_temp_bytes(0) == 0.0
+    act = tm.update_activation_bytes(0, fragmented=False)
+    allocated = (tm.weight_bytes(0) + tm.grads_bytes(0) + act) / 1e9
+    assert update_allocated_gb(tm, ev.rollout_memory, True) == pytest.approx(allocated, rel=1e-12)
+    reserved = ev.memory_report.phases["update"].total
+    fragmentation = act * pf["activation_fragmentation"] / 1e9
+    assert reserved == pytest.approx(allocated + pf["framework_overhead_gb"] + fragmentation, rel=1e-12)

@@ -10,16 +10,14 @@ from twin.scenario import load_scenario
 from twin.sim.step import simulate
 
 SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
-# a3.yaml (a3-fit-3) frees the three parameters the fitting cases identify and leave off their bounds (issue 10);
+# a3.yaml (a3-fit-4) frees the five parameters the fitting cases identify and leave off their bounds (issue 10);
 # on the operator-level physics (issues 9 and ops2) these fitted-case checks are not reached. Strict: each passes
 # only once the physics closes the gap its reason names (figures from `calibration report --cv`, 2026-11-30).
-C1_GAP = pytest.mark.xfail(strict=True, reason="a3-fit-3: C1 step -31.7 % (update -45 %, ref -50 %, reshard -97 %, "
-                                              "offload -53 %): the training passes and transitions are short")
-GRAPH_GAP = pytest.mark.xfail(strict=True, reason="a3-fit-3: eager/graph rollout throughput 0.62 predicted, 0.39 "
-                                                 "measured: eager decode's host cost is too small")
-D2D_GAP = pytest.mark.xfail(strict=True, reason="a3-fit-3: Ray dispatch adds 442 s to C3's update and 245 s to its "
-                                               "ref (measured 67 s and 52 s): Ray dispatch terms overstate the skew")
-
+C1_GAP = pytest.mark.xfail(strict=True, reason="a3-fit-4: C1 step -2.1 %, update +4.1 %, ref -5.2 %, but "
+                                              "the transitions are short: reshard -95 %, offload -36 %; reward -10 %")
+GRAPH_GAP = pytest.mark.xfail(strict=True, reason="a3-fit-4: eager/graph rollout throughput 0.54 predicted, 0.39 "
+                                                 "measured: eager decode's host cost is too small (2520 kernels a step "
+                                                 "counted on vLLM-Ascend's eager path, at 40 us each)")
 
 def _sim(name: str, **changes):
     sc = load_scenario(SCENARIOS / f"{name}.yaml")
@@ -31,7 +29,7 @@ def _sim(name: str, **changes):
 @C1_GAP
 def test_c1_step_within_5_percent_and_every_stage_within_10():
     result, sc = _sim("c1-dsr1-a3-128")
-    assert result.model_kind == "simulation" and result.profile == "a3-fit-3"
+    assert result.model_kind == "simulation" and result.profile == "a3-fit-4"
     assert result.step_s == pytest.approx(sc.measured.step_s, rel=0.05)
     for stage, measured in sc.measured.stages_s.items():
         assert result.stages_s[stage] == pytest.approx(measured, rel=0.10, abs=0.5), stage
@@ -57,7 +55,6 @@ def test_graph_mode_multiplies_rollout_throughput_as_measured():
     assert ratio == pytest.approx(419 / 162, rel=0.10)
 
 
-@D2D_GAP
 def test_device_to_device_dispatch_removes_the_task_skew():
     ray, _sc = _sim("c3-dsr1-a3-128-gloo-ray")
     d2d, _ = _sim("c3-dsr1-a3-128-gloo-d2d")
