@@ -61,8 +61,10 @@ class MegatronCpuModel:
     sources: dict[str, list[str]] = field(default_factory=dict)  # local parameter -> HF names, in order
 
     @classmethod
-    def build(cls, hf_config: dict[str, Any], tp: int, pp: int, seed: int = 0) -> MegatronCpuModel:
-        """Build this rank's stage; the default process group must be initialised (gloo)."""
+    def build(cls, hf_config: dict[str, Any], tp: int, pp: int, seed: int = 0,
+              dtype: torch.dtype | None = None) -> MegatronCpuModel:
+        """Build this rank's stage in `dtype` (float32 by default); the default process group must be initialised
+        (gloo)."""
         import torch
         from mbridge import AutoBridge
         from mbridge.core.parallel_states import ParallelStates
@@ -82,7 +84,7 @@ class MegatronCpuModel:
         mpu.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
         torch.manual_seed(seed)
         try:
-            bridge = AutoBridge.from_config(config, dtype=torch.float32,
+            bridge = AutoBridge.from_config(config, dtype=dtype or torch.float32,
                                             parallel_states=ParallelStates.get_parallel_state(),
                                             make_vocab_size_divisible_by=VOCAB_DIVISOR * tp)
         except ValueError as exc:

@@ -132,7 +132,7 @@ def main() -> None:
     os.environ.update({**ENV, "EXECUTOR_PROBE_CKPT": ckpt_dir})
     from vllm import LLM
 
-    llm = LLM(model=ckpt_dir, tensor_parallel_size=tp, dtype="float32", enforce_eager=True, skip_tokenizer_init=True,
+    llm = LLM(model=ckpt_dir, tensor_parallel_size=tp, dtype="auto", enforce_eager=True, skip_tokenizer_init=True,
               max_model_len=64, max_num_seqs=4, load_format="safetensors", distributed_executor_backend="mp",
               worker_extension_cls=f"{__name__ if __name__ != '__main__' else 'executor.reshard.vllm_probe'}."
                                    "ProbeExtension")
