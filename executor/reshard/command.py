@@ -84,7 +84,7 @@ def _check(plan_path: Path, world: int | None, method: str, model_config: Path |
     import tempfile
 
     from executor.plan_check import check_plan
-    from executor.reshard.engine_check import write_checkpoint
+    from executor.reshard.engine_check import vllm_refusal, write_checkpoint
     from executor.reshard.megatron_source import megatron_refusal
     from executor.reshard.spawn import run_ranks
     from executor.reshard.tiny_model import (
@@ -122,7 +122,7 @@ def _check(plan_path: Path, world: int | None, method: str, model_config: Path |
     pl = checked_placement(config, name, layout, world)
     methods = ("directed", "all_gather") if method == "both" else (method,)
     engines = None if engine_check else "--no-engine-check"
-    engines = engines or (None if device == "cpu" else "--device npu")
+    engines = engines or (None if device == "cpu" else "--device npu") or vllm_refusal(config, pl)
     train_why = engines or megatron_refusal(config, pl)
     with tempfile.TemporaryDirectory(prefix="check-reshard-ckpt-") as tmp:
         ckpt = write_checkpoint(config, pl, seed, Path(tmp) / "ckpt") if engines is None else None
@@ -162,7 +162,7 @@ def _engine_figures(report: dict[str, Any], pl: Any, ckpt: Path | None, why: str
         report["train_engine"] = {"ranks": [{k: r[k] for k in ("rank", "parameters", "bit_exact", "mismatched")}
                                             for r in train_records],
                                   "loaded_bit_exact": all(r["bit_exact"] for r in train_records)}
-    if why is None and ckpt is not None:
+    if why is None:
         st = reshard_stats(pl, None, "directed")
         train = [{n: [tuple(tuple(x) for x in b) for b in blocks] for n, blocks in r["blocks"].items()}
                  for r in train_records] or None

