@@ -17,9 +17,10 @@ verl's colocated sequence and change only where the weights come from:
   sequence with the engine's per-tensor export replaced by the directed reshard's output.
 
 What it can feed, and what it refuses with a clear error at the first sync:
-- training shards: FSDP2 engines (DTensor Shard(0) on dimension 0, the twin's FSDP placement). Megatron
-  engines are refused: the HF coordinates of each local mcore shard need Megatron-Bridge's converters,
-  which are not wired here;
+- training shards: FSDP2 engines (DTensor Shard(0) on dimension 0, the twin's FSDP placement) and Megatron
+  engines built with mbridge (`vanilla_mbridge`): each local parameter's HF blocks are traced through the
+  engine's own bridge (executor/reshard/megatron_blocks.py; dense models: mbridge names routed experts one
+  by one, the plan's inventory fuses them, so an expert parameter is refused by name);
 - rollout: verl's rollout adapters load named whole tensors, and vLLM's expert-parallel loader takes whole
   experts by global id and skips the ones another rank owns. So every rollout block must be a whole tensor
   or a range of whole experts: TP1 rollouts, with or without EP. TP-split rollout blocks need a
@@ -107,7 +108,8 @@ def colocated_update_weights(original: Callable) -> Callable:
         engine, ckpt = self.actor.engine, self.checkpoint_engine
 
         def directed_export(**_: Any) -> tuple[Iterator[tuple[str, torch.Tensor]], None]:
-            ckpt.send_weights(fsdp_shards(engine, ckpt.placement))
+            source = megatron_shards if hasattr(engine, "bridge") else fsdp_shards
+            ckpt.send_weights(source(engine, ckpt.placement))
             return ckpt.receive_weights(), None
 
         engine.get_per_tensor_param = directed_export  # this call only: verl's naive sequence reads it once
@@ -130,8 +132,8 @@ def fsdp_shards(engine: Any, pl: Placement) -> Shards:
 
     module = getattr(engine, "module", None)
     if module is None or fsdp_version(module) != 2:
-        raise ExecutorError(f"directed reshard: the trainer engine {type(engine).__name__} is not FSDP2; the "
-                            "Megatron shard export (mcore shard -> HF block) is not implemented, use backend naive")
+        raise ExecutorError(f"directed reshard: the trainer engine {type(engine).__name__} is neither FSDP2 nor "
+                            "Megatron with mbridge; use backend naive")
     model = getattr(module, "_fsdp_wrapped_module", module)
     if hasattr(model, "peft_config"):
         raise ExecutorError("directed reshard: LoRA models are not supported, use backend naive")
@@ -148,6 +150,40 @@ def fsdp_shards(engine: Any, pl: Placement) -> Shards:
         if blocks:
             out[t.name] = {blocks[0]: local.detach().to(device=device, dtype=getattr(torch, t.dtype)).contiguous()}
     return out
+
+
+def megatron_shards(engine: Any, pl: Placement) -> Shards:
+    """This rank's training blocks from verl's Megatron engine: every local parameter's HF blocks, traced through
+    the engine's mbridge bridge (executor/reshard/megatron_blocks.py), in the plan's dtype."""
+    import torch
+    import torch.distributed as dist
+    from verl.utils.device import get_device_id, get_device_name
+    from verl.utils.megatron_utils import load_megatron_model_to_gpu, unwrap_model
+
+    from executor.reshard.megatron_blocks import BlockTraceError, cut_hf_shards, hf_sources, trace_hf_blocks
+
+    if not getattr(engine, "vanilla_bridge", False):
+        raise ExecutorError("directed reshard: the Megatron engine must use mbridge (vanilla_mbridge=True); "
+                            "Megatron-Bridge's converters are not traced here, use backend naive")
+    if getattr(engine, "peft_cls", None) is not None:
+        raise ExecutorError("directed reshard: LoRA models are not supported, use backend naive")
+    if getattr(engine, "_is_offload_param", False):
+        load_megatron_model_to_gpu(engine.module, load_grad=False)  # as verl's own export does first
+    shapes = {t.name: t.shape for t in pl.inv.tensors}
+    gloo = dist.get_backend() == "gloo"
+    device = torch.device("cpu") if gloo else torch.device(get_device_name(), get_device_id())
+    out: Shards = {}
+    for chunk in unwrap_model(engine.module):
+        params = {n: p for n, p in chunk.state_dict(keep_vars=True).items() if "_extra_state" not in n}
+        try:
+            blocks = trace_hf_blocks(engine.bridge, params, hf_sources(engine.bridge, chunk), shapes)
+        except BlockTraceError as exc:
+            raise ExecutorError(f"directed reshard: {exc}") from None
+        for name, found in cut_hf_shards(params, blocks).items():
+            out.setdefault(name, {}).update(found)
+    dtypes = {t.name: getattr(torch, t.dtype) for t in pl.tensors}
+    return {n: {b: x.to(device=device, dtype=dtypes[n]).contiguous() for b, x in found.items()}
+            for n, found in out.items() if n in dtypes}
 
 
 def rollout_named_tensors(pl: Placement, rollout: RolloutShards) -> Iterator[tuple[str, torch.Tensor]]:
