@@ -178,7 +178,7 @@ def _engine_figures(report: dict[str, Any], pl: Any, ckpt: Path | None, why: str
     report["engines"]["rollout"] = f"vllm {version}"
     report["bytes_source"] = "engine"
     eng = report["engine"]
-    checks = ["received_equal_to_twin", "blocks_equal_to_twin", "vllm_loaded_bit_exact"]
+    checks = ["received_equal_to_twin", "blocks_equal_to_twin", "vllm_loaded_bit_exact", "vllm_block_load_bit_exact"]
     if train_records:
         eng["train_loaded_bit_exact"] = report["train_engine"]["loaded_bit_exact"]
         checks += ["train_blocks_equal_to_twin", "train_loaded_bit_exact"]

@@ -8,9 +8,10 @@ Megatron modules hold after loading the same checkpoint (executor/reshard/megatr
 reshard's own ranks, whose shards then feed the reshard); otherwise the placement's rule for the training
 engine (said in the report). Then per rank: the bytes it needs (vLLM's slices), the bytes it receives
 (needed minus what the same rank's training blocks already hold), whether vLLM's slices are the twin's
-rollout blocks and Megatron's the twin's training blocks. The reshard's output equals the twin's rollout
-blocks bit for bit (the ranks check it against the checkpoint), so equal blocks and bit-exact vLLM loads
-mean the synced rollout holds exactly what vLLM loads from the checkpoint.
+rollout blocks and Megatron's the twin's training blocks, and whether vLLM's modules take those blocks back
+exactly through `load_blocks` (executor/reshard/vllm_blocks.py, the TP > 1 loader). The reshard's output
+equals the twin's rollout blocks bit for bit (the ranks check it against the checkpoint), so equal blocks
+and bit-exact vLLM loads mean the synced rollout holds exactly what vLLM loads from the checkpoint.
 
 Falls back to the twin's list, saying why, where vLLM is not installed or the plan is not a dense layout
 this probe reads.
@@ -124,6 +125,7 @@ def _figures(pl: Placement, probes: list[dict[str, Any]], received_twin: list[in
         rank = {"rank": d, "vllm_tp_rank": p["rank"], "needed_bytes": needed, "local_bytes": held,
                 "received_bytes": needed - held, "twin_received_bytes": received_twin[d],
                 "vllm_loaded_bit_exact": not p["mismatched"], "mismatched": p["mismatched"][:5],
+                "vllm_block_load_bit_exact": not p.get("block_load_mismatched"),
                 "blocks_equal_to_twin": not differ and not missing, "blocks_differing": (differ + missing)[:5],
                 "unknown_modules": p["unknown"][:5]}
         if train is not None:
@@ -134,7 +136,8 @@ def _figures(pl: Placement, probes: list[dict[str, Any]], received_twin: list[in
     out = {"ranks": ranks, "tensors_per_rank": len(tensors),
            "received_equal_to_twin": all(r["received_bytes"] == r["twin_received_bytes"] for r in ranks),
            "blocks_equal_to_twin": all(r["blocks_equal_to_twin"] for r in ranks),
-           "vllm_loaded_bit_exact": all(r["vllm_loaded_bit_exact"] for r in ranks)}
+           "vllm_loaded_bit_exact": all(r["vllm_loaded_bit_exact"] for r in ranks),
+           "vllm_block_load_bit_exact": all(r["vllm_block_load_bit_exact"] for r in ranks)}
     if train is not None:
         out["train_blocks_equal_to_twin"] = all(r["train_blocks_equal_to_twin"] for r in ranks)
     return out

@@ -146,6 +146,6 @@ def test_megatron_tp2_pp2_to_vllm_tp2_bytes_from_the_engines_equal_the_twins(mak
     assert [r["received_bytes"] for r in eng["ranks"]] == twin
     assert [r["vllm_tp_rank"] for r in eng["ranks"]] == [0, 1, 0, 1]
     assert all(r["train_blocks_equal_to_twin"] and r["blocks_equal_to_twin"] for r in eng["ranks"])
-    assert eng["vllm_loaded_bit_exact"] and eng["train_loaded_bit_exact"]
+    assert eng["vllm_loaded_bit_exact"] and eng["train_loaded_bit_exact"] and eng["vllm_block_load_bit_exact"]
     assert report["train_engine"]["ranks"][0]["parameters"] == 1 + 2 * 7  # embedding + 2 layers of 7 on stage 0
     assert all(r["bit_exact"] for r in report["methods"]["directed"]["ranks"])  # reshard from Megatron's shards
