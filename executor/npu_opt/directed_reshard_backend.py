@@ -22,9 +22,10 @@ What it can feed, and what it refuses with a clear error at the first sync:
   engine's own bridge (executor/reshard/megatron_blocks.py; dense models: mbridge names routed experts one
   by one, the plan's inventory fuses them, so an expert parameter is refused by name);
 - rollout: verl's rollout adapters load named whole tensors, and vLLM's expert-parallel loader takes whole
-  experts by global id and skips the ones another rank owns. So every rollout block must be a whole tensor
-  or a range of whole experts: TP1 rollouts, with or without EP. TP-split rollout blocks need a
-  shard-aware loader (vLLM-Ascend's), which verl does not have.
+  experts by global id and skips the ones another rank owns; a TP-split block of a dense tensor travels
+  under a name carrying its block, and the block-aware patch of verl's vLLM worker extension
+  (executor/reshard/vllm_blocks.py, installed by executor.npu_opt.directed_reshard) writes it into the
+  rank's module. TP-split experts (rollout TP > 1 without EP) are refused.
 Only the CPU parts (engine, shard source, the reshard over gloo) are exercised here; the colocated sync on
 NPU is untested.
 """
@@ -187,7 +188,11 @@ def megatron_shards(engine: Any, pl: Placement) -> Shards:
 
 
 def rollout_named_tensors(pl: Placement, rollout: RolloutShards) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) as verl's rollout adapters load them: whole tensors, and experts one by one by global id."""
+    """(name, tensor) for verl's rollout adapters: whole tensors by name, experts one by one by global id, and a
+    TP-split block under `block_name` (executor/reshard/vllm_blocks.py), which the block-aware patch of verl's
+    vLLM worker extension writes into the rank's modules (vLLM's load_weights would cut it again)."""
+    from executor.reshard.vllm_blocks import block_name
+
     for t in pl.tensors:
         for block, x in rollout.get(t.name, []):
             whole = tuple((0, n) for n in t.shape)
@@ -195,14 +200,16 @@ def rollout_named_tensors(pl: Placement, rollout: RolloutShards) -> Iterator[tup
                 yield t.name, x
             elif t.shard.ep_dim == 0 and block[1:] == whole[1:]:
                 yield from _experts(t, block[0][0], x)
+            elif t.shard.ep_dim is None:
+                yield block_name(t.name, block), x
             else:
                 raise ExecutorError(f"directed reshard: a rank of rollout {pl.rollout.short()} needs block {block} of "
-                                    f"{t.name}; verl's rollout adapters load whole tensors or whole experts, so "
-                                    "this backend needs rollout TP1")
-    if pl.inv.tied_head:
+                                    f"{t.name}: TP-split experts are not loaded by block here, use rollout EP")
+    if pl.inv.tied_head:  # a TP-split tied head is the embedding's module in vLLM: loaded with it
         head = next(t for t in pl.inv.tensors if t.group == "head")
         embedding = next(t for t in pl.tensors if t.group == "embedding")
-        yield from ((head.name, x) for _, x in rollout.get(embedding.name, []))
+        whole = tuple((0, n) for n in embedding.shape)
+        yield from ((head.name, x) for b, x in rollout.get(embedding.name, []) if b == whole)
 
 
 def _experts(t: TensorSpec, first: int, x: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:

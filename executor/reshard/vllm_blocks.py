@@ -7,17 +7,22 @@ vocabulary embeddings and the head (shard indices), anything else whole when its
 `load_blocks` copies (HF name, block, tensor) triples into those views: what a TP > 1 rollout rank needs to
 take the directed reshard's blocks, where vLLM's `load_weights` expects whole tensors and cuts them itself.
 Dense models only (the modules above); other modules hold nothing here.
+
+In verl's weight sync a block travels as a named tensor whose name carries the block (`block_name`); the
+patch `block_aware_update_weights` of verl's vLLM worker extension (vLLMColocateWorkerExtension._update_weights,
+verl/workers/rollout/vllm_rollout/utils.py) loads those with `load_blocks` and hands the rest to verl.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
 SPLIT = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+TAG = "#block="  # never part of a checkpoint name
 
 
 class BlockLoadError(Exception):
@@ -110,3 +115,35 @@ def load_blocks(model: Any, shapes: dict[str, tuple[int, ...]],
             place[1].copy_(tensor.view(place[1].shape))
             loaded += 1
     return loaded
+
+
+def block_name(name: str, block: tuple[tuple[int, int], ...]) -> str:
+    """A named tensor's name that carries its block: `name#block=0:64,0:128`."""
+    return name + TAG + ",".join(f"{a}:{b}" for a, b in block)
+
+
+def parse_block_name(name: str) -> tuple[str, tuple[tuple[int, int], ...]] | None:
+    """(HF name, block) of a `block_name`; None for a plain name."""
+    if TAG not in name:
+        return None
+    hf, _, spec = name.partition(TAG)
+    return hf, tuple((int(a), int(b)) for a, b in (r.split(":") for r in spec.split(",")))
+
+
+def block_aware_update_weights(original: Callable) -> Callable:
+    """Patch factory for verl's vLLMColocateWorkerExtension._update_weights: blocks named by `block_name` go
+    into this rank's modules with `load_blocks`; whole tensors go to verl (vLLM's load_weights) as before."""
+
+    def _update_weights(self: Any, weights: list, peft_config: Any = None, base_sync_done: bool = False) -> Any:
+        blocks, whole = [], []
+        for name, tensor in weights:
+            parsed = parse_block_name(name)
+            if parsed is None:
+                whole.append((name, tensor))
+            else:
+                blocks.append((*parsed, tensor))
+        if blocks:
+            load_blocks(self.model_runner.model, {}, blocks)
+        return original(self, whole, peft_config=peft_config, base_sync_done=base_sync_done) if whole else None
+
+    return _update_weights

@@ -4,9 +4,10 @@ vLLM loads the HuggingFace checkpoint in DIR directly (tensor parallel over TP l
 Inside each of its workers, every module reports the HF tensor slices it holds, read from its own
 partition attributes (executor/reshard/vllm_blocks.py), and compares its loaded local weight with those
 slices of the checkpoint, tensor by tensor, bit for bit. Then every such weight is zeroed and the slices
-are written back through `load_blocks` (how a TP > 1 rank takes the directed reshard's blocks) and compared
-again. OUT.json: one object per rank {"rank", "blocks": {hf name: [[start, stop], ...]}, "mismatched",
-"block_load_mismatched", "unknown"}. Dense models only; anything else is listed under "unknown".
+are written back through the block-aware patch of verl's weight update (executor/reshard/vllm_blocks.py: how
+a TP > 1 rank takes the directed reshard's blocks) and compared again. OUT.json: one object per rank
+{"rank", "blocks": {hf name: [[start, stop], ...]}, "mismatched", "block_load_mismatched", "unknown"}.
+Dense models only; anything else is listed under "unknown".
 
 vLLM imports this module in each worker as its worker extension (`ProbeExtension`) before it builds the
 model: importing it installs the vllm_cpu_plain_linear patch (executor/cpu/vllm_compat.py), so the workers'
@@ -21,14 +22,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from executor.reshard.vllm_blocks import load_blocks, module_blocks
+from executor.reshard.vllm_blocks import block_aware_update_weights, block_name, module_blocks
 
 ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 
 def probe(model: Any) -> dict[str, Any]:
     """Runs inside each vLLM worker (ProbeExtension.probe_blocks): the blocks its modules hold, whether they
-    equal the checkpoint's slices, and whether `load_blocks` writes those slices back exactly after zeroing."""
+    equal the checkpoint's slices, and whether verl's weight update with the block-aware patch writes those
+    slices back exactly after zeroing (as the directed backend sends them: whole tensors by name, TP-split
+    blocks named by `block_name`)."""
+    from types import SimpleNamespace
+
     import torch
     from safetensors.torch import load_file
     from vllm.distributed import get_tensor_model_parallel_rank
@@ -49,10 +54,18 @@ def probe(model: Any) -> dict[str, Any]:
     with torch.no_grad():
         for _, local in found.values():
             local.zero_()
-    load_blocks(model, shapes, ((hf, block, want[hf]) for hf, (block, _) in found.items()))
+    worker = SimpleNamespace(model_runner=SimpleNamespace(model=model))
+    sent = [(hf if list(want[hf].shape) == list(shapes[hf]) else block_name(hf, tuple(tuple(r) for r in block)),
+             want[hf]) for hf, (block, _) in found.items()]
+    block_aware_update_weights(_vllm_load_weights)(worker, sent)
     return {"rank": get_tensor_model_parallel_rank(), "blocks": {hf: block for hf, (block, _) in found.items()},
             "mismatched": mismatched, "block_load_mismatched": _mismatched(found, want), "unknown": unknown,
             "checkpoint_tensors": sorted(ckpt)}
+
+
+def _vllm_load_weights(worker: Any, weights: list, **_kwargs: Any) -> None:
+    """What verl's _update_weights does with whole tensors (its standard path): vLLM's own load_weights."""
+    worker.model_runner.model.load_weights(weights)
 
 
 def _mismatched(found: dict[str, tuple[list[list[int]], Any]], want: dict[str, Any]) -> list[str]:

@@ -350,3 +350,25 @@ def test_megatron_shards_reach_a_tp1_rollout_through_the_backends_reader(tmp_pat
         assert r["exact"] and r["tensors"] == 3 + 2 * 12  # embedding, norm, head; 12 tensors per layer
         assert r["stats"]["received_bytes"] == st.received[r["rank"]] > 0
         assert r["stats"]["sent_bytes"] == st.sent[r["rank"]]
+
+
+def test_a_tp2_rollout_gets_its_blocks_named_with_the_block() -> None:
+    """Whole tensors keep their names; TP-split blocks travel as `name#block=...`, which the vLLM side parses
+    back (executor/reshard/vllm_blocks.py; the vLLM load itself is checked by check-reshard's probe)."""
+    import torch
+
+    from executor.npu_opt.directed_reshard_backend import rollout_named_tensors
+    from executor.reshard.vllm_blocks import parse_block_name
+
+    layout = reshard_layout(Layout(train=TrainLayout(tp=2), rollout=RolloutLayout(tp=2, dp=1)))
+    config = shrink_config(raw_config("qwen2.5-7b"), layout)
+    pl = Placement(build_inventory(parse_config(config, "t")), layout.train, layout.rollout, 2)
+    rollout = {t.name: [(b, torch.zeros(tuple(hi - lo for lo, hi in b))) for b in pl.rollout_blocks(t, 1)]
+               for t in pl.tensors}
+    named = list(rollout_named_tensors(pl, rollout))
+    parsed = {name: parse_block_name(name) for name, _ in named}
+    whole = sorted(n for n, p in parsed.items() if p is None)
+    assert whole == sorted(t.name for t in pl.tensors if t.shard.tp_dim is None)  # the norms
+    split = {p[0]: p[1] for p in parsed.values() if p is not None}
+    assert split == {t.name: pl.rollout_blocks(t, 1)[0] for t in pl.tensors if t.shard.tp_dim is not None}
+    assert split["model.embed_tokens.weight"] == ((256, 500), (0, 64))  # 500 padded to 512 (64s): rows 256-511
