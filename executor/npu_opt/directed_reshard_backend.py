@@ -12,9 +12,12 @@ verl's colocated sequence and change only where the weights come from:
   `receive_weights()` yields this rank's rollout tensors;
 - `DirectedCheckpointManager`, selected with `rollout.checkpoint_manager_class` (trainer/ppo/ray_trainer.py
   loads it with load_class_from_fqn): asks the trainer workers for the colocated sync with mode=BACKEND;
+  verl 0.9.1's V1 trainer (trainer/ppo/v1/trainer_base.py, the default) ignores that class and forces its
+  manager's backend to "naive", so its workers receive mode "naive";
 - `colocated_update_weights`, the patch of ActorRolloutRefWorker.update_weights that
-  executor.npu_opt.directed_reshard installs in the workers: for mode BACKEND it runs verl's own naive
-  sequence with the engine's per-tensor export replaced by the directed reshard's output.
+  executor.npu_opt.directed_reshard installs in the workers: for mode BACKEND, or "naive" in workers
+  configured with BACKEND (the V1 trainer), it runs verl's own naive sequence with the engine's per-tensor
+  export replaced by the directed reshard's output.
 
 What it can feed, and what it refuses with a clear error at the first sync:
 - training shards: FSDP2 engines (DTensor Shard(0) on dimension 0, the twin's FSDP placement) and Megatron
@@ -33,6 +36,7 @@ NPU is untested.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +57,7 @@ if TYPE_CHECKING:
     import torch
 
 BACKEND = "directed"
+logger = logging.getLogger(__name__)
 
 
 @CheckpointEngineRegistry.register(BACKEND)
@@ -86,6 +91,8 @@ class DirectedCheckpointEngine(ColocatedCheckpointEngine):
         result = run_transfer(self.placement, "directed", dist.get_rank(), dist.get_world_size(), weights,
                               schedule=self._schedule)
         self.last_stats = result.stats.as_dict()
+        logger.info("directed reshard: rank %d sent %d B, received %d B in %d rounds", self.last_stats["rank"],
+                    self.last_stats["sent_bytes"], self.last_stats["received_bytes"], self.last_stats["rounds"])
         self.weights = rollout_named_tensors(self.placement, result.rollout)
 
 
@@ -103,7 +110,11 @@ def colocated_update_weights(original: Callable) -> Callable:
 
     @functools.wraps(original)
     async def update_weights(self: Any, global_steps: int | None = None, mode: str = "auto") -> Any:
-        effective = self.config.rollout.checkpoint_engine.backend if mode == "auto" else mode
+        configured = self.config.rollout.checkpoint_engine.backend
+        # verl 0.9.1's V1 trainer (trainer/ppo/v1/trainer_base.py, the default) builds its manager with backend
+        # "naive" whatever the config says and ignores checkpoint_manager_class: its colocated "naive" call is
+        # this backend's when the workers were configured with it
+        effective = configured if mode == "auto" or (mode == "naive" and configured == BACKEND) else mode
         if effective != BACKEND:
             return await original(self, global_steps=global_steps, mode=mode)
         engine, ckpt = self.actor.engine, self.checkpoint_engine
@@ -127,7 +138,6 @@ def fsdp_shards(engine: Any, pl: Placement) -> Shards:
     import torch
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
-    from verl.utils.device import get_device_id, get_device_name
     from verl.utils.fsdp_utils import fsdp_version
     from verl.utils.model import convert_weight_keys
 
@@ -140,8 +150,7 @@ def fsdp_shards(engine: Any, pl: Placement) -> Shards:
         raise ExecutorError("directed reshard: LoRA models are not supported, use backend naive")
     params = convert_weight_keys(module.state_dict(), model)
     rank, out = dist.get_rank(), {}
-    gloo = dist.get_backend() == "gloo"
-    device = torch.device("cpu") if gloo else torch.device(get_device_name(), get_device_id())
+    device = _sync_device()
     for t in pl.tensors:
         if t.name not in params:
             raise ExecutorError(f"directed reshard: {t.name} of the plan's model is not in the trainer's state dict")
@@ -157,8 +166,6 @@ def megatron_shards(engine: Any, pl: Placement) -> Shards:
     """This rank's training blocks from verl's Megatron engine: every local parameter's HF blocks, traced through
     the engine's mbridge bridge (executor/reshard/megatron_blocks.py), in the plan's dtype."""
     import torch
-    import torch.distributed as dist
-    from verl.utils.device import get_device_id, get_device_name
     from verl.utils.megatron_utils import load_megatron_model_to_gpu, unwrap_model
 
     from executor.reshard.megatron_blocks import BlockTraceError, cut_hf_shards, hf_sources, trace_hf_blocks
@@ -171,8 +178,7 @@ def megatron_shards(engine: Any, pl: Placement) -> Shards:
     if getattr(engine, "_is_offload_param", False):
         load_megatron_model_to_gpu(engine.module, load_grad=False)  # as verl's own export does first
     shapes = {t.name: t.shape for t in pl.inv.tensors}
-    gloo = dist.get_backend() == "gloo"
-    device = torch.device("cpu") if gloo else torch.device(get_device_name(), get_device_id())
+    device = _sync_device()
     out: Shards = {}
     for chunk in unwrap_model(engine.module):
         params = {n: p for n, p in chunk.state_dict(keep_vars=True).items() if "_extra_state" not in n}
@@ -185,6 +191,18 @@ def megatron_shards(engine: Any, pl: Placement) -> Shards:
     dtypes = {t.name: getattr(torch, t.dtype) for t in pl.tensors}
     return {n: {b: x.to(device=device, dtype=dtypes[n]).contiguous() for b, x in found.items()}
             for n, found in out.items() if n in dtypes}
+
+
+def _sync_device() -> torch.device:
+    """Where the reshard's buffers live: CPU over gloo or on verl's CPU platform, else this rank's device."""
+    import torch
+    import torch.distributed as dist
+    from verl.utils.device import get_device_id, get_device_name
+
+    name = get_device_name()
+    if dist.get_backend() == "gloo" or name == "cpu":  # verl's CPU platform: backend "cpu:gloo", device id "cpu"
+        return torch.device("cpu")
+    return torch.device(name, get_device_id())
 
 
 def rollout_named_tensors(pl: Placement, rollout: RolloutShards) -> Iterator[tuple[str, torch.Tensor]]:

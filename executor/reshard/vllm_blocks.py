@@ -15,12 +15,14 @@ verl/workers/rollout/vllm_rollout/utils.py) loads those with `load_blocks` and h
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
+logger = logging.getLogger(__name__)
 SPLIT = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 TAG = "#block="  # never part of a checkpoint name
 
@@ -143,7 +145,8 @@ def block_aware_update_weights(original: Callable) -> Callable:
             else:
                 blocks.append((*parsed, tensor))
         if blocks:
-            load_blocks(self.model_runner.model, {}, blocks)
+            count = load_blocks(self.model_runner.model, {}, blocks)
+            logger.info("directed reshard: %d TP-split blocks written into this rank's vLLM modules", count)
         return original(self, whole, peft_config=peft_config, base_sync_done=base_sync_done) if whole else None
 
     return _update_weights
