@@ -243,7 +243,8 @@ def _print(report: dict[str, Any]) -> None:
             out.print(f"{report['engines']['rollout']} rank {r['rank']}: needs {r['needed_bytes']:,} B, holds "
                       f"{r['local_bytes']:,} B from training, receives {r['received_bytes']:,} B (twin, directed: "
                       f"{r['twin_received_bytes']:,} B); blocks {'=' if r['blocks_equal_to_twin'] else '!='} the "
-                      f"twin's; loaded weights {'bit-exact' if r['vllm_loaded_bit_exact'] else 'DIFFER'}"
+                      f"twin's; loaded weights {'bit-exact' if r['vllm_loaded_bit_exact'] else 'DIFFER'}, reloaded as "
+                      f"blocks {'bit-exact' if r['vllm_block_load_bit_exact'] else 'DIFFER'}"
                       + ("" if "train_blocks_equal_to_twin" not in r else
                          f"; Megatron's blocks {'=' if r['train_blocks_equal_to_twin'] else '!='} the twin's"),
                       markup=False)
