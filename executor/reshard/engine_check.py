@@ -84,7 +84,7 @@ def measure_with_vllm(config: dict[str, Any], pl: Placement, checkpoint: Path, r
     with tempfile.TemporaryDirectory(prefix="check-reshard-vllm-") as tmp:
         out = Path(tmp) / "probe.json"
         code, tail = _run_probe([sys.executable, "-m", "executor.reshard.vllm_probe", str(checkpoint),
-                                 str(pl.rollout.tp), str(out)])
+                                 str(pl.rollout.tp), pl.inv.config.dtype, str(out)])
         if code != 0 or not out.is_file():
             raise EngineUnavailable(f"vLLM did not load the checkpoint (exit {code}): {tail}")
         probes = json.loads(out.read_text())

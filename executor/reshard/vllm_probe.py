@@ -1,6 +1,7 @@
-"""What a vLLM rollout asks for, measured from vLLM itself: `python -m executor.reshard.vllm_probe DIR TP OUT.json`.
+"""What a vLLM rollout asks for, measured from vLLM: `python -m executor.reshard.vllm_probe DIR TP DTYPE OUT.json`.
 
-vLLM loads the HuggingFace checkpoint in DIR directly (tensor parallel over TP local processes, on CPU).
+vLLM loads the HuggingFace checkpoint in DIR directly (tensor parallel over TP local processes, on CPU, in
+the checkpoint's DTYPE: vLLM's "auto" would not keep float32 on CPU).
 Inside each of its workers, every module reports the HF tensor slices it holds, read from its own
 partition attributes (executor/reshard/vllm_blocks.py), and compares its loaded local weight with those
 slices of the checkpoint, tensor by tensor, bit for bit. Then every such weight is zeroed and the slices
@@ -95,11 +96,11 @@ def _install_patches() -> None:
 
 
 def main() -> None:
-    ckpt_dir, tp, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+    ckpt_dir, tp, dtype, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
     os.environ.update({**ENV, "EXECUTOR_PROBE_CKPT": ckpt_dir})
     from vllm import LLM
 
-    llm = LLM(model=ckpt_dir, tensor_parallel_size=tp, dtype="auto", enforce_eager=True, skip_tokenizer_init=True,
+    llm = LLM(model=ckpt_dir, tensor_parallel_size=tp, dtype=dtype, enforce_eager=True, skip_tokenizer_init=True,
               max_model_len=64, max_num_seqs=4, load_format="safetensors", distributed_executor_backend="mp",
               worker_extension_cls=f"{__name__ if __name__ != '__main__' else 'executor.reshard.vllm_probe'}."
                                    "ProbeExtension")
