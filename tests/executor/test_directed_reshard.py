@@ -372,3 +372,32 @@ def test_a_tp2_rollout_gets_its_blocks_named_with_the_block() -> None:
     split = {p[0]: p[1] for p in parsed.values() if p is not None}
     assert split == {t.name: pl.rollout_blocks(t, 1)[0] for t in pl.tensors if t.shard.tp_dim is not None}
     assert split["model.embed_tokens.weight"] == ((256, 500), (0, 64))  # 500 padded to 512 (64s): rows 256-511
+
+
+def test_the_v1_trainers_naive_sync_goes_through_the_backend_in_workers_configured_with_it(monkeypatch) -> None:
+    """verl 0.9.1's V1 trainer forces its manager's backend to "naive" (trainer/ppo/v1/trainer_base.py): a worker
+    configured with the directed backend still syncs through it; one configured with naive keeps verl's export."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from executor.npu_opt import directed_reshard_backend as backend
+
+    sent = []
+    monkeypatch.setattr(backend, "fsdp_shards", lambda engine, pl: {"from": "trainer shards"})
+    ckpt = SimpleNamespace(placement=None, send_weights=sent.append, receive_weights=lambda: iter([("w", 0)]))
+    engine = SimpleNamespace()
+    sync = SimpleNamespace(backend=backend.BACKEND)
+    worker = SimpleNamespace(config=SimpleNamespace(rollout=SimpleNamespace(checkpoint_engine=sync)),
+                             checkpoint_engine=ckpt, actor=SimpleNamespace(engine=engine))
+
+    async def verl_update_weights(self, global_steps=None, mode="auto"):  # verl's naive sequence reads the export
+        assert mode == "naive"
+        weights, _ = self.actor.engine.get_per_tensor_param(layered_summon=False, base_sync_done=True)
+        return dict(weights)
+
+    patched = backend.colocated_update_weights(verl_update_weights)
+    assert asyncio.run(patched(worker, global_steps=1, mode="naive")) == {"w": 0}
+    assert sent == [{"from": "trainer shards"}] and not hasattr(engine, "get_per_tensor_param")
+    sync.backend = "naive"
+    engine.get_per_tensor_param = lambda **_: (iter([("x", 1)]), None)
+    assert asyncio.run(patched(worker, global_steps=2, mode="naive")) == {"x": 1} and len(sent) == 1
