@@ -125,6 +125,7 @@ class CpuTarget(Target):
         if options.model_path is None or options.data_dir is None:
             raise ExecutorError("cluster kind cpu needs --model-path (a small checkpoint) and --data-dir")
         reports, patches, engines = self._rollout_engine(plan, host)
+        sync_reports, sync_overrides = self._directed_reshard(plan, host, patches)
         w, r = plan.scenario.workload, plan.layout.rollout
         try:
             overrides, env = launch.cpu_run_config(
@@ -140,7 +141,27 @@ class CpuTarget(Target):
                                          env.get("VERL_USE_EXTERNAL_MODULES"))}
         o = OverrideSet()
         runtime_env_overrides(o, env)
-        return LaunchSpec(overrides=[*overrides, *o.render()], env=env, optimizations=reports, engines=engines)
+        return LaunchSpec(overrides=[*overrides, *sync_overrides, *o.render()], env=env,
+                          optimizations=[*reports, *sync_reports], engines=engines)
+
+    @staticmethod
+    def _directed_reshard(plan: Plan, host: HostEnv, patches: list[str]) -> tuple[list, list[str]]:
+        """The weight sync through the directed reshard when the plan enables it, applied as on the clusters
+        (its backend's refusals stop `executor run` before launch)."""
+        from executor.npu_opt.base import OptReport
+        from executor.npu_opt.registry import find
+
+        opt = find("directed_reshard")
+        if opt is None or not plan.enabled(opt.id):
+            return [], []
+        found = opt.detect(host)
+        if not found.available:
+            raise ExecutorError(f"cluster kind cpu: directed_reshard is unavailable here ({found.reason})")
+        ctx = ApplyContext(plan=plan, overrides=OverrideSet(), env={}, worker_patches=patches)
+        detail = opt.apply_config(ctx)
+        overrides = ctx.overrides.render()
+        return [OptReport(id=opt.id, mechanism=found.mechanism, state="applied", detail=f"{found.reason}; {detail}",
+                          overrides=overrides, targets=found.targets)], overrides
 
     @staticmethod
     def _rollout_engine(plan: Plan, host: HostEnv) -> tuple[list, list[str], dict[str, str]]:

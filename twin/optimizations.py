@@ -129,11 +129,12 @@ class ExecutorSupport(BaseModel):
 
 
 EXECUTOR_SUPPORT: dict[str, ExecutorSupport] = {
-    # executor/npu_opt/directed_reshard_backend.py: fsdp_shards reads FSDP2 DTensor shards only, and
-    # rollout_named_tensors hands verl's rollout adapters whole tensors or whole experts only (rollout TP1)
+    # executor/npu_opt/directed_reshard_backend.py: verl's FSDP2 trainer only (ran in the CPU loop into vLLM TP2,
+    # TP-split blocks loaded by executor/reshard/vllm_blocks.py); its megatron_shards reader works on a real
+    # Megatron-core model, but verl's Megatron trainer has not run here and MoE Megatron shards are not traced
     "directed_reshard": ExecutorSupport(
-        train_engines=("fsdp",), rollout_tp_max=1,
-        where="executor/npu_opt/directed_reshard_backend.py (fsdp_shards, rollout_named_tensors)"),
+        train_engines=("fsdp",), rollout_tp_max=None,
+        where="executor/npu_opt/directed_reshard_backend.py (DirectedCheckpointEngine)"),
 }
 
 

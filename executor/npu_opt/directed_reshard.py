@@ -7,7 +7,9 @@ the installed verl has that registry and imports `rollout.checkpoint_engine.cust
 worker (workers/engine_workers.py ActorRolloutRefWorker.init_model), then selects the backend, its
 arguments (the plan's model, layouts and devices), the checkpoint manager that keeps the sync colocated
 (`rollout.checkpoint_manager_class`, trainer/ppo/ray_trainer.py), and patches
-ActorRolloutRefWorker.update_weights in the workers (see the backend module for what it can feed).
+ActorRolloutRefWorker.update_weights in the workers, and verl's vLLM worker extension's _update_weights so that
+a TP-split block is written into the rank's module (executor/reshard/vllm_blocks.py; see the backend module for
+what it can feed).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ REGISTRY = PatchTarget(module="verl.checkpoint_engine.base", attribute="Checkpoi
                        dist="verl")
 UPDATE_WEIGHTS = PatchTarget(module="verl.workers.engine_workers", attribute="ActorRolloutRefWorker.update_weights",
                              dist="verl")
+ROLLOUT_LOAD = PatchTarget(module="verl.workers.rollout.vllm_rollout.utils",
+                           attribute="vLLMColocateWorkerExtension._update_weights", dist="verl")
 CKPT = "actor_rollout_ref.rollout.checkpoint_engine"
 
 
@@ -68,6 +72,10 @@ class DirectedReshard(Optimization):
         if backend is None:
             return self.availability(False, f"unavailable: {TRANSFER_MODULE} or {BACKEND_MODULE} is missing",
                                      [registry])
+        extension = host.verl_source("workers/rollout/vllm_rollout/utils.py")  # read, not imported: it needs vLLM
+        owner, method = ROLLOUT_LOAD.attribute.split(".")
+        if extension is None or not method_source(extension, owner, method):
+            return self.availability(False, f"installed verl lacks {ROLLOUT_LOAD.label}", [registry])
         return self.availability(True, f"checkpoint-engine backend {backend!r} from {BACKEND_MODULE} (transfer: "
                                  f"{TRANSFER_MODULE}); untested on NPU", [registry])
 
@@ -89,8 +97,11 @@ class DirectedReshard(Optimization):
         from executor.npu_opt.patching import install
 
         owner, _ = REGISTRY.resolve()
+        from executor.reshard.vllm_blocks import block_aware_update_weights
+
         module = importlib.import_module(BACKEND_MODULE)
-        result = install(self.id, [(UPDATE_WEIGHTS, module.colocated_update_weights)])
+        result = install(self.id, [(UPDATE_WEIGHTS, module.colocated_update_weights),
+                                   (ROLLOUT_LOAD, block_aware_update_weights)])
         backends = sorted(owner._registry)
         return WorkerPatchResult(id=self.id, applied=[REGISTRY.label, *result.applied], pending=result.pending,
                                  detail=f"registered checkpoint-engine backends: {', '.join(backends)}")

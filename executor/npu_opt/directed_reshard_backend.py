@@ -12,18 +12,23 @@ verl's colocated sequence and change only where the weights come from:
   `receive_weights()` yields this rank's rollout tensors;
 - `DirectedCheckpointManager`, selected with `rollout.checkpoint_manager_class` (trainer/ppo/ray_trainer.py
   loads it with load_class_from_fqn): asks the trainer workers for the colocated sync with mode=BACKEND;
+  verl 0.9.1's V1 trainer (trainer/ppo/v1/trainer_base.py, the default) ignores that class and forces its
+  manager's backend to "naive", so its workers receive mode "naive";
 - `colocated_update_weights`, the patch of ActorRolloutRefWorker.update_weights that
-  executor.npu_opt.directed_reshard installs in the workers: for mode BACKEND it runs verl's own naive
-  sequence with the engine's per-tensor export replaced by the directed reshard's output.
+  executor.npu_opt.directed_reshard installs in the workers: for mode BACKEND, or "naive" in workers
+  configured with BACKEND (the V1 trainer), it runs verl's own naive sequence with the engine's per-tensor
+  export replaced by the directed reshard's output.
 
 What it can feed, and what it refuses with a clear error at the first sync:
-- training shards: FSDP2 engines (DTensor Shard(0) on dimension 0, the twin's FSDP placement). Megatron
-  engines are refused: the HF coordinates of each local mcore shard need Megatron-Bridge's converters,
-  which are not wired here;
+- training shards: FSDP2 engines (DTensor Shard(0) on dimension 0, the twin's FSDP placement) and Megatron
+  engines built with mbridge (`vanilla_mbridge`): each local parameter's HF blocks are traced through the
+  engine's own bridge (executor/reshard/megatron_blocks.py; dense models: mbridge names routed experts one
+  by one, the plan's inventory fuses them, so an expert parameter is refused by name);
 - rollout: verl's rollout adapters load named whole tensors, and vLLM's expert-parallel loader takes whole
-  experts by global id and skips the ones another rank owns. So every rollout block must be a whole tensor
-  or a range of whole experts: TP1 rollouts, with or without EP. TP-split rollout blocks need a
-  shard-aware loader (vLLM-Ascend's), which verl does not have.
+  experts by global id and skips the ones another rank owns; a TP-split block of a dense tensor travels
+  under a name carrying its block, and the block-aware patch of verl's vLLM worker extension
+  (executor/reshard/vllm_blocks.py, installed by executor.npu_opt.directed_reshard) writes it into the
+  rank's module. TP-split experts (rollout TP > 1 without EP) are refused.
 Only the CPU parts (engine, shard source, the reshard over gloo) are exercised here; the colocated sync on
 NPU is untested.
 """
@@ -31,6 +36,7 @@ NPU is untested.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +57,7 @@ if TYPE_CHECKING:
     import torch
 
 BACKEND = "directed"
+logger = logging.getLogger(__name__)
 
 
 @CheckpointEngineRegistry.register(BACKEND)
@@ -84,6 +91,8 @@ class DirectedCheckpointEngine(ColocatedCheckpointEngine):
         result = run_transfer(self.placement, "directed", dist.get_rank(), dist.get_world_size(), weights,
                               schedule=self._schedule)
         self.last_stats = result.stats.as_dict()
+        logger.info("directed reshard: rank %d sent %d B, received %d B in %d rounds", self.last_stats["rank"],
+                    self.last_stats["sent_bytes"], self.last_stats["received_bytes"], self.last_stats["rounds"])
         self.weights = rollout_named_tensors(self.placement, result.rollout)
 
 
@@ -101,13 +110,18 @@ def colocated_update_weights(original: Callable) -> Callable:
 
     @functools.wraps(original)
     async def update_weights(self: Any, global_steps: int | None = None, mode: str = "auto") -> Any:
-        effective = self.config.rollout.checkpoint_engine.backend if mode == "auto" else mode
+        configured = self.config.rollout.checkpoint_engine.backend
+        # verl 0.9.1's V1 trainer (trainer/ppo/v1/trainer_base.py, the default) builds its manager with backend
+        # "naive" whatever the config says and ignores checkpoint_manager_class: its colocated "naive" call is
+        # this backend's when the workers were configured with it
+        effective = configured if mode == "auto" or (mode == "naive" and configured == BACKEND) else mode
         if effective != BACKEND:
             return await original(self, global_steps=global_steps, mode=mode)
         engine, ckpt = self.actor.engine, self.checkpoint_engine
 
         def directed_export(**_: Any) -> tuple[Iterator[tuple[str, torch.Tensor]], None]:
-            ckpt.send_weights(fsdp_shards(engine, ckpt.placement))
+            source = megatron_shards if hasattr(engine, "bridge") else fsdp_shards
+            ckpt.send_weights(source(engine, ckpt.placement))
             return ckpt.receive_weights(), None
 
         engine.get_per_tensor_param = directed_export  # this call only: verl's naive sequence reads it once
@@ -124,21 +138,19 @@ def fsdp_shards(engine: Any, pl: Placement) -> Shards:
     import torch
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
-    from verl.utils.device import get_device_id, get_device_name
     from verl.utils.fsdp_utils import fsdp_version
     from verl.utils.model import convert_weight_keys
 
     module = getattr(engine, "module", None)
     if module is None or fsdp_version(module) != 2:
-        raise ExecutorError(f"directed reshard: the trainer engine {type(engine).__name__} is not FSDP2; the "
-                            "Megatron shard export (mcore shard -> HF block) is not implemented, use backend naive")
+        raise ExecutorError(f"directed reshard: the trainer engine {type(engine).__name__} is neither FSDP2 nor "
+                            "Megatron with mbridge; use backend naive")
     model = getattr(module, "_fsdp_wrapped_module", module)
     if hasattr(model, "peft_config"):
         raise ExecutorError("directed reshard: LoRA models are not supported, use backend naive")
     params = convert_weight_keys(module.state_dict(), model)
     rank, out = dist.get_rank(), {}
-    gloo = dist.get_backend() == "gloo"
-    device = torch.device("cpu") if gloo else torch.device(get_device_name(), get_device_id())
+    device = _sync_device()
     for t in pl.tensors:
         if t.name not in params:
             raise ExecutorError(f"directed reshard: {t.name} of the plan's model is not in the trainer's state dict")
@@ -150,8 +162,55 @@ def fsdp_shards(engine: Any, pl: Placement) -> Shards:
     return out
 
 
+def megatron_shards(engine: Any, pl: Placement) -> Shards:
+    """This rank's training blocks from verl's Megatron engine: every local parameter's HF blocks, traced through
+    the engine's mbridge bridge (executor/reshard/megatron_blocks.py), in the plan's dtype."""
+    import torch
+    from verl.utils.megatron_utils import load_megatron_model_to_gpu, unwrap_model
+
+    from executor.reshard.megatron_blocks import BlockTraceError, cut_hf_shards, hf_sources, trace_hf_blocks
+
+    if not getattr(engine, "vanilla_bridge", False):
+        raise ExecutorError("directed reshard: the Megatron engine must use mbridge (vanilla_mbridge=True); "
+                            "Megatron-Bridge's converters are not traced here, use backend naive")
+    if getattr(engine, "peft_cls", None) is not None:
+        raise ExecutorError("directed reshard: LoRA models are not supported, use backend naive")
+    if getattr(engine, "_is_offload_param", False):
+        load_megatron_model_to_gpu(engine.module, load_grad=False)  # as verl's own export does first
+    shapes = {t.name: t.shape for t in pl.inv.tensors}
+    device = _sync_device()
+    out: Shards = {}
+    for chunk in unwrap_model(engine.module):
+        params = {n: p for n, p in chunk.state_dict(keep_vars=True).items() if "_extra_state" not in n}
+        try:
+            blocks = trace_hf_blocks(engine.bridge, params, hf_sources(engine.bridge, chunk), shapes)
+        except BlockTraceError as exc:
+            raise ExecutorError(f"directed reshard: {exc}") from None
+        for name, found in cut_hf_shards(params, blocks).items():
+            out.setdefault(name, {}).update(found)
+    dtypes = {t.name: getattr(torch, t.dtype) for t in pl.tensors}
+    return {n: {b: x.to(device=device, dtype=dtypes[n]).contiguous() for b, x in found.items()}
+            for n, found in out.items() if n in dtypes}
+
+
+def _sync_device() -> torch.device:
+    """Where the reshard's buffers live: CPU over gloo or on verl's CPU platform, else this rank's device."""
+    import torch
+    import torch.distributed as dist
+    from verl.utils.device import get_device_id, get_device_name
+
+    name = get_device_name()
+    if dist.get_backend() == "gloo" or name == "cpu":  # verl's CPU platform: backend "cpu:gloo", device id "cpu"
+        return torch.device("cpu")
+    return torch.device(name, get_device_id())
+
+
 def rollout_named_tensors(pl: Placement, rollout: RolloutShards) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) as verl's rollout adapters load them: whole tensors, and experts one by one by global id."""
+    """(name, tensor) for verl's rollout adapters: whole tensors by name, experts one by one by global id, and a
+    TP-split block under `block_name` (executor/reshard/vllm_blocks.py), which the block-aware patch of verl's
+    vLLM worker extension writes into the rank's modules (vLLM's load_weights would cut it again)."""
+    from executor.reshard.vllm_blocks import block_name
+
     for t in pl.tensors:
         for block, x in rollout.get(t.name, []):
             whole = tuple((0, n) for n in t.shape)
@@ -159,14 +218,16 @@ def rollout_named_tensors(pl: Placement, rollout: RolloutShards) -> Iterator[tup
                 yield t.name, x
             elif t.shard.ep_dim == 0 and block[1:] == whole[1:]:
                 yield from _experts(t, block[0][0], x)
+            elif t.shard.ep_dim is None:
+                yield block_name(t.name, block), x
             else:
                 raise ExecutorError(f"directed reshard: a rank of rollout {pl.rollout.short()} needs block {block} of "
-                                    f"{t.name}; verl's rollout adapters load whole tensors or whole experts, so "
-                                    "this backend needs rollout TP1")
-    if pl.inv.tied_head:
+                                    f"{t.name}: TP-split experts are not loaded by block here, use rollout EP")
+    if pl.inv.tied_head:  # a TP-split tied head is the embedding's module in vLLM: loaded with it
         head = next(t for t in pl.inv.tensors if t.group == "head")
         embedding = next(t for t in pl.tensors if t.group == "embedding")
-        yield from ((head.name, x) for _, x in rollout.get(embedding.name, []))
+        whole = tuple((0, n) for n in embedding.shape)
+        yield from ((head.name, x) for b, x in rollout.get(embedding.name, []) if b == whole)
 
 
 def _experts(t: TensorSpec, first: int, x: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:

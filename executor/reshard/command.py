@@ -68,8 +68,7 @@ def check_reshard(
     from twin.errors import TwinError
 
     try:
-        report = _check(plan_path, world, method.value, model_config, device.value, seed, timeout)
-        _engine_figures(report, engine_check)
+        report = _check(plan_path, world, method.value, model_config, device.value, seed, timeout, engine_check)
     except TwinError as exc:  # ExecutorError included
         raise fail(str(exc)) from None
     if as_json:
@@ -81,8 +80,12 @@ def check_reshard(
 
 
 def _check(plan_path: Path, world: int | None, method: str, model_config: Path | None, device: str, seed: int,
-           timeout: float) -> dict[str, Any]:
+           timeout: float, engine_check: bool) -> dict[str, Any]:
+    import tempfile
+
     from executor.plan_check import check_plan
+    from executor.reshard.engine_check import vllm_refusal, write_checkpoint
+    from executor.reshard.megatron_source import megatron_refusal
     from executor.reshard.spawn import run_ranks
     from executor.reshard.tiny_model import (
         checked_placement,
@@ -118,41 +121,54 @@ def _check(plan_path: Path, world: int | None, method: str, model_config: Path |
     name = Path(source).stem if model_config else source
     pl = checked_placement(config, name, layout, world)
     methods = ("directed", "all_gather") if method == "both" else (method,)
-    records = run_ranks({"config": config, "name": name, "layout": layout, "world": world, "methods": methods,
-                         "seed": seed, "device": device}, timeout)
-    results = {m: _compare(m, sorted((r for r in records if r["method"] == m), key=lambda r: r["rank"]),
-                           reshard_stats(pl, None, m)) for m in methods}
-    if "directed" in results:
-        results["directed"]["chunk_bytes"] = directed_chunk_bytes(pl)
-    return {"plan": str(plan_path), "scenario": plan.scenario.name, "model": plan.scenario.model,
-            "model_source": "plan, shrunk" if shrink else ("model-config" if model_config else "plan"),
-            "model_config": config, "shrunk": shrunk, "kept": kept, "world": world, "plan_devices": devices,
-            "device": device, "backend": "gloo" if device == "cpu" else "hccl", "seed": seed,
-            "layouts": {"train": layout.train.model_dump(exclude_none=True),
-                        "rollout": layout.rollout.model_dump(exclude_none=True),
-                        "train_short": layout.train.short(), "rollout_short": layout.rollout.short()},
-            "methods": results, "ok": all(r["equal_to_twin"] and r["bit_exact"] for r in results.values())}
+    engines = None if engine_check else "--no-engine-check"
+    engines = engines or (None if device == "cpu" else "--device npu") or vllm_refusal(config, pl)
+    train_why = engines or megatron_refusal(config, pl)
+    with tempfile.TemporaryDirectory(prefix="check-reshard-ckpt-") as tmp:
+        ckpt = write_checkpoint(config, pl, seed, Path(tmp) / "ckpt") if engines is None else None
+        records = run_ranks({"config": config, "name": name, "layout": layout, "world": world, "methods": methods,
+                             "seed": seed, "device": device,
+                             "checkpoint": str(ckpt) if ckpt and train_why is None else None}, timeout)
+        results = {m: _compare(m, sorted((r for r in records if r["method"] == m), key=lambda r: r["rank"]),
+                               reshard_stats(pl, None, m)) for m in methods}
+        if "directed" in results:
+            results["directed"]["chunk_bytes"] = directed_chunk_bytes(pl)
+        report = {"plan": str(plan_path), "scenario": plan.scenario.name, "model": plan.scenario.model,
+                  "model_source": "plan, shrunk" if shrink else ("model-config" if model_config else "plan"),
+                  "model_config": config, "shrunk": shrunk, "kept": kept, "world": world, "plan_devices": devices,
+                  "device": device, "backend": "gloo" if device == "cpu" else "hccl", "seed": seed,
+                  "layouts": {"train": layout.train.model_dump(exclude_none=True),
+                              "rollout": layout.rollout.model_dump(exclude_none=True),
+                              "train_short": layout.train.short(), "rollout_short": layout.rollout.short()},
+                  "methods": results, "ok": all(r["equal_to_twin"] and r["bit_exact"] for r in results.values())}
+        _engine_figures(report, pl, ckpt, engines, train_why, records)
+    return report
 
 
-def _engine_figures(report: dict[str, Any], enabled: bool) -> None:
-    """Add the engines' own count of the rollout side (or say why the count is the twin's)."""
+def _engine_figures(report: dict[str, Any], pl: Any, ckpt: Path | None, why: str | None, train_why: str | None,
+                    records: list[dict[str, Any]]) -> None:
+    """Add the engines' own count of both sides (or say why a count is the twin's)."""
     from executor.reshard.engine_check import EngineUnavailable, measure_with_vllm
-    from executor.reshard.tiny_model import checked_placement
+    from executor.reshard.megatron_source import RECORD, train_version
     from executor.versions import installed_version
     from twin.cost_models.reshard import reshard_stats
-    from twin.layout.models import Layout, RolloutLayout, TrainLayout
 
-    lay, world = report["layouts"], report["world"]
-    layout = Layout(train=TrainLayout(**lay["train"]), rollout=RolloutLayout(**lay["rollout"]))
-    pl = checked_placement(report["model_config"], report["model"], layout, world)
-    report["engines"] = {"train": f"none: training shards cut by the placement's {layout.train.engine} rule",
+    train_records = sorted((r for r in records if r["method"] == RECORD), key=lambda r: r["rank"])
+    report["engines"] = {"train": f"none: training shards cut by the placement's {pl.train.engine} rule "
+                                  f"({train_why})",
                          "rollout": "none: rollout blocks from the twin's placement"}
-    why = "--no-engine-check" if not enabled else ("--device npu" if report["device"] != "cpu" else None)
+    if train_records:
+        report["engines"]["train"] = train_version()
+        report["train_engine"] = {"ranks": [{k: r[k] for k in ("rank", "parameters", "bit_exact", "mismatched")}
+                                            for r in train_records],
+                                  "loaded_bit_exact": all(r["bit_exact"] for r in train_records)}
     if why is None:
         st = reshard_stats(pl, None, "directed")
+        train = [{n: [tuple(tuple(x) for x in b) for b in blocks] for n, blocks in r["blocks"].items()}
+                 for r in train_records] or None
         try:
-            report["engine"] = measure_with_vllm(report["model_config"], pl, report.get("seed", 0), world,
-                                                 [int(x) for x in st.received])
+            report["engine"] = measure_with_vllm(report["model_config"], pl, ckpt, [int(x) for x in st.received],
+                                                 train)
         except EngineUnavailable as exc:
             why = str(exc)
     if why is not None:
@@ -162,8 +178,11 @@ def _engine_figures(report: dict[str, Any], enabled: bool) -> None:
     report["engines"]["rollout"] = f"vllm {version}"
     report["bytes_source"] = "engine"
     eng = report["engine"]
-    report["ok"] = report["ok"] and all(eng[k] for k in ("received_equal_to_twin", "blocks_equal_to_twin",
-                                                         "vllm_loaded_bit_exact"))
+    checks = ["received_equal_to_twin", "blocks_equal_to_twin", "vllm_loaded_bit_exact", "vllm_block_load_bit_exact"]
+    if train_records:
+        eng["train_loaded_bit_exact"] = report["train_engine"]["loaded_bit_exact"]
+        checks += ["train_blocks_equal_to_twin", "train_loaded_bit_exact"]
+    report["ok"] = report["ok"] and all(eng[k] for k in checks)
 
 
 def _compare(method: str, ranks: list[dict[str, Any]], st: Any) -> dict[str, Any]:
@@ -211,6 +230,11 @@ def _print(report: dict[str, Any]) -> None:
         compared = "bytes, staging and chunks received" if method == "directed" else "bytes and staging"
         out.print(f"{method}: {compared} per rank {verdict}; {exact}; staging peak "
                   f"{res['staging_peak_bytes_max']:,} B; slowest rank {res['seconds_max']:.3f} s", markup=False)
+    if "train_engine" in report:
+        tr = report["train_engine"]
+        out.print(f"{report['engines']['train']}: every rank's modules loaded the checkpoint "
+                  f"{'bit-exact' if tr['loaded_bit_exact'] else 'NOT bit-exact'}; the reshard ran from their shards",
+                  markup=False)
     if report["bytes_source"] == "twin":
         out.print(f"rollout side from the twin's list only ({report['bytes_source_reason']})", markup=False)
     else:
@@ -219,7 +243,10 @@ def _print(report: dict[str, Any]) -> None:
             out.print(f"{report['engines']['rollout']} rank {r['rank']}: needs {r['needed_bytes']:,} B, holds "
                       f"{r['local_bytes']:,} B from training, receives {r['received_bytes']:,} B (twin, directed: "
                       f"{r['twin_received_bytes']:,} B); blocks {'=' if r['blocks_equal_to_twin'] else '!='} the "
-                      f"twin's; loaded weights {'bit-exact' if r['vllm_loaded_bit_exact'] else 'DIFFER'}",
+                      f"twin's; loaded weights {'bit-exact' if r['vllm_loaded_bit_exact'] else 'DIFFER'}, reloaded as "
+                      f"blocks {'bit-exact' if r['vllm_block_load_bit_exact'] else 'DIFFER'}"
+                      + ("" if "train_blocks_equal_to_twin" not in r else
+                         f"; Megatron's blocks {'=' if r['train_blocks_equal_to_twin'] else '!='} the twin's"),
                       markup=False)
     peaks = {m: r["staging_peak_bytes_max"] for m, r in report["methods"].items()}
     if len(peaks) == 2 and peaks["directed"]:

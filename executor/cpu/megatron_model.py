@@ -1,0 +1,112 @@
+"""A Megatron-core GPTModel on CPU over gloo, loaded from a HuggingFace checkpoint with mbridge's converters.
+
+`MegatronCpuModel.build(hf_config, tp, pp)` initialises Megatron's parallel state on the default (gloo)
+process group, builds this rank's pipeline stage of a GPTModel with Megatron's local (non-Transformer-Engine)
+layer spec and CPU initialisation, and `load(checkpoint)` fills it: for every local parameter, mbridge names
+the HF tensors it comes from (`_weight_name_mapping_mcore_to_hf`), merges them into Megatron's layout
+(`_weight_to_mcore_format`: fused QKV in query groups, gate/up stacked, vocabulary padded) and cuts this TP
+rank's part (`_weight_split_across_tp`), the path mbridge's own `load_weights` takes, without its scatter.
+`hf_blocks()` and `hf_shards()` say which HF blocks each local parameter holds and cut them out
+(executor/reshard/megatron_blocks.py, shared with verl's Megatron engine).
+
+Dense models (Qwen2/Qwen3/Llama families mbridge knows): MoE layers need the all-to-all dispatcher patches
+not in executor/cpu/megatron_compat.py. Sequence parallelism is off (torch's RMSNorm refuses it; it does
+not change where weights live). The vocabulary is padded to 128 x TP, Megatron's default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from executor.reshard.megatron_blocks import HfSlice, cut_hf_shards, hf_sources, local_part, trace_hf_blocks
+
+if TYPE_CHECKING:
+    import torch
+
+    from twin.catalog.inventory import Block
+
+VOCAB_DIVISOR = 128  # x TP: Megatron's --make-vocab-size-divisible-by default
+
+
+class MegatronModelError(Exception):
+    """The model cannot be built or loaded as asked; the message says why."""
+
+
+@dataclass
+class MegatronCpuModel:
+    """This rank's stage of a Megatron GPTModel and the mbridge bridge that maps it to HF tensors."""
+
+    bridge: Any
+    model: Any
+    sources: dict[str, list[str]]  # local parameter -> HF names, in order
+
+    @classmethod
+    def build(cls, hf_config: dict[str, Any], tp: int, pp: int, seed: int = 0,
+              dtype: torch.dtype | None = None) -> MegatronCpuModel:
+        """Build this rank's stage in `dtype` (float32 by default); the default process group must be initialised
+        (gloo)."""
+        import torch
+        from mbridge import AutoBridge
+        from mbridge.core.parallel_states import ParallelStates
+        from megatron.core import parallel_state as mpu
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+        from megatron.core.models.gpt.gpt_model import GPTModel
+        from transformers import AutoConfig
+
+        from executor.cpu.megatron_compat import apply_all
+
+        apply_all()
+        fields = {k: v for k, v in hf_config.items() if k != "model_type"}
+        config = AutoConfig.for_model(hf_config["model_type"], **fields)
+        if config.num_hidden_layers % pp:
+            raise MegatronModelError(f"{config.num_hidden_layers} layers cannot be split into PP{pp} even stages")
+        mpu.destroy_model_parallel()
+        mpu.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+        torch.manual_seed(seed)
+        try:
+            bridge = AutoBridge.from_config(config, dtype=dtype or torch.float32,
+                                            parallel_states=ParallelStates.get_parallel_state(),
+                                            make_vocab_size_divisible_by=VOCAB_DIVISOR * tp)
+        except ValueError as exc:
+            raise MegatronModelError(f"mbridge has no bridge for model type {hf_config['model_type']!r}") from exc
+        bridge.set_extra_args(use_cpu_initialization=True, masked_softmax_fusion=False, sequence_parallel=False,
+                              gradient_accumulation_fusion=False, bias_dropout_fusion=False, apply_rope_fusion=False)
+        if bridge.config.num_moe_experts:
+            raise MegatronModelError("MoE layers need the all-to-all dispatcher on CPU, not patched here")
+        vocab = -(-config.vocab_size // (VOCAB_DIVISOR * tp)) * VOCAB_DIVISOR * tp
+        bridge.vocab_size, bridge.padded_vocab_size = config.vocab_size, vocab
+        rope = (getattr(config, "rope_parameters", None) or {}).get("rope_theta") or config.rope_theta
+        model = GPTModel(config=bridge.config,
+                         transformer_layer_spec=get_gpt_decoder_block_spec(bridge.config, use_transformer_engine=False),
+                         vocab_size=vocab, max_sequence_length=config.max_position_embeddings,
+                         pre_process=mpu.is_pipeline_first_stage(), post_process=mpu.is_pipeline_last_stage(),
+                         share_embeddings_and_output_weights=bool(getattr(config, "tie_word_embeddings", False)),
+                         position_embedding_type="rope", rotary_base=rope)
+        return cls(bridge, model, hf_sources(bridge, model))
+
+    def parameters(self) -> dict[str, torch.Tensor]:
+        return {n: p for n, p in self.model.state_dict(keep_vars=True).items() if n in self.sources}
+
+    def load(self, checkpoint: dict[str, torch.Tensor]) -> None:
+        """Fill every local parameter from a full HF state dict (every rank reads the checkpoint itself)."""
+        import torch
+
+        with torch.no_grad():
+            for name, param in self.parameters().items():
+                missing = [n for n in self.sources[name] if n not in checkpoint]
+                if missing:
+                    raise MegatronModelError(f"{name}: {missing[0]} is not in the checkpoint")
+                part = local_part(self.bridge, name, [checkpoint[n] for n in self.sources[name]], param)
+                if tuple(part.shape) != tuple(param.shape):
+                    raise MegatronModelError(f"{name}: mbridge gives {tuple(part.shape)}, the module holds "
+                                             f"{tuple(param.shape)}")
+                param.copy_(part)
+
+    def hf_blocks(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, list[HfSlice]]:
+        """Local parameter -> the HF blocks it holds."""
+        return trace_hf_blocks(self.bridge, self.parameters(), self.sources, shapes)
+
+    def hf_shards(self, blocks: dict[str, list[HfSlice]]) -> dict[str, dict[Block, torch.Tensor]]:
+        """This rank's HF blocks cut from its live parameters: {HF name: {block: tensor}}."""
+        return cut_hf_shards(self.parameters(), blocks)

@@ -1,0 +1,127 @@
+"""Which HuggingFace tensor blocks each Megatron parameter of this rank holds, traced through mbridge.
+
+mbridge converts HF tensors into a Megatron parameter's local shard in two steps: `_weight_to_mcore_format`
+(fused QKV in query groups, gate/up stacked, the vocabulary padded) and `_weight_split_across_tp` (this TP
+rank's part). `trace_hf_blocks` runs those same steps on tensors of element codes (float64, exact below
+2**53: code = offset of the HF tensor + row-major index + 1, 0 for padding) instead of weights; the codes that
+land in the local shard name the HF elements it holds, which must form one block per HF tensor in row-major
+order. `cut_hf_shards` then cuts the live parameters into those blocks: the directed reshard's input, for
+the CPU builder (executor/cpu/megatron_model.py) and for verl's Megatron engine alike (both use mbridge).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from twin.catalog.inventory import Block
+
+LOCAL_TO_TE = {"input_layernorm.weight": "self_attention.linear_qkv.layer_norm_weight",
+               "pre_mlp_layernorm.weight": "mlp.linear_fc1.layer_norm_weight"}
+"""Megatron's local layer spec keeps the norms as modules; mbridge names them as Transformer Engine fuses them."""
+
+
+class BlockTraceError(Exception):
+    """A local parameter's part of an HF tensor is not one block, or a tensor is unknown; the message says which."""
+
+
+@dataclass
+class HfSlice:
+    """One HF tensor block a local parameter holds, and where its elements sit in the local tensor."""
+
+    name: str
+    block: Block
+    mask: torch.Tensor  # bool, local parameter shape; its True elements in row-major order are the block's
+
+
+def te_name(name: str) -> str:
+    """A Megatron parameter name as mbridge's mappings spell it (Transformer Engine's fused norms)."""
+    for local, te in LOCAL_TO_TE.items():
+        if name.endswith(local):
+            return name[: -len(local)] + te
+    return name
+
+
+def hf_sources(bridge: Any, model: Any) -> dict[str, list[str]]:
+    """Local parameter name -> the HF tensors mbridge builds it from, in order (one model chunk)."""
+    return {name: bridge._weight_name_mapping_mcore_to_hf(te_name(global_name))
+            for name, global_name in bridge._weight_name_mapping_mcore_local_to_global(model).items()}
+
+
+def local_part(bridge: Any, name: str, hf: list[torch.Tensor], param: torch.Tensor) -> torch.Tensor:
+    """mbridge's conversion of the HF tensors `hf` into this rank's part of Megatron parameter `name`."""
+    te = te_name(name)
+    merged = bridge._weight_to_mcore_format(te, hf)
+    return bridge._weight_split_across_tp(te, merged, param, bridge.mpu.tp_size)[bridge.mpu.tp_rank]
+
+
+def trace_hf_blocks(bridge: Any, params: dict[str, torch.Tensor], sources: dict[str, list[str]],
+                    shapes: dict[str, tuple[int, ...]]) -> dict[str, list[HfSlice]]:
+    """Local parameter -> the HF blocks it holds (padding rows hold none)."""
+    import torch
+
+    out: dict[str, list[HfSlice]] = {}
+    with _float64(bridge):
+        for name, param in params.items():
+            hf = sources[name]
+            unknown = [n for n in hf if n not in shapes]
+            if unknown:
+                raise BlockTraceError(f"{name}: {unknown[0]} is not a tensor of the plan's model")
+            bases, codes, base = [], [], 0
+            for n in hf:
+                numel = int(torch.Size(shapes[n]).numel())
+                codes.append(torch.arange(base + 1, base + numel + 1, dtype=torch.float64).view(shapes[n]))
+                bases.append(base)
+                base += numel
+            local = local_part(bridge, name, codes, param).to(torch.float64)
+            found = (_slice(name, n, shapes[n], local, b) for n, b in zip(hf, bases, strict=True))
+            out[name] = [s for s in found if s is not None]
+    return out
+
+
+def cut_hf_shards(params: dict[str, torch.Tensor], blocks: dict[str, list[HfSlice]],
+                  ) -> dict[str, dict[Block, torch.Tensor]]:
+    """This rank's HF blocks cut from its live parameters: {HF name: {block: tensor}}."""
+    out: dict[str, dict[Block, torch.Tensor]] = {}
+    for name, slices in blocks.items():
+        data = params[name].detach()
+        for s in slices:
+            shape = tuple(b - a for a, b in s.block)
+            out.setdefault(s.name, {})[s.block] = data[s.mask.to(data.device)].view(shape).contiguous()
+    return out
+
+
+@contextlib.contextmanager
+def _float64(bridge: Any) -> Iterator[None]:
+    """mbridge casts HF tensors to its dtype before merging; float64 keeps element codes exact."""
+    import torch
+
+    dtype, bridge.dtype = bridge.dtype, torch.float64
+    try:
+        yield
+    finally:
+        bridge.dtype = dtype
+
+
+def _slice(param: str, hf: str, shape: tuple[int, ...], local: torch.Tensor, base: int) -> HfSlice | None:
+    """The block of HF tensor `hf` whose codes sit in `local`; None when it holds none of them."""
+    import math
+
+    import torch
+
+    numel = math.prod(shape)
+    mask = (local > base) & (local <= base + numel)
+    flat = (local[mask] - base - 1).to(torch.int64)
+    if flat.numel() == 0:
+        return None
+    index = torch.stack(torch.unravel_index(flat, shape))
+    block = tuple((int(lo), int(hi) + 1) for lo, hi in zip(index.min(dim=1).values, index.max(dim=1).values,
+                                                          strict=True))
+    if math.prod(b - a for a, b in block) != flat.numel() or not bool((flat[1:] > flat[:-1]).all()):
+        raise BlockTraceError(f"{param}: the part of {hf} it holds is not one block in row-major order")
+    return HfSlice(hf, block, mask)

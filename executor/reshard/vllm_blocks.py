@@ -1,0 +1,152 @@
+"""The HF tensor blocks a vLLM module holds on its TP rank, read from the module's own partition attributes,
+and a loader that writes received blocks straight into those places.
+
+`module_blocks` maps one module to {HF name: (block, the local tensor view of it)}: QKV (heads per partition,
+kv-head replicas), merged gate/up (output sizes), column and row parallel linears (their partition sizes),
+vocabulary embeddings and the head (shard indices), anything else whole when its shape is the HF tensor's.
+`load_blocks` copies (HF name, block, tensor) triples into those views: what a TP > 1 rollout rank needs to
+take the directed reshard's blocks, where vLLM's `load_weights` expects whole tensors and cuts them itself.
+Dense models only (the modules above); other modules hold nothing here.
+
+In verl's weight sync a block travels as a named tensor whose name carries the block (`block_name`); the
+patch `block_aware_update_weights` of verl's vLLM worker extension (vLLMColocateWorkerExtension._update_weights,
+verl/workers/rollout/vllm_rollout/utils.py) loads those with `load_blocks` and hands the rest to verl.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+logger = logging.getLogger(__name__)
+SPLIT = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+TAG = "#block="  # never part of a checkpoint name
+
+
+class BlockLoadError(Exception):
+    """A received block is not one this rank's vLLM modules hold; the message names it."""
+
+
+def _whole(shape: tuple[int, ...]) -> list[list[int]]:
+    return [[0, n] for n in shape]
+
+
+def module_blocks(name: str, module: Any, shapes: dict[str, tuple[int, ...]],
+                  ) -> dict[str, tuple[list[list[int]], Any]]:
+    """HF name -> (block, this rank's local tensor of it) for one vLLM module; {} when it holds no weight."""
+    kind = type(module).__name__
+    weight = getattr(module, "weight", None)
+    if weight is None or not hasattr(weight, "shape"):
+        return {}
+    out: dict[str, tuple[list[list[int]], Any]] = {}
+    if kind == "QKVParallelLinear":
+        rank, kv_rank = module.tp_rank, module.tp_rank // module.num_kv_head_replicas
+        q, k, v = (module.num_heads * module.head_size, module.num_kv_heads * module.head_size,
+                   module.num_kv_heads * module.v_head_size)
+        rows = {"q_proj": (rank * q, q), "k_proj": (kv_rank * k, k), "v_proj": (kv_rank * v, v)}
+        _fused(name, "qkv_proj", module, rows, out)
+    elif kind == "MergedColumnParallelLinear":
+        size = [s // module.tp_size for s in module.output_sizes]
+        rows = {part: (module.tp_rank * size[i], size[i]) for i, part in enumerate(SPLIT["gate_up_proj"])}
+        _fused(name, "gate_up_proj", module, rows, out)
+    elif kind == "ColumnParallelLinear":
+        per = module.output_size_per_partition
+        _rows(f"{name}.weight", module.weight, (module.tp_rank * per, per), out)
+        if getattr(module, "bias", None) is not None:
+            _rows(f"{name}.bias", module.bias, (module.tp_rank * per, per), out)
+    elif kind == "RowParallelLinear":
+        per = module.input_size_per_partition
+        out[f"{name}.weight"] = ([[0, module.weight.shape[0]], [module.tp_rank * per, (module.tp_rank + 1) * per]],
+                                 module.weight)
+        if getattr(module, "bias", None) is not None:
+            out[f"{name}.bias"] = (_whole(tuple(module.bias.shape)), module.bias)
+    elif kind in ("VocabParallelEmbedding", "ParallelLMHead"):
+        idx = module.shard_indices
+        n = idx.org_vocab_end_index - idx.org_vocab_start_index
+        out[f"{name}.weight"] = ([[idx.org_vocab_start_index, idx.org_vocab_end_index], [0, weight.shape[1]]],
+                                 weight[:n])
+    elif tuple(shapes.get(f"{name}.weight", ())) == tuple(weight.shape):
+        out[f"{name}.weight"] = (_whole(tuple(weight.shape)), weight)
+    return out
+
+
+def _rows(hf: str, local: Any, rows: tuple[int, int], out: dict) -> None:
+    start, size = rows
+    out[hf] = ([[start, start + size], *_whole(tuple(local.shape[1:]))], local)
+
+
+def _fused(name: str, fused: str, module: Any, rows: dict[str, tuple[int, int]], out: dict) -> None:
+    """Split a fused local weight (and bias) back into its HF parts, in the order vLLM stacks them."""
+    base = name[: -len(fused)]
+    for attr in ("weight", "bias"):
+        local = getattr(module, attr, None)
+        if local is None:
+            continue
+        offset = 0
+        for part, (start, size) in rows.items():
+            _rows(f"{base}{part}.{attr}", local[offset:offset + size], (start, size), out)
+            offset += size
+
+
+def model_blocks(model: Any, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[list[list[int]], Any]]:
+    """Every HF block this rank's vLLM model holds: {HF name: (block, local view)}."""
+    out: dict[str, tuple[list[list[int]], Any]] = {}
+    for name, module in model.named_modules():
+        if name and list(module.parameters(recurse=False)):
+            out.update(module_blocks(name, module, shapes))
+    return out
+
+
+def load_blocks(model: Any, shapes: dict[str, tuple[int, ...]],
+                blocks: Iterable[tuple[str, tuple[tuple[int, int], ...], torch.Tensor]]) -> int:
+    """Copy each (HF name, block, tensor) into the place this rank's module keeps it; returns the count loaded."""
+    import torch
+
+    held = model_blocks(model, shapes)
+    loaded = 0
+    with torch.no_grad():
+        for name, block, tensor in blocks:
+            place = held.get(name)
+            if place is None or [list(r) for r in block] != place[0]:
+                raise BlockLoadError(f"{name} block {block}: this rank's vLLM modules hold "
+                                     f"{place[0] if place else 'none of it'}")
+            place[1].copy_(tensor.view(place[1].shape))
+            loaded += 1
+    return loaded
+
+
+def block_name(name: str, block: tuple[tuple[int, int], ...]) -> str:
+    """A named tensor's name that carries its block: `name#block=0:64,0:128`."""
+    return name + TAG + ",".join(f"{a}:{b}" for a, b in block)
+
+
+def parse_block_name(name: str) -> tuple[str, tuple[tuple[int, int], ...]] | None:
+    """(HF name, block) of a `block_name`; None for a plain name."""
+    if TAG not in name:
+        return None
+    hf, _, spec = name.partition(TAG)
+    return hf, tuple((int(a), int(b)) for a, b in (r.split(":") for r in spec.split(",")))
+
+
+def block_aware_update_weights(original: Callable) -> Callable:
+    """Patch factory for verl's vLLMColocateWorkerExtension._update_weights: blocks named by `block_name` go
+    into this rank's modules with `load_blocks`; whole tensors go to verl (vLLM's load_weights) as before."""
+
+    def _update_weights(self: Any, weights: list, peft_config: Any = None, base_sync_done: bool = False) -> Any:
+        blocks, whole = [], []
+        for name, tensor in weights:
+            parsed = parse_block_name(name)
+            if parsed is None:
+                whole.append((name, tensor))
+            else:
+                blocks.append((*parsed, tensor))
+        if blocks:
+            count = load_blocks(self.model_runner.model, {}, blocks)
+            logger.info("directed reshard: %d TP-split blocks written into this rank's vLLM modules", count)
+        return original(self, whole, peft_config=peft_config, base_sync_done=base_sync_done) if whole else None
+
+    return _update_weights

@@ -1,0 +1,36 @@
+"""The CPU target applies directed_reshard when the plan enables it: verl's weight sync then runs the directed
+reshard from the FSDP2 trainer into verl's vLLM rollout at TP2 (run for real in the README's CPU loop with the
+optimization on; here the launch it builds)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from executor.cpu.vllm_compat import CPU_DIST
+from executor.npu_opt.directed_reshard_backend import BACKEND
+from executor.npu_opt.host import HostEnv
+from executor.options import LaunchOptions
+from executor.targets import target_for
+from executor.versions import installed_version
+from twin.plan import load_plan
+from twin.scenario import load_scenario
+
+REPO = Path(__file__).resolve().parents[2]
+CPU_SCENARIO = REPO / "scenarios" / "cpu-tiny-grpo.yaml"
+
+
+@pytest.mark.skipif(installed_version(CPU_DIST) is None, reason=f"{CPU_DIST} is not installed")
+def test_a_cpu_plan_with_directed_reshard_syncs_through_the_backend_at_rollout_tp2(make_plan, tmp_path: Path) -> None:
+    sc = load_scenario(CPU_SCENARIO)
+    path = tmp_path / "s.yaml"
+    path.write_text(sc.model_copy(update={"optimizations": (*sc.optimizations, "directed_reshard")}).dump_yaml())
+    plan = load_plan(make_plan(path))
+    assert plan.layout.rollout.tp == 2 and plan.executor_refusals() == {}
+    options = LaunchOptions(workdir=tmp_path / "run", model_path=str(tmp_path / "model"), data_dir=tmp_path)
+    spec = target_for("cpu").build(plan, options, HostEnv())
+    states = {r.id: r.state for r in spec.optimizations}
+    assert states["directed_reshard"] == "applied"
+    assert f"actor_rollout_ref.rollout.checkpoint_engine.backend={BACKEND}" in spec.overrides
+    assert "directed_reshard" in spec.env["EXECUTOR_NPU_PATCHES"].split(",")
