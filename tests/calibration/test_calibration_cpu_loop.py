@@ -90,7 +90,7 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> dict:
     table = cli("calibration", "report", "--profile", "cpu-fit.yaml", "--cases", "case.yaml", cwd=w).stdout
     report = json.loads(cli("calibration", "report", "--profile", "cpu-fit.yaml", "--cases", "case.yaml", "--json",
                             cwd=w).stdout)
-    reshard = json.loads(cli("executor", "check-reshard", "plan.json", "--method", "all_gather", "--model-config",
+    reshard = json.loads(cli("executor", "check-reshard", "plan.json", "--method", "directed", "--model-config",
                              "assets/model/config.json", "--json", cwd=w).stdout)
     profile = yaml.safe_load((w / "cpu-fit.yaml").read_text())
     return {"dir": w, "run_log": run.stdout, "leftovers": leftovers, "report_table": table, "report": report,
@@ -176,8 +176,9 @@ def test_every_stage_within_the_bar(loop, capsys):
 
 def test_predicted_reshard_bytes_equal_the_measured(loop):
     plan = json.loads((loop["dir"] / "plan.json").read_text())
-    predicted = plan["predictions"]["reshard"]  # verl_bucketed: the same transfers as all_gather
-    measured = loop["reshard"]["methods"]["all_gather"]
+    predicted = plan["predictions"]["reshard"]
+    assert predicted["method"] == "directed"  # the run's weight sync: each vLLM rank gets only what it holds
+    measured = loop["reshard"]["methods"]["directed"]
     assert measured["bit_exact"] and measured["equal_to_twin"]
     received = [r["received_bytes"] for r in measured["ranks"]]
     assert sum(received) == predicted["bytes_total"]

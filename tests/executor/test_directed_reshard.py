@@ -268,14 +268,13 @@ os.wait()
 '''
 
 
-def test_fsdp2_shards_reach_an_expert_parallel_rollout_through_the_backend(tmp_path: Path) -> None:
-    """Two gloo ranks with a real FSDP2-sharded transformers MoE model: the backend's shard source, engine and
-    update_weights patch give each rank its experts (by global id) and every other tensor, bit-exact."""
-    layout = reshard_layout(Layout(train=TrainLayout(engine="fsdp"), rollout=RolloutLayout(tp=1, dp=2, ep=2)))
-    config = shrink_config(raw_config("qwen3-30b-a3b"), layout)
+def _two_ranks(script: str, model: str, layout: Layout, tmp_path: Path) -> tuple[list[dict], object]:
+    """Run `script` on two gloo ranks over `model` shrunk to `layout`; (each rank's JSON line, the twin's
+    directed reshard stats of the same placement)."""
+    config = shrink_config(raw_config(model), layout)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
-    proc = subprocess.run([sys.executable, "-c", FSDP_RANKS, str(tmp_path / "store"), str(path),
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "store"), str(path),
                            layout.model_dump_json()], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = sorted((json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")),
@@ -283,6 +282,14 @@ def test_fsdp2_shards_reach_an_expert_parallel_rollout_through_the_backend(tmp_p
     assert [r["rank"] for r in ranks] == [0, 1]
     st = reshard_stats(Placement(build_inventory(parse_config(config, "t")), layout.train, layout.rollout, 2), None,
                        "directed")
+    return ranks, st
+
+
+def test_fsdp2_shards_reach_an_expert_parallel_rollout_through_the_backend(tmp_path: Path) -> None:
+    """Two gloo ranks with a real FSDP2-sharded transformers MoE model: the backend's shard source, engine and
+    update_weights patch give each rank its experts (by global id) and every other tensor, bit-exact."""
+    layout = reshard_layout(Layout(train=TrainLayout(engine="fsdp"), rollout=RolloutLayout(tp=1, dp=2, ep=2)))
+    ranks, st = _two_ranks(FSDP_RANKS, "qwen3-30b-a3b", layout, tmp_path)
     for r in ranks:
         assert r["exact"] and r["restored"] and r["tensors"] > 2 * 64 * 3
         assert r["stats"]["received_bytes"] == st.received[r["rank"]] > 0
@@ -335,17 +342,7 @@ def test_megatron_shards_reach_a_tp1_rollout_through_the_backends_reader(tmp_pat
     pytest.importorskip("megatron.core")
     pytest.importorskip("mbridge")
     layout = reshard_layout(Layout(train=TrainLayout(tp=2), rollout=RolloutLayout(tp=1, dp=2)))
-    config = shrink_config(raw_config("qwen2.5-7b"), layout)
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    proc = subprocess.run([sys.executable, "-c", MEGATRON_RANKS, str(tmp_path / "store"), str(path),
-                           layout.model_dump_json()], capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ranks = sorted((json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")),
-                   key=lambda r: r["rank"])
-    assert [r["rank"] for r in ranks] == [0, 1]
-    st = reshard_stats(Placement(build_inventory(parse_config(config, "t")), layout.train, layout.rollout, 2), None,
-                       "directed")
+    ranks, st = _two_ranks(MEGATRON_RANKS, "qwen2.5-7b", layout, tmp_path)
     for r in ranks:
         assert r["exact"] and r["tensors"] == 3 + 2 * 12  # embedding, norm, head; 12 tensors per layer
         assert r["stats"]["received_bytes"] == st.received[r["rank"]] > 0
