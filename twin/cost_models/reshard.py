@@ -20,7 +20,7 @@ once and counted as often as it occurs.
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
@@ -150,11 +150,6 @@ class ReshardStats:
         return int(self.extra_bytes.max()) if len(self.extra_bytes) else 0
 
 
-def _class_key(pl: Placement, t: TensorSpec) -> tuple:
-    """Tensors with equal keys move identically (same stage, shape and sharding)."""
-    return (pl.stage(t), t.shape, t.dtype_bytes, t.shard, t.group == "embedding")
-
-
 class _Arrays:
     """Per-device numpy views of the cluster's locality, for vectorised tier lookups."""
 
@@ -183,83 +178,166 @@ class _Arrays:
         return out
 
 
-def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod) -> ReshardStats:
-    """Aggregate the exact transfer list of `method` per device and per tier, vectorised over devices.
+def _class_key(t: TensorSpec) -> tuple:
+    """Tensors with equal keys are cut the same way inside their pipeline stage (same shape and sharding): their
+    holders sit at the same positions of each stage, so they move alike up to the stage they start from."""
+    return (t.shape, t.dtype_bytes, t.shard, t.group == "embedding")
 
-    The same sources, blocks and sizes as `transfers`; tests compare the two.
+
+class _Group(NamedTuple):
+    """Devices that need the same rollout blocks of a tensor, with their place in the training layout."""
+
+    dsts: np.ndarray
+    local: np.ndarray  # position inside a training pipeline stage
+    stage: np.ndarray  # training pipeline stage
+    rep: int  # one of them: its rollout blocks are the group's
+
+
+def _group(dsts: np.ndarray, stage_size: int) -> _Group:
+    return _Group(dsts, dsts % stage_size, dsts // stage_size, int(dsts[0]))
+
+
+def _groups(signature: np.ndarray, stage_size: int) -> list[_Group]:
+    """The devices of each rollout signature value (ascending, as `signature == v` selects them)."""
+    order = np.argsort(signature, kind="stable")
+    _, starts = np.unique(signature[order], return_index=True)
+    return [_group(dsts, stage_size) for dsts in np.split(order, starts[1:])]
+
+
+class _Holder(NamedTuple):
+    """One training block of a tensor class, by position inside the pipeline stage that holds it."""
+
+    block: Block
+    mask: np.ndarray  # position -> holds the block
+    lut: np.ndarray  # replica code -> position of the holder with that code
+
+
+def _local_holders(pl: Placement, t: TensorSpec, codes: np.ndarray) -> list[_Holder]:
+    base = pl.stage(t) * pl.stage_size
+    out = []
+    for h in _holders(pl, t):
+        held = np.fromiter(h.devices, dtype=np.int64)
+        mask = np.zeros(pl.stage_size, dtype=bool)
+        mask[held - base] = True
+        lut = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
+        lut[codes[held]] = held - base
+        out.append(_Holder(h.block, mask, lut))
+    return out
+
+
+class _Totals:
+    """Per-device and per-tier sums of the flows added so far."""
+
+    def __init__(self, pl: Placement, cluster: Cluster | None) -> None:
+        n = self.n = pl.devices
+        self.received = np.zeros(n, dtype=np.int64)
+        self.sent = np.zeros(n, dtype=np.int64)
+        self.rounds = np.zeros(n, dtype=np.int64)  # directed: chunks received; gathers: tensors gathered
+        self.staged_in = np.zeros(n, dtype=np.int64)  # largest receive staging buffer
+        self.packed_out = np.zeros(n, dtype=np.int64)  # largest send buffer that needs packing
+        self.arrays = _Arrays(pl, cluster)
+        self.tier_bytes = np.zeros(4, dtype=np.int64)
+        self.port_in = np.zeros(4 * n, dtype=np.int64)  # tier x device, flattened
+        self.port_out = np.zeros(4 * n, dtype=np.int64)
+        self.count = 0
+
+    def add(self, src: np.ndarray, dst: np.ndarray, mult: np.ndarray, piece: int) -> None:
+        """`mult[i]` copies of a `piece`-byte block from `src[i]` to `dst[i]`."""
+        nbytes = mult * piece
+        np.add.at(self.received, dst, nbytes)
+        np.add.at(self.sent, src, nbytes)
+        self.count += int(mult.sum())
+        if self.arrays.tier_names:
+            tier = self.arrays.tiers(src, dst)
+            # small integer weights: the float sums are exact
+            self.tier_bytes += np.bincount(tier, weights=mult, minlength=4).astype(np.int64) * piece
+            np.add.at(self.port_in, tier * self.n + dst, nbytes)
+            np.add.at(self.port_out, tier * self.n + src, nbytes)
+
+    @staticmethod
+    def at_least(per_device: np.ndarray, where: np.ndarray, value: int) -> None:
+        per_device[where] = np.maximum(per_device[where], value)
+
+    def stats(self, method: str) -> ReshardStats:
+        tiers: dict[str, int] = defaultdict(int)
+        into: dict[str, np.ndarray] = {}
+        out_of: dict[str, np.ndarray] = {}
+        port_in, port_out = self.port_in.reshape(4, self.n), self.port_out.reshape(4, self.n)
+        for i, name in enumerate(self.arrays.tier_names):
+            if self.tier_bytes[i]:
+                tiers[name] += int(self.tier_bytes[i])
+                into[name] = into.get(name, 0) + port_in[i]
+                out_of[name] = out_of.get(name, 0) + port_out[i]
+        ports = {name: np.maximum(into[name], out_of[name]) for name in into}
+        # directed: a device sends one chunk and receives one in the same all-to-all-v round
+        return ReshardStats(method=method, received=self.received, sent=self.sent, bytes_per_tier=dict(tiers),
+                            extra_bytes=self.staged_in + self.packed_out, rounds=self.rounds, transfers=self.count,
+                            tier_bytes=ports)
+
+
+def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod) -> ReshardStats:
+    """Aggregate the exact transfer list of `method` per device and per tier, vectorised over devices and over
+    the pipeline stages a tensor class occurs in.
+
+    The same sources, blocks and sizes as `transfers`; tests compare the two. A receiver takes a block from
+    the device at its own position in the tensor's stage when that one holds it, else from the holder with its
+    replica key (directed: in the tensor's stage; gathers: in its own stage, which got it by the PP broadcast).
     """
-    n = pl.devices
-    received = np.zeros(n, dtype=np.int64)
-    sent = np.zeros(n, dtype=np.int64)
-    rounds = np.zeros(n, dtype=np.int64)  # directed: chunks received; gathers: tensors gathered
-    staged_in = np.zeros(n, dtype=np.int64)  # largest receive staging buffer
-    packed_out = np.zeros(n, dtype=np.int64)  # largest send buffer that needs packing
-    arrays = _Arrays(pl, cluster)
-    tier_bytes = np.zeros(4, dtype=np.int64)
-    port_in = np.zeros((4, n), dtype=np.int64)
-    port_out = np.zeros((4, n), dtype=np.int64)
+    size = pl.stage_size
+    totals = _Totals(pl, cluster)
     chunk = directed_chunk_bytes(pl)
-    devices = np.arange(n)
-    stage_of_device = devices // pl.stage_size
     classes: dict[tuple, list[TensorSpec]] = defaultdict(list)
     for t in pl.tensors:
-        classes[_class_key(pl, t)].append(t)
-    count = 0
+        classes[_class_key(t)].append(t)
+    directed = method == "directed"
+    groups = {kind: _groups(sig, size) for kind, sig in pl.rollout_signature.items()} if directed else {}
+    everyone = _group(np.arange(pl.devices), size)
+    staged_gather = VERL_BUCKET_BYTES if method == "verl_bucketed" else 0
     for members in classes.values():
-        t, mult = members[0], len(members)
-        holders = _holders(pl, t)
-        stage = pl.stage(t)
+        t = members[0]
+        per_stage = Counter(pl.stage(m) for m in members)
+        stages = np.array(sorted(per_stage), dtype=np.int64)[:, None]
+        mult = np.array([per_stage[s] for s in sorted(per_stage)], dtype=np.int64)[:, None]
         codes = pl.replica_codes[pl.code_kind(t)]
-        sig = pl.rollout_signature["expert" if t.shard.ep_dim is not None else "other"]
-        if method == "directed":
-            groups = [(devices[sig == v], pl.rollout_blocks(t, int(np.argmax(sig == v)))) for v in np.unique(sig)]
-        else:
-            groups = [(devices, [h.block for h in holders])]
-        lookups = [_HolderLookup(h, codes, n) for h in holders]
+        holders = _local_holders(pl, t, codes)
         index = _HolderIndex(holders, t)
-        for dsts, needed in groups:
+        if directed:
+            kind = "expert" if t.shard.ep_dim is not None else "other"
+            todo = [(g, pl.rollout_blocks(t, g.rep)) for g in groups[kind]]
+        else:
+            todo = [(everyone, [h.block for h in holders])]
+        for g, needed in todo:
+            shape = (len(stages), len(g.dsts))
+            g_codes = codes[g.dsts]
             for nb in needed:
                 for i in index.overlapping(nb):
-                    h, look = holders[i], lookups[i]
+                    h = holders[i]
                     sub = block_intersection(nb, h.block)
                     if sub is None:
                         continue
-                    recv = dsts[~look.mask[dsts]]
-                    if recv.size == 0:
-                        continue
-                    src = look.sources(pl, codes, recv, stage, stage_of_device, method)
-                    piece = block_numel(sub) * t.dtype_bytes
-                    nbytes = piece * mult
-                    np.add.at(received, recv, nbytes)
-                    np.add.at(sent, src, nbytes)
-                    count += recv.size * mult
-                    if arrays.tier_names:
-                        tier = arrays.tiers(src, recv)
-                        tier_bytes += np.bincount(tier, minlength=4) * nbytes
-                        np.add.at(port_in, (tier, recv), nbytes)
-                        np.add.at(port_out, (tier, src), nbytes)
-                    if method == "directed":
-                        np.add.at(rounds, recv, -(-piece // chunk) * mult)
-                        np.maximum.at(staged_in, recv, min(piece, chunk))
-                        if needs_packing(sub, h.block):
-                            np.maximum.at(packed_out, src, min(piece, chunk))
+                    peer_holds = h.mask[g.local]  # the device at the receiver's position in each stage
+                    if directed:
+                        src = stages * size + np.where(peer_holds, g.local, h.lut[g_codes])
                     else:
-                        staged = t.nbytes + (VERL_BUCKET_BYTES if method == "verl_bucketed" else 0)
-                        np.maximum.at(staged_in, recv, staged)
-        if method != "directed":  # every rank exports (and its rollout loads) every full tensor, one at a time
-            rounds += mult
-    tiers: dict[str, int] = defaultdict(int)
-    into: dict[str, np.ndarray] = {}
-    out_of: dict[str, np.ndarray] = {}
-    for i, name in enumerate(arrays.tier_names):
-        if tier_bytes[i]:
-            tiers[name] += int(tier_bytes[i])
-            into[name] = into.get(name, 0) + port_in[i]
-            out_of[name] = out_of.get(name, 0) + port_out[i]
-    ports = {name: np.maximum(into[name], out_of[name]) for name in into}
-    # directed: a device sends one chunk and receives one in the same all-to-all-v round
-    return ReshardStats(method=method, received=received, sent=sent, bytes_per_tier=dict(tiers),
-                        extra_bytes=staged_in + packed_out, rounds=rounds, transfers=count, tier_bytes=ports)
+                        src = np.where(peer_holds, stages * size + g.local, g.stage * size + h.lut[g_codes])
+                    own = peer_holds & (g.stage == stages)  # the receiver holds it itself
+                    keep = ~own
+                    src, dst = src[keep], np.broadcast_to(g.dsts, shape)[keep]
+                    mul = np.broadcast_to(mult, shape)[keep]
+                    if dst.size == 0:
+                        continue
+                    piece = block_numel(sub) * t.dtype_bytes
+                    totals.add(src, dst, mul, piece)
+                    if directed:
+                        np.add.at(totals.rounds, dst, -(-piece // chunk) * mul)
+                        totals.at_least(totals.staged_in, dst, min(piece, chunk))
+                        if needs_packing(sub, h.block):
+                            totals.at_least(totals.packed_out, src, min(piece, chunk))
+                    else:
+                        totals.at_least(totals.staged_in, dst, t.nbytes + staged_gather)
+        if not directed:  # every rank exports (and its rollout loads) every full tensor, one at a time
+            totals.rounds += len(members)
+    return totals.stats(method)
 
 
 class _HolderIndex:
@@ -283,23 +361,3 @@ class _HolderIndex:
         first = bisect.bisect_left(self.starts, lo - self.longest + 1)
         last = bisect.bisect_left(self.starts, hi)
         return self.order[first:last]
-
-
-class _HolderLookup:
-    """Vectorised `_source` for the receivers of one holder block."""
-
-    def __init__(self, h: _Holders, codes: np.ndarray, n: int) -> None:
-        held = np.fromiter(h.devices, dtype=np.int64)
-        self.mask = np.zeros(n, dtype=bool)
-        self.mask[held] = True
-        self.lut = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
-        self.lut[codes[held]] = held
-
-    def sources(self, pl: Placement, codes: np.ndarray, recv: np.ndarray, stage: int,
-                stage_of_device: np.ndarray, method: str) -> np.ndarray:
-        peer = stage * pl.stage_size + recv % pl.stage_size
-        by_key = self.lut[codes[recv]]
-        if method != "directed":  # other stages got it by broadcast: take it from the same-stage peer
-            recv_stage = stage_of_device[recv]
-            by_key = np.where(recv_stage != stage, recv_stage * pl.stage_size + by_key % pl.stage_size, by_key)
-        return np.where(self.mask[peer], peer, by_key)
