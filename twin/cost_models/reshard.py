@@ -166,9 +166,19 @@ class _Arrays:
                            kind.scaleout_tier]
         self.has_chip = kind.chip_tier is not None
         self.has_pod = kind.pod_tier is not None
+        # a card lies in one node and a node in one pod: sharing a card implies sharing its node and pod, and
+        # a code of pod, node and card bit fields (card lowest) differs first in the outermost field not shared
+        self.nested = _within(self.card, self.node) and _within(self.node, self.pod)
+        card_bits = int(self.card.max()).bit_length()
+        pod_shift = card_bits + int(self.node.max()).bit_length()
+        self.code = (self.pod << pod_shift) | (self.node << card_bits) | self.card
+        self.levels = np.array([1, 1 << card_bits, 1 << pod_shift], dtype=np.int64)  # card, node, pod differ
+        self.by_level = np.array([0 if self.has_chip else 1, 1, 2 if self.has_pod else 3, 3], dtype=np.int64)
 
     def tiers(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Index into tier_names of the slowest tier between each (src, dst) pair (Cluster.pair_tier)."""
+        if self.nested:  # the highest of card, node, pod fields where the pair's codes differ decides its tier
+            return self.by_level[np.searchsorted(self.levels, self.code[src] ^ self.code[dst], side="right")]
         out = np.full(len(src), 3)
         if self.has_pod:
             out = np.where(self.pod[src] == self.pod[dst], 2, out)
@@ -176,6 +186,13 @@ class _Arrays:
         if self.has_chip:
             out = np.where(self.card[src] == self.card[dst], 0, out)
         return out
+
+
+def _within(inner: np.ndarray, outer: np.ndarray) -> bool:
+    """True when every `inner` domain lies inside one `outer` domain."""
+    outer_of = np.zeros(int(inner.max()) + 1, dtype=outer.dtype)
+    outer_of[inner] = outer
+    return bool((outer_of[inner] == outer).all())
 
 
 def _class_key(t: TensorSpec) -> tuple:
@@ -212,21 +229,48 @@ class _Holder(NamedTuple):
     lut: np.ndarray  # replica code -> position of the holder with that code
 
 
-def _local_holders(pl: Placement, t: TensorSpec, codes: np.ndarray) -> list[_Holder]:
-    base = pl.stage(t) * pl.stage_size
+def _local_holders(pl: Placement, t: TensorSpec, codes: np.ndarray, cut_by: dict[bool, np.ndarray]) -> list[_Holder]:
+    """The training blocks of `t`, each with the positions of its stage that hold it. Megatron cuts a tensor by
+    one coordinate of the position (`cut_by`: the expert-TP and expert-partition rank for routed experts, else
+    the TP rank), so the blocks of one position per value of it are all the blocks."""
+    size = pl.stage_size
+    base = pl.stage(t) * size
+    found: dict[Block, list[np.ndarray]] = {}
+    if pl.train.engine == "fsdp":
+        for h in _holders(pl, t):
+            found[h.block] = [np.fromiter(h.devices, dtype=np.int64)]
+    else:
+        by = cut_by[pl.code_kind(t) == "expert"]
+        values, first = np.unique(by, return_index=True)
+        for i in np.argsort(first):
+            held = np.flatnonzero(by == values[i])
+            for b in pl.train_blocks(t, base + int(first[i])):
+                found.setdefault(b, []).append(held)
     out = []
-    for h in _holders(pl, t):
-        held = np.fromiter(h.devices, dtype=np.int64)
-        mask = np.zeros(pl.stage_size, dtype=bool)
-        mask[held - base] = True
+    for b, parts in found.items():
+        held = np.sort(np.concatenate(parts))
+        mask = np.zeros(size, dtype=bool)
+        mask[held] = True
         lut = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
-        lut[codes[held]] = held - base
-        out.append(_Holder(h.block, mask, lut))
+        lut[codes[base + held]] = held  # the replica codes of a block's holders are distinct in a valid layout
+        out.append(_Holder(b, mask, lut))
     return out
 
 
+def _cut_by(pl: Placement) -> dict[bool, np.ndarray]:
+    """Per position inside a pipeline stage, the coordinate Megatron cuts expert (True) and other tensors by."""
+    if pl.train.engine == "fsdp":
+        return {}
+    c = pl.train_coords[:pl.stage_size]
+    part = pl.train.expert_partition
+    return {True: np.array([x.etp * part + x.ep for x in c]), False: np.array([x.tp for x in c])}
+
+
 class _Totals:
-    """Per-device and per-tier sums of the flows added so far."""
+    """Per-device and per-tier sums of the flows added so far. What a receiver gets is summed per receiver;
+    what depends on the sender too (bytes sent, the ports of each tier) is buffered and summed in bulk."""
+
+    FLUSH_AT = 1 << 20  # buffered flows before summing: bounds the buffers' memory
 
     def __init__(self, pl: Placement, cluster: Cluster | None) -> None:
         n = self.n = pl.devices
@@ -236,36 +280,53 @@ class _Totals:
         self.staged_in = np.zeros(n, dtype=np.int64)  # largest receive staging buffer
         self.packed_out = np.zeros(n, dtype=np.int64)  # largest send buffer that needs packing
         self.arrays = _Arrays(pl, cluster)
-        self.tier_bytes = np.zeros(4, dtype=np.int64)
         self.port_in = np.zeros(4 * n, dtype=np.int64)  # tier x device, flattened
         self.port_out = np.zeros(4 * n, dtype=np.int64)
         self.count = 0
+        self._buffer: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._buffered = 0
 
-    def add(self, src: np.ndarray, dst: np.ndarray, mult: np.ndarray, piece: int) -> None:
-        """`mult[i]` copies of a `piece`-byte block from `src[i]` to `dst[i]`."""
-        nbytes = mult * piece
-        np.add.at(self.received, dst, nbytes)
-        np.add.at(self.sent, src, nbytes)
-        self.count += int(mult.sum())
+    def receive(self, dsts: np.ndarray, copies: np.ndarray, piece: int, rounds: int, staged: int) -> None:
+        """Distinct devices `dsts` each receive `copies` blocks of `piece` bytes (`rounds` rounds per block)."""
+        self.received[dsts] += copies * piece
+        self.count += int(copies.sum())
+        if rounds:
+            self.rounds[dsts] += copies * rounds
+        got = dsts[copies > 0]
+        self.staged_in[got] = np.maximum(self.staged_in[got], staged)
+
+    def send(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, packed: int) -> None:
+        """`nbytes[i]` go from `src[i]` to `dst[i]`; `packed`: the send buffer each sender packs (0: none)."""
+        if packed:
+            self.packed_out[src] = np.maximum(self.packed_out[src], packed)
+        self._buffer.append((src, dst, nbytes))
+        self._buffered += src.size
+        if self._buffered >= self.FLUSH_AT:
+            self._flush()
+
+    def _flush(self) -> None:
+        parts, self._buffer, self._buffered = self._buffer, [], 0
+        if not parts:
+            return
+        src, dst, nbytes = (np.concatenate(x) for x in zip(*parts, strict=True))
         if self.arrays.tier_names:
-            tier = self.arrays.tiers(src, dst)
-            # small integer weights: the float sums are exact
-            self.tier_bytes += np.bincount(tier, weights=mult, minlength=4).astype(np.int64) * piece
-            np.add.at(self.port_in, tier * self.n + dst, nbytes)
-            np.add.at(self.port_out, tier * self.n + src, nbytes)
-
-    @staticmethod
-    def at_least(per_device: np.ndarray, where: np.ndarray, value: int) -> None:
-        per_device[where] = np.maximum(per_device[where], value)
+            tier = self.arrays.tiers(src, dst) * self.n
+            np.add.at(self.port_in, tier + dst, nbytes)
+            np.add.at(self.port_out, tier + src, nbytes)
+        else:
+            np.add.at(self.sent, src, nbytes)
 
     def stats(self, method: str) -> ReshardStats:
+        self._flush()
         tiers: dict[str, int] = defaultdict(int)
         into: dict[str, np.ndarray] = {}
         out_of: dict[str, np.ndarray] = {}
         port_in, port_out = self.port_in.reshape(4, self.n), self.port_out.reshape(4, self.n)
+        if self.arrays.tier_names:  # every byte crosses one tier
+            self.sent = port_out.sum(axis=0)
         for i, name in enumerate(self.arrays.tier_names):
-            if self.tier_bytes[i]:
-                tiers[name] += int(self.tier_bytes[i])
+            if total := int(port_in[i].sum()):
+                tiers[name] += total
                 into[name] = into.get(name, 0) + port_in[i]
                 out_of[name] = out_of.get(name, 0) + port_out[i]
         ports = {name: np.maximum(into[name], out_of[name]) for name in into}
@@ -292,14 +353,16 @@ def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod)
     directed = method == "directed"
     groups = {kind: _groups(sig, size) for kind, sig in pl.rollout_signature.items()} if directed else {}
     everyone = _group(np.arange(pl.devices), size)
+    cut_by = _cut_by(pl)
     staged_gather = VERL_BUCKET_BYTES if method == "verl_bucketed" else 0
     for members in classes.values():
         t = members[0]
         per_stage = Counter(pl.stage(m) for m in members)
         stages = np.array(sorted(per_stage), dtype=np.int64)[:, None]
         mult = np.array([per_stage[s] for s in sorted(per_stage)], dtype=np.int64)[:, None]
+        total = len(members)
         codes = pl.replica_codes[pl.code_kind(t)]
-        holders = _local_holders(pl, t, codes)
+        holders = _local_holders(pl, t, codes, cut_by)
         index = _HolderIndex(holders, t)
         if directed:
             kind = "expert" if t.shard.ep_dim is not None else "other"
@@ -320,21 +383,24 @@ def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod)
                         src = stages * size + np.where(peer_holds, g.local, h.lut[g_codes])
                     else:
                         src = np.where(peer_holds, stages * size + g.local, g.stage * size + h.lut[g_codes])
-                    own = peer_holds & (g.stage == stages)  # the receiver holds it itself
-                    keep = ~own
-                    src, dst = src[keep], np.broadcast_to(g.dsts, shape)[keep]
-                    mul = np.broadcast_to(mult, shape)[keep]
-                    if dst.size == 0:
-                        continue
                     piece = block_numel(sub) * t.dtype_bytes
-                    totals.add(src, dst, mul, piece)
-                    if directed:
-                        np.add.at(totals.rounds, dst, -(-piece // chunk) * mul)
-                        totals.at_least(totals.staged_in, dst, min(piece, chunk))
-                        if needs_packing(sub, h.block):
-                            totals.at_least(totals.packed_out, src, min(piece, chunk))
+                    nbytes = np.broadcast_to(mult * piece, shape)
+                    dst = np.broadcast_to(g.dsts, shape)
+                    own = peer_holds & (g.stage == stages)  # the receiver holds it itself
+                    if own.any():
+                        keep = ~own
+                        copies = (mult * keep).sum(axis=0)
+                        src, dst, nbytes = src[keep], dst[keep], nbytes[keep]
                     else:
-                        totals.at_least(totals.staged_in, dst, t.nbytes + staged_gather)
+                        copies = np.full(len(g.dsts), total)
+                        src, dst, nbytes = src.ravel(), dst.ravel(), nbytes.ravel()
+                    if directed:
+                        step = min(piece, chunk)
+                        totals.receive(g.dsts, copies, piece, -(-piece // chunk), step)
+                        totals.send(src, dst, nbytes, step if needs_packing(sub, h.block) else 0)
+                    else:
+                        totals.receive(g.dsts, copies, piece, 0, t.nbytes + staged_gather)
+                        totals.send(src, dst, nbytes, 0)
         if not directed:  # every rank exports (and its rollout loads) every full tensor, one at a time
             totals.rounds += len(members)
     return totals.stats(method)
@@ -344,7 +410,7 @@ class _HolderIndex:
     """Finds the holder blocks that can overlap a needed block, by their range on the expert axis (or on
     the TP axis for other tensors), instead of trying every holder."""
 
-    def __init__(self, holders: list[_Holders], t: TensorSpec) -> None:
+    def __init__(self, holders: list[_Holder], t: TensorSpec) -> None:
         dim = t.shard.ep_dim if t.shard.ep_dim is not None else t.shard.tp_dim
         self.dim = dim
         if dim is None:
