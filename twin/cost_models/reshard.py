@@ -159,7 +159,9 @@ class _Arrays:
         if cluster is None:
             self.tier_of = None
             return
-        loc = np.array([cluster.locality(d) for d in range(n)])
+        if n > cluster.devices:
+            cluster.locality(n - 1)  # raises: the placement has more devices than the cluster
+        loc = cluster.locality_array[:n]
         self.card, self.node, self.pod = loc[:, 0], loc[:, 1], loc[:, 2]
         kind = cluster.kind
         self.tier_names = [kind.chip_tier or kind.node_tier, kind.node_tier, kind.pod_tier or kind.scaleout_tier,
