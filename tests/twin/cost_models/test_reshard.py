@@ -132,3 +132,25 @@ def test_real_tensors_arrive_bit_exact(train, rollout, method):
                     src = tuple(slice(lo - s0, hi - s0) for (lo, hi), (s0, _) in zip(inter, src_block, strict=True))
                     out[dst] = x[src]
                 assert torch.equal(out, full[block_slices(need)]), (t.name, d)
+
+
+@pytest.mark.parametrize(("kind", "cards", "pod_cards"), [
+    ("a3", 48, 16),  # pods of two 8-card nodes: cards, nodes and pods nested, every tier used
+    ("a3", 48, 12),  # a node split across pods: not nested, the general look-up serves
+    ("a2", 16, None),  # no chip or pod tier
+])
+def test_vectorised_pair_tiers_equal_the_cluster(kind, cards, pod_cards):
+    from types import SimpleNamespace
+
+    from twin.cost_models.reshard import _Arrays
+    from twin.topology.clusters import cluster_kind
+
+    k = cluster_kind(kind)
+    cl = Cluster(k.model_copy(update={"cards_per_pod": pod_cards}) if pod_cards else k, cards)
+    arrays = _Arrays(SimpleNamespace(devices=cl.devices), cl)
+    assert arrays.nested == (pod_cards != 12)
+    src, dst = (x.ravel() for x in np.meshgrid(np.arange(cl.devices), np.arange(cl.devices)))
+    got = [arrays.tier_names[i] for i in arrays.tiers(src, dst)]
+    assert got == [cl.pair_tier(int(a), int(b)) for a, b in zip(src, dst, strict=True)]
+    tiers = {cl.kind.chip_tier, cl.kind.node_tier, cl.kind.pod_tier, cl.kind.scaleout_tier} - {None}
+    assert set(got) == tiers
