@@ -150,14 +150,22 @@ class ReshardStats:
         return int(self.extra_bytes.max()) if len(self.extra_bytes) else 0
 
 
+TRASH = 4  # a fifth row of the per-tier port sums: what lands there is no flow (a receiver's own block)
+
+
 class _Arrays:
-    """Per-device numpy views of the cluster's locality, for vectorised tier lookups."""
+    """Per-device numpy views of the cluster's locality, for vectorised tier look-ups (tier 0 everywhere
+    without a cluster), and the tier of flows between two training stages where it depends on them only."""
 
     def __init__(self, pl: Placement, cluster: Cluster | None) -> None:
         n = pl.devices
+        self.size = pl.stage_size
+        n_stages = n // pl.stage_size
         self.tier_names: list[str] = []
+        self.cluster = cluster is not None
         if cluster is None:
-            self.tier_of = None
+            self.stage_tiers: np.ndarray | None = np.zeros((n_stages, n_stages), dtype=np.int64)
+            np.fill_diagonal(self.stage_tiers, TRASH)
             return
         if n > cluster.devices:
             cluster.locality(n - 1)  # raises: the placement has more devices than the cluster
@@ -176,17 +184,38 @@ class _Arrays:
         self.code = (self.pod << pod_shift) | (self.node << card_bits) | self.card
         self.levels = np.array([1, 1 << card_bits, 1 << pod_shift], dtype=np.int64)  # card, node, pod differ
         self.by_level = np.array([0 if self.has_chip else 1, 1, 2 if self.has_pod else 3, 3], dtype=np.int64)
+        self.stage_tiers = self._stage_tiers(n_stages)
 
     def tiers(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Index into tier_names of the slowest tier between each (src, dst) pair (Cluster.pair_tier)."""
+        if not self.cluster:
+            return np.zeros(np.broadcast_shapes(src.shape, dst.shape), dtype=np.int64)
         if self.nested:  # the highest of card, node, pod fields where the pair's codes differ decides its tier
             return self.by_level[np.searchsorted(self.levels, self.code[src] ^ self.code[dst], side="right")]
-        out = np.full(len(src), 3)
+        out = np.full(np.broadcast_shapes(src.shape, dst.shape), 3)
         if self.has_pod:
             out = np.where(self.pod[src] == self.pod[dst], 2, out)
         out = np.where(self.node[src] == self.node[dst], 1, out)
         if self.has_chip:
             out = np.where(self.card[src] == self.card[dst], 0, out)
+        return out
+
+    def _stage_tiers(self, n_stages: int) -> np.ndarray | None:
+        """[s, r]: the tier of every flow from training stage s to stage r != s (TRASH on the diagonal), when it
+        depends on the two stages only: no node holds devices of two stages, and two stages lie in one pod or
+        in different pods. None otherwise."""
+        first = np.arange(n_stages) * self.size
+        last = first + self.size - 1
+        monotone = all(bool((np.diff(x) >= 0).all()) for x in (self.card, self.node, self.pod))
+        if not (self.nested and monotone) or (self.node[first[1:]] == self.node[last[:-1]]).any():
+            return None
+        lo, hi = self.pod[first], self.pod[last]
+        apart = hi[:, None] < lo[None, :]  # stage s lies wholly before stage r's pods
+        together = (lo == hi)[:, None] & (lo == hi)[None, :] & (lo[:, None] == lo[None, :])
+        if not (apart | apart.T | together | np.eye(n_stages, dtype=bool)).all():
+            return None
+        out = self.tiers(np.repeat(first, n_stages).reshape(n_stages, n_stages), first)
+        np.fill_diagonal(out, TRASH)
         return out
 
 
@@ -268,25 +297,41 @@ def _cut_by(pl: Placement) -> dict[bool, np.ndarray]:
     return {True: np.array([x.etp * part + x.ep for x in c]), False: np.array([x.tp for x in c])}
 
 
-class _Totals:
-    """Per-device and per-tier sums of the flows added so far. What a receiver gets is summed per receiver;
-    what depends on the sender too (bytes sent, the ports of each tier) is buffered and summed in bulk."""
+class _Class:
+    """The pipeline stages a tensor class occurs in, how many of its tensors each holds, and what the flows of
+    one block from all of them to a device of each stage carry on each tier."""
 
-    FLUSH_AT = 1 << 20  # buffered flows before summing: bounds the buffers' memory
+    def __init__(self, pl: Placement, members: list[TensorSpec], stage_tiers: np.ndarray | None) -> None:
+        per_stage = Counter(pl.stage(m) for m in members)
+        stages = np.array(sorted(per_stage), dtype=np.int64)
+        self.mult = np.array([per_stage[s] for s in stages], dtype=np.int64)[:, None]  # (k, 1)
+        self.offsets = stages[:, None] * pl.stage_size  # (k, 1): first device of each stage
+        self.on_stage = stages[:, None]
+        self.mult_at = np.zeros(pl.devices // pl.stage_size, dtype=np.int64)  # per stage, 0 where absent
+        self.mult_at[stages] = self.mult[:, 0]
+        self.total = len(members)
+        if stage_tiers is not None:
+            self.tiers_to = stage_tiers[stages]  # (k, stages): tier from each of the class's stages to each stage
+            n_stages = len(self.mult_at)
+            self.by_tier = np.zeros((n_stages, TRASH + 1), dtype=np.int64)  # per receiving stage: blocks per tier
+            np.add.at(self.by_tier, (np.broadcast_to(np.arange(n_stages), self.tiers_to.shape), self.tiers_to),
+                      self.mult)
+
+
+class _Totals:
+    """Per-device and per-tier sums of the flows added so far. What a receiver gets is summed per receiver; its
+    ports per tier too where the tier of a flow depends on the stages only (`stage_tiers`)."""
 
     def __init__(self, pl: Placement, cluster: Cluster | None) -> None:
         n = self.n = pl.devices
         self.received = np.zeros(n, dtype=np.int64)
-        self.sent = np.zeros(n, dtype=np.int64)
         self.rounds = np.zeros(n, dtype=np.int64)  # directed: chunks received; gathers: tensors gathered
         self.staged_in = np.zeros(n, dtype=np.int64)  # largest receive staging buffer
         self.packed_out = np.zeros(n, dtype=np.int64)  # largest send buffer that needs packing
         self.arrays = _Arrays(pl, cluster)
-        self.port_in = np.zeros(4 * n, dtype=np.int64)  # tier x device, flattened
-        self.port_out = np.zeros(4 * n, dtype=np.int64)
+        self.port_in = np.zeros((TRASH + 1) * n, dtype=np.int64)  # tier x device, flattened
+        self.port_out = np.zeros((TRASH + 1) * n, dtype=np.int64)
         self.count = 0
-        self._buffer: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self._buffered = 0
 
     def receive(self, dsts: np.ndarray, copies: np.ndarray, piece: int, rounds: int, staged: int) -> None:
         """Distinct devices `dsts` each receive `copies` blocks of `piece` bytes (`rounds` rounds per block)."""
@@ -297,35 +342,45 @@ class _Totals:
         got = dsts[copies > 0]
         self.staged_in[got] = np.maximum(self.staged_in[got], staged)
 
-    def send(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, packed: int) -> None:
-        """`nbytes[i]` go from `src[i]` to `dst[i]`; `packed`: the send buffer each sender packs (0: none)."""
-        if packed:
-            self.packed_out[src] = np.maximum(self.packed_out[src], packed)
-        self._buffer.append((src, dst, nbytes))
-        self._buffered += src.size
-        if self._buffered >= self.FLUSH_AT:
-            self._flush()
-
-    def _flush(self) -> None:
-        parts, self._buffer, self._buffered = self._buffer, [], 0
-        if not parts:
-            return
-        src, dst, nbytes = (np.concatenate(x) for x in zip(*parts, strict=True))
-        if self.arrays.tier_names:
-            tier = self.arrays.tiers(src, dst) * self.n
-            np.add.at(self.port_in, tier + dst, nbytes)
-            np.add.at(self.port_out, tier + src, nbytes)
+    def from_stages(self, cls: _Class, x: np.ndarray, dsts: np.ndarray, stage: np.ndarray, own: np.ndarray,
+                    piece: int, packed: int) -> None:
+        """Distinct devices `dsts` (of training stages `stage`) each get the class's block of `piece` bytes from
+        position `x` of every stage of the class, except from itself (`own`: it holds it). `packed`: the send
+        buffer each sender packs (0: none)."""
+        n = self.n
+        src = cls.offsets + x  # (k, m)
+        nbytes = cls.mult * piece  # (k, 1)
+        own_flow = own & (cls.on_stage == stage)  # (k, m)
+        if self.arrays.stage_tiers is not None:
+            # the flows from other stages by the stages' tier; those from the receiver's own stage land in TRASH
+            np.add.at(self.port_out, cls.tiers_to[:, stage] * n + src, nbytes)
+            self.port_in.reshape(TRASH + 1, n)[:, dsts] += cls.by_tier[stage].T * piece
+            same = (cls.mult_at[stage] > 0) & ~own  # from another device of the receiver's own stage
+            if same.any():
+                j = np.flatnonzero(same)
+                sender, to, w = stage[j] * self.arrays.size + x[j], dsts[j], cls.mult_at[stage[j]] * piece
+                tier = self.arrays.tiers(sender, to) * n
+                np.add.at(self.port_out, tier + sender, w)
+                self.port_in[tier + to] += w
         else:
-            np.add.at(self.sent, src, nbytes)
+            tier = np.where(own_flow, TRASH, self.arrays.tiers(src, dsts)) * n
+            np.add.at(self.port_out, tier + src, nbytes)
+            np.add.at(self.port_in, tier + dsts, nbytes)
+        if packed:
+            senders = src[~own_flow] if own.any() else src
+            self.packed_out[senders] = np.maximum(self.packed_out[senders], packed)
+
+    def from_own_stage(self, src: np.ndarray, dsts: np.ndarray, nbytes: int) -> None:
+        """Distinct devices `dsts` each get `nbytes` from `src` (one sender each)."""
+        tier = self.arrays.tiers(src, dsts) * self.n
+        np.add.at(self.port_out, tier + src, nbytes)
+        self.port_in[tier + dsts] += nbytes
 
     def stats(self, method: str) -> ReshardStats:
-        self._flush()
         tiers: dict[str, int] = defaultdict(int)
         into: dict[str, np.ndarray] = {}
         out_of: dict[str, np.ndarray] = {}
-        port_in, port_out = self.port_in.reshape(4, self.n), self.port_out.reshape(4, self.n)
-        if self.arrays.tier_names:  # every byte crosses one tier
-            self.sent = port_out.sum(axis=0)
+        port_in, port_out = self.port_in.reshape(TRASH + 1, self.n), self.port_out.reshape(TRASH + 1, self.n)
         for i, name in enumerate(self.arrays.tier_names):
             if total := int(port_in[i].sum()):
                 tiers[name] += total
@@ -333,9 +388,9 @@ class _Totals:
                 out_of[name] = out_of.get(name, 0) + port_out[i]
         ports = {name: np.maximum(into[name], out_of[name]) for name in into}
         # directed: a device sends one chunk and receives one in the same all-to-all-v round
-        return ReshardStats(method=method, received=self.received, sent=self.sent, bytes_per_tier=dict(tiers),
-                            extra_bytes=self.staged_in + self.packed_out, rounds=self.rounds, transfers=self.count,
-                            tier_bytes=ports)
+        return ReshardStats(method=method, received=self.received, sent=port_out[:TRASH].sum(axis=0),
+                            bytes_per_tier=dict(tiers), extra_bytes=self.staged_in + self.packed_out,
+                            rounds=self.rounds, transfers=self.count, tier_bytes=ports)
 
 
 def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod) -> ReshardStats:
@@ -359,10 +414,7 @@ def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod)
     staged_gather = VERL_BUCKET_BYTES if method == "verl_bucketed" else 0
     for members in classes.values():
         t = members[0]
-        per_stage = Counter(pl.stage(m) for m in members)
-        stages = np.array(sorted(per_stage), dtype=np.int64)[:, None]
-        mult = np.array([per_stage[s] for s in sorted(per_stage)], dtype=np.int64)[:, None]
-        total = len(members)
+        cls = _Class(pl, members, totals.arrays.stage_tiers)
         codes = pl.replica_codes[pl.code_kind(t)]
         holders = _local_holders(pl, t, codes, cut_by)
         index = _HolderIndex(holders, t)
@@ -372,37 +424,34 @@ def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod)
         else:
             todo = [(everyone, [h.block for h in holders])]
         for g, needed in todo:
-            shape = (len(stages), len(g.dsts))
             g_codes = codes[g.dsts]
+            g_mult = cls.mult_at[g.stage]  # the class's tensors in each receiver's own stage
             for nb in needed:
                 for i in index.overlapping(nb):
                     h = holders[i]
                     sub = block_intersection(nb, h.block)
                     if sub is None:
                         continue
-                    peer_holds = h.mask[g.local]  # the device at the receiver's position in each stage
-                    if directed:
-                        src = stages * size + np.where(peer_holds, g.local, h.lut[g_codes])
-                    else:
-                        src = np.where(peer_holds, stages * size + g.local, g.stage * size + h.lut[g_codes])
                     piece = block_numel(sub) * t.dtype_bytes
-                    nbytes = np.broadcast_to(mult * piece, shape)
-                    dst = np.broadcast_to(g.dsts, shape)
-                    own = peer_holds & (g.stage == stages)  # the receiver holds it itself
-                    if own.any():
-                        keep = ~own
-                        copies = (mult * keep).sum(axis=0)
-                        src, dst, nbytes = src[keep], dst[keep], nbytes[keep]
-                    else:
-                        copies = np.full(len(g.dsts), total)
-                        src, dst, nbytes = src.ravel(), dst.ravel(), nbytes.ravel()
+                    peer_holds = h.mask[g.local]  # the device at the receiver's position in each stage
+                    own = peer_holds & (g_mult > 0)  # the receiver holds it itself
+                    copies = cls.total - np.where(own, g_mult, 0)
                     if directed:
                         step = min(piece, chunk)
                         totals.receive(g.dsts, copies, piece, -(-piece // chunk), step)
-                        totals.send(src, dst, nbytes, step if needs_packing(sub, h.block) else 0)
-                    else:
-                        totals.receive(g.dsts, copies, piece, 0, t.nbytes + staged_gather)
-                        totals.send(src, dst, nbytes, 0)
+                        x = np.where(peer_holds, g.local, h.lut[g_codes])
+                        totals.from_stages(cls, x, g.dsts, g.stage, own, piece,
+                                           step if needs_packing(sub, h.block) else 0)
+                        continue
+                    totals.receive(g.dsts, copies, piece, 0, t.nbytes + staged_gather)
+                    moving = np.flatnonzero(peer_holds)
+                    if moving.size:
+                        totals.from_stages(cls, g.local[moving], g.dsts[moving], g.stage[moving], own[moving],
+                                           piece, 0)
+                    fixed = np.flatnonzero(~peer_holds)  # served in its own stage, which got it by the broadcast
+                    if fixed.size:
+                        src = g.stage[fixed] * size + h.lut[g_codes[fixed]]
+                        totals.from_own_stage(src, g.dsts[fixed], cls.total * piece)
         if not directed:  # every rank exports (and its rollout loads) every full tensor, one at a time
             totals.rounds += len(members)
     return totals.stats(method)
