@@ -12,9 +12,10 @@ Three methods (DESIGN 4.3):
 - `verl_bucketed`, current verl's checkpoint engine: full tensors are exported on every rank (the same
   traffic as all_gather) and streamed to the rollout in buckets of update_weights_bucket_megabytes.
 
-`transfers` yields the exact list; `reshard_stats` aggregates it per device and per link tier. Tensors of
-one pipeline stage with the same shape and sharding move the same way, so each such class is expanded
-once and counted as often as it occurs.
+`transfers` yields the exact list; `reshard_stats` aggregates it per device and per link tier without
+listing it. Tensors with the same shape and sharding are held at the same positions of their pipeline
+stage, so each such class is expanded once for all its stages, vectorised over devices, and what a device
+receives is summed over the stages in closed form.
 """
 
 from __future__ import annotations
