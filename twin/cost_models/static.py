@@ -53,6 +53,8 @@ class TensorTable:
         self.largest_layer_bytes = int(per_layer.max()) if per_layer.size else 0
         per_expert = (self.numel // self.experts * self.dtype_bytes)[self.expert]
         self.largest_expert_bytes = int(per_expert.max()) if per_expert.size else 0  # one expert's projection
+        self._stage_memo: dict[tuple, StageBytes] = {}
+        self._rollout_memo: dict[tuple[int, int], tuple[int, int, int]] = {}
 
     def _split_numel(self, tp: int, vocab_multiple: int, mask: np.ndarray) -> np.ndarray:
         """Elements per rank of the tensors in `mask` under `tp`-way TP (padding included for vocab)."""
@@ -73,7 +75,19 @@ class TensorTable:
         return out
 
     def train_stage_bytes(self, lay: TrainLayout, devices: int) -> StageBytes:
-        """Weight bytes and parameter counts per pipeline stage of one training device."""
+        """Weight bytes and parameter counts per pipeline stage of one training device (read-only arrays,
+        computed once per parallel structure: the planner asks again for every memory knob)."""
+        num_layers = self.inv.config.num_layers
+        key = (lay.engine, devices) if lay.engine == "fsdp" else (
+            lay.engine, lay.tp, lay.expert_tp, lay.expert_partition, lay.pp, tuple(lay.stage_layers(num_layers)))
+        hit = self._stage_memo.get(key)
+        if hit is None:
+            hit = self._stage_memo[key] = self._train_stage_bytes(lay, devices)
+            for column in (hit.weight_bytes, hit.dense_numel, hit.expert_numel, hit.has_head, hit.layers):
+                column.setflags(write=False)
+        return hit
+
+    def _train_stage_bytes(self, lay: TrainLayout, devices: int) -> StageBytes:
         num_layers = self.inv.config.num_layers
         if lay.engine == "fsdp":
             rows = np.ceil(self.rows / devices)
@@ -126,15 +140,26 @@ class TensorTable:
         experts = self.numel / lay.ep if lay.ep > 1 else self._split_numel(lay.tp, 1, self.expert)
         return np.where(self.expert, experts, dense) * self.dtype_bytes
 
+    def _rollout_sums(self, lay: RolloutLayout) -> tuple[int, int, int]:
+        """(non-expert, non-expert less the embedding, routed-expert) bytes of one rollout rank, once per TP/EP."""
+        key = (lay.tp, lay.ep)
+        hit = self._rollout_memo.get(key)
+        if hit is None:
+            nbytes = self._rollout_shard_bytes(lay)
+            hit = self._rollout_memo[key] = (int(nbytes[~self.expert].sum()),
+                                             int(nbytes[~self.expert & ~self.embedding].sum()),
+                                             int(nbytes[self.expert].sum()))
+        return hit
+
     def rollout_bytes(self, lay: RolloutLayout) -> tuple[int, int]:
         """(non-expert, routed-expert) weight bytes of one rollout rank."""
-        nbytes = self._rollout_shard_bytes(lay)
-        return int(nbytes[~self.expert].sum()), int(nbytes[self.expert].sum())
+        dense, _, expert = self._rollout_sums(lay)
+        return dense, expert
 
     def rollout_read_bytes(self, lay: RolloutLayout) -> tuple[int, int]:
         """(non-expert, routed-expert) bytes a decode step reads: the embedding is looked up, not read."""
-        nbytes = self._rollout_shard_bytes(lay)
-        return int(nbytes[~self.expert & ~self.embedding].sum()), int(nbytes[self.expert].sum())
+        _, read, expert = self._rollout_sums(lay)
+        return read, expert
 
 
 def _layer_stages(lay: TrainLayout, num_layers: int) -> np.ndarray:
