@@ -55,6 +55,7 @@ class TensorTable:
         self.largest_expert_bytes = int(per_expert.max()) if per_expert.size else 0  # one expert's projection
         self._stage_memo: dict[tuple, StageBytes] = {}
         self._rollout_memo: dict[tuple[int, int], tuple[int, int, int]] = {}
+        self._stage_of_memo: dict[tuple, np.ndarray] = {}
 
     def _split_numel(self, tp: int, vocab_multiple: int, mask: np.ndarray) -> np.ndarray:
         """Elements per rank of the tensors in `mask` under `tp`-way TP (padding included for vocab)."""
@@ -118,13 +119,20 @@ class TensorTable:
         return StageBytes(weight.astype(np.int64), dense, expert, has_head, layers)
 
     def stage_of(self, lay: TrainLayout) -> np.ndarray:
-        """Pipeline stage of every tensor (embedding first, final norm and head last)."""
-        if lay.engine == "fsdp":
-            return np.zeros(len(self.numel), dtype=np.int64)
+        """Pipeline stage of every tensor (embedding first, final norm and head last); read-only, once per split."""
         num_layers = self.inv.config.num_layers
-        layer_stage = _layer_stages(lay, num_layers)
-        return np.where(self.layer >= 0, layer_stage[np.clip(self.layer, 0, num_layers - 1)],
-                        np.where(self.embedding, 0, lay.pp - 1))
+        key = ("fsdp",) if lay.engine == "fsdp" else (lay.engine, lay.pp, tuple(lay.stage_layers(num_layers)))
+        hit = self._stage_of_memo.get(key)
+        if hit is None:
+            if lay.engine == "fsdp":
+                hit = np.zeros(len(self.numel), dtype=np.int64)
+            else:
+                layer_stage = _layer_stages(lay, num_layers)
+                hit = np.where(self.layer >= 0, layer_stage[np.clip(self.layer, 0, num_layers - 1)],
+                               np.where(self.embedding, 0, lay.pp - 1))
+            hit.setflags(write=False)
+            self._stage_of_memo[key] = hit
+        return hit
 
     def forward_flops(self) -> tuple[np.ndarray, np.ndarray]:
         """(non-expert, routed-expert) forward FLOPs per token of every tensor (2 per weight used)."""
