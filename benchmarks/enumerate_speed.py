@@ -5,6 +5,7 @@ Run: python benchmarks/enumerate_speed.py
 
 from __future__ import annotations
 
+import resource
 import time
 
 from twin.catalog.registry import load_config
@@ -24,6 +25,8 @@ def main() -> None:
         wall = time.perf_counter() - start
         print(f"{cfg.name:<12} {cards:>6} {devices:>8} {len(train):>7} {len(rollout):>8} "
               f"{len(train) * len(rollout):>9} {wall:>8.3f}")
+
+    print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.2f} GB (this process)")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Prints: one simulated step of C1 (256 dies), of deepseek-r1 on 4096 A3 cards (81
 
 from __future__ import annotations
 
+import resource
 import time
 from pathlib import Path
 
@@ -45,6 +46,8 @@ def main() -> None:
     outcome = search(Planner(default_scenario("deepseek-r1", "a3", 128)), top=5, finalize=simulated)
     print(f"twin plan --model deepseek-r1 --cards 128: {time.perf_counter() - start:.1f} s, "
           f"{outcome.summary.pairs_evaluated} pairs screened, {outcome.summary.simulated} simulated")
+
+    print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.2f} GB (this process)")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from twin.profile import Profile, resolve_profile
 from twin.results import ReshardFigures, ReshardResult, SimulationResult
 from twin.scenario import Scenario
 from twin.topology.clusters import cluster_kind
-from twin.topology.routing import Cluster
+from twin.topology.routing import Cluster, sized_cluster
 from twin.uncertainty import uncertainty_for
 
 
@@ -62,7 +62,7 @@ class Evaluation:
 
     @cached_property
     def cluster(self) -> Cluster:
-        return Cluster(self.kind, self.sc.cluster.cards)
+        return sized_cluster(self.kind, self.sc.cluster.cards)
 
     @cached_property
     def placement(self) -> Placement:

@@ -12,15 +12,16 @@ Three methods (DESIGN 4.3):
 - `verl_bucketed`, current verl's checkpoint engine: full tensors are exported on every rank (the same
   traffic as all_gather) and streamed to the rollout in buckets of update_weights_bucket_megabytes.
 
-`transfers` yields the exact list; `reshard_stats` aggregates it per device and per link tier. Tensors of
-one pipeline stage with the same shape and sharding move the same way, so each such class is expanded
-once and counted as often as it occurs.
+`transfers` yields the exact list; `reshard_stats` aggregates it per device and per link tier without
+listing it. Tensors with the same shape and sharding are held at the same positions of their pipeline
+stage, so each such class is expanded once for all its stages, vectorised over devices, and what a device
+receives is summed over the stages in closed form.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
@@ -150,31 +151,49 @@ class ReshardStats:
         return int(self.extra_bytes.max()) if len(self.extra_bytes) else 0
 
 
-def _class_key(pl: Placement, t: TensorSpec) -> tuple:
-    """Tensors with equal keys move identically (same stage, shape and sharding)."""
-    return (pl.stage(t), t.shape, t.dtype_bytes, t.shard, t.group == "embedding")
+TRASH = 4  # a fifth row of the per-tier port sums: what lands there is no flow (a receiver's own block)
 
 
 class _Arrays:
-    """Per-device numpy views of the cluster's locality, for vectorised tier lookups."""
+    """Per-device numpy views of the cluster's locality, for vectorised tier look-ups (tier 0 everywhere
+    without a cluster), and the tier of flows between two training stages where it depends on them only."""
 
     def __init__(self, pl: Placement, cluster: Cluster | None) -> None:
         n = pl.devices
+        self.size = pl.stage_size
+        n_stages = n // pl.stage_size
         self.tier_names: list[str] = []
+        self.cluster = cluster is not None
         if cluster is None:
-            self.tier_of = None
+            self.stage_tiers: np.ndarray | None = np.zeros((n_stages, n_stages), dtype=np.int64)
+            np.fill_diagonal(self.stage_tiers, TRASH)
             return
-        loc = np.array([cluster.locality(d) for d in range(n)])
+        if n > cluster.devices:
+            cluster.locality(n - 1)  # raises: the placement has more devices than the cluster
+        loc = cluster.locality_array[:n]
         self.card, self.node, self.pod = loc[:, 0], loc[:, 1], loc[:, 2]
         kind = cluster.kind
         self.tier_names = [kind.chip_tier or kind.node_tier, kind.node_tier, kind.pod_tier or kind.scaleout_tier,
                            kind.scaleout_tier]
         self.has_chip = kind.chip_tier is not None
         self.has_pod = kind.pod_tier is not None
+        # a card lies in one node and a node in one pod: sharing a card implies sharing its node and pod, and
+        # a code of pod, node and card bit fields (card lowest) differs first in the outermost field not shared
+        self.nested = _within(self.card, self.node) and _within(self.node, self.pod)
+        card_bits = int(self.card.max()).bit_length()
+        pod_shift = card_bits + int(self.node.max()).bit_length()
+        self.code = (self.pod << pod_shift) | (self.node << card_bits) | self.card
+        self.levels = np.array([1, 1 << card_bits, 1 << pod_shift], dtype=np.int64)  # card, node, pod differ
+        self.by_level = np.array([0 if self.has_chip else 1, 1, 2 if self.has_pod else 3, 3], dtype=np.int64)
+        self.stage_tiers = self._stage_tiers(n_stages)
 
     def tiers(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Index into tier_names of the slowest tier between each (src, dst) pair (Cluster.pair_tier)."""
-        out = np.full(len(src), 3)
+        if not self.cluster:
+            return np.zeros(np.broadcast_shapes(src.shape, dst.shape), dtype=np.int64)
+        if self.nested:  # the highest of card, node, pod fields where the pair's codes differ decides its tier
+            return self.by_level[np.searchsorted(self.levels, self.code[src] ^ self.code[dst], side="right")]
+        out = np.full(np.broadcast_shapes(src.shape, dst.shape), 3)
         if self.has_pod:
             out = np.where(self.pod[src] == self.pod[dst], 2, out)
         out = np.where(self.node[src] == self.node[dst], 1, out)
@@ -182,91 +201,268 @@ class _Arrays:
             out = np.where(self.card[src] == self.card[dst], 0, out)
         return out
 
+    def _stage_tiers(self, n_stages: int) -> np.ndarray | None:
+        """[s, r]: the tier of every flow from training stage s to stage r != s (TRASH on the diagonal), when it
+        depends on the two stages only: no node holds devices of two stages, and two stages lie in one pod or
+        in different pods. None otherwise."""
+        first = np.arange(n_stages) * self.size
+        last = first + self.size - 1
+        monotone = all(bool((np.diff(x) >= 0).all()) for x in (self.card, self.node, self.pod))
+        if not (self.nested and monotone) or (self.node[first[1:]] == self.node[last[:-1]]).any():
+            return None
+        lo, hi = self.pod[first], self.pod[last]
+        apart = hi[:, None] < lo[None, :]  # stage s lies wholly before stage r's pods
+        together = (lo == hi)[:, None] & (lo == hi)[None, :] & (lo[:, None] == lo[None, :])
+        if not (apart | apart.T | together | np.eye(n_stages, dtype=bool)).all():
+            return None
+        out = self.tiers(np.repeat(first, n_stages).reshape(n_stages, n_stages), first)
+        np.fill_diagonal(out, TRASH)
+        return out
+
+
+def _within(inner: np.ndarray, outer: np.ndarray) -> bool:
+    """True when every `inner` domain lies inside one `outer` domain."""
+    outer_of = np.zeros(int(inner.max()) + 1, dtype=outer.dtype)
+    outer_of[inner] = outer
+    return bool((outer_of[inner] == outer).all())
+
+
+def _class_key(t: TensorSpec) -> tuple:
+    """Tensors with equal keys are cut the same way inside their pipeline stage (same shape and sharding): their
+    holders sit at the same positions of each stage, so they move alike up to the stage they start from."""
+    return (t.shape, t.dtype_bytes, t.shard, t.group == "embedding")
+
+
+class _Group(NamedTuple):
+    """Devices that need the same rollout blocks of a tensor, with their place in the training layout."""
+
+    dsts: np.ndarray
+    local: np.ndarray  # position inside a training pipeline stage
+    stage: np.ndarray  # training pipeline stage
+    rep: int  # one of them: its rollout blocks are the group's
+
+
+def _group(dsts: np.ndarray, stage_size: int) -> _Group:
+    return _Group(dsts, dsts % stage_size, dsts // stage_size, int(dsts[0]))
+
+
+def _groups(signature: np.ndarray, stage_size: int) -> list[_Group]:
+    """The devices of each rollout signature value (ascending, as `signature == v` selects them)."""
+    order = np.argsort(signature, kind="stable")
+    _, starts = np.unique(signature[order], return_index=True)
+    return [_group(dsts, stage_size) for dsts in np.split(order, starts[1:])]
+
+
+class _Holder(NamedTuple):
+    """One training block of a tensor class, by position inside the pipeline stage that holds it."""
+
+    block: Block
+    mask: np.ndarray  # position -> holds the block
+    lut: np.ndarray  # replica code -> position of the holder with that code
+
+
+def _local_holders(pl: Placement, t: TensorSpec, codes: np.ndarray, cut_by: dict[bool, np.ndarray]) -> list[_Holder]:
+    """The training blocks of `t`, each with the positions of its stage that hold it. Megatron cuts a tensor by
+    one coordinate of the position (`cut_by`: the expert-TP and expert-partition rank for routed experts, else
+    the TP rank), so the blocks of one position per value of it are all the blocks."""
+    size = pl.stage_size
+    base = pl.stage(t) * size
+    found: dict[Block, list[np.ndarray]] = {}
+    if pl.train.engine == "fsdp":
+        for h in _holders(pl, t):
+            found[h.block] = [np.fromiter(h.devices, dtype=np.int64)]
+    else:
+        by = cut_by[pl.code_kind(t) == "expert"]
+        values, first = np.unique(by, return_index=True)
+        for i in np.argsort(first):
+            held = np.flatnonzero(by == values[i])
+            for b in pl.train_blocks(t, base + int(first[i])):
+                found.setdefault(b, []).append(held)
+    out = []
+    for b, parts in found.items():
+        held = np.sort(np.concatenate(parts))
+        mask = np.zeros(size, dtype=bool)
+        mask[held] = True
+        lut = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
+        lut[codes[base + held]] = held  # the replica codes of a block's holders are distinct in a valid layout
+        out.append(_Holder(b, mask, lut))
+    return out
+
+
+def _cut_by(pl: Placement) -> dict[bool, np.ndarray]:
+    """Per position inside a pipeline stage, the coordinate Megatron cuts expert (True) and other tensors by."""
+    if pl.train.engine == "fsdp":
+        return {}
+    c = pl.train_coords[:pl.stage_size]
+    part = pl.train.expert_partition
+    return {True: np.array([x.etp * part + x.ep for x in c]), False: np.array([x.tp for x in c])}
+
+
+class _Class:
+    """The pipeline stages a tensor class occurs in, how many of its tensors each holds, and what the flows of
+    one block from all of them to a device of each stage carry on each tier."""
+
+    def __init__(self, pl: Placement, members: list[TensorSpec], stage_tiers: np.ndarray | None) -> None:
+        per_stage = Counter(pl.stage(m) for m in members)
+        stages = np.array(sorted(per_stage), dtype=np.int64)
+        self.mult = np.array([per_stage[s] for s in stages], dtype=np.int64)[:, None]  # (k, 1)
+        self.offsets = stages[:, None] * pl.stage_size  # (k, 1): first device of each stage
+        self.on_stage = stages[:, None]
+        self.mult_at = np.zeros(pl.devices // pl.stage_size, dtype=np.int64)  # per stage, 0 where absent
+        self.mult_at[stages] = self.mult[:, 0]
+        self.total = len(members)
+        if stage_tiers is not None:
+            self.tiers_to = stage_tiers[stages]  # (k, stages): tier from each of the class's stages to each stage
+            n_stages = len(self.mult_at)
+            self.by_tier = np.zeros((n_stages, TRASH + 1), dtype=np.int64)  # per receiving stage: blocks per tier
+            np.add.at(self.by_tier, (np.broadcast_to(np.arange(n_stages), self.tiers_to.shape), self.tiers_to),
+                      self.mult)
+
+
+class _Totals:
+    """Per-device and per-tier sums of the flows added so far. What a receiver gets is summed per receiver; its
+    ports per tier too where the tier of a flow depends on the stages only (`stage_tiers`)."""
+
+    def __init__(self, pl: Placement, cluster: Cluster | None) -> None:
+        n = self.n = pl.devices
+        self.received = np.zeros(n, dtype=np.int64)
+        self.rounds = np.zeros(n, dtype=np.int64)  # directed: chunks received; gathers: tensors gathered
+        self.staged_in = np.zeros(n, dtype=np.int64)  # largest receive staging buffer
+        self.packed_out = np.zeros(n, dtype=np.int64)  # largest send buffer that needs packing
+        self.arrays = _Arrays(pl, cluster)
+        self.port_in = np.zeros((TRASH + 1) * n, dtype=np.int64)  # tier x device, flattened
+        self.port_out = np.zeros((TRASH + 1) * n, dtype=np.int64)
+        self.count = 0
+
+    def receive(self, dsts: np.ndarray, copies: np.ndarray, piece: int, rounds: int, staged: int) -> None:
+        """Distinct devices `dsts` each receive `copies` blocks of `piece` bytes (`rounds` rounds per block)."""
+        self.received[dsts] += copies * piece
+        self.count += int(copies.sum())
+        if rounds:
+            self.rounds[dsts] += copies * rounds
+        got = dsts[copies > 0]
+        self.staged_in[got] = np.maximum(self.staged_in[got], staged)
+
+    def from_stages(self, cls: _Class, x: np.ndarray, dsts: np.ndarray, stage: np.ndarray, own: np.ndarray,
+                    piece: int, packed: int) -> None:
+        """Distinct devices `dsts` (of training stages `stage`) each get the class's block of `piece` bytes from
+        position `x` of every stage of the class, except from itself (`own`: it holds it). `packed`: the send
+        buffer each sender packs (0: none)."""
+        n = self.n
+        src = cls.offsets + x  # (k, m)
+        nbytes = cls.mult * piece  # (k, 1)
+        own_flow = own & (cls.on_stage == stage)  # (k, m)
+        if self.arrays.stage_tiers is not None:
+            # the flows from other stages by the stages' tier; those from the receiver's own stage land in TRASH
+            np.add.at(self.port_out, cls.tiers_to[:, stage] * n + src, nbytes)
+            self.port_in.reshape(TRASH + 1, n)[:, dsts] += cls.by_tier[stage].T * piece
+            same = (cls.mult_at[stage] > 0) & ~own  # from another device of the receiver's own stage
+            if same.any():
+                j = np.flatnonzero(same)
+                sender, to, w = stage[j] * self.arrays.size + x[j], dsts[j], cls.mult_at[stage[j]] * piece
+                tier = self.arrays.tiers(sender, to) * n
+                np.add.at(self.port_out, tier + sender, w)
+                self.port_in[tier + to] += w
+        else:
+            tier = np.where(own_flow, TRASH, self.arrays.tiers(src, dsts)) * n
+            np.add.at(self.port_out, tier + src, nbytes)
+            np.add.at(self.port_in, tier + dsts, nbytes)
+        if packed:
+            senders = src[~own_flow] if own.any() else src
+            self.packed_out[senders] = np.maximum(self.packed_out[senders], packed)
+
+    def from_own_stage(self, src: np.ndarray, dsts: np.ndarray, nbytes: int) -> None:
+        """Distinct devices `dsts` each get `nbytes` from `src` (one sender each)."""
+        tier = self.arrays.tiers(src, dsts) * self.n
+        np.add.at(self.port_out, tier + src, nbytes)
+        self.port_in[tier + dsts] += nbytes
+
+    def stats(self, method: str) -> ReshardStats:
+        tiers: dict[str, int] = defaultdict(int)
+        into: dict[str, np.ndarray] = {}
+        out_of: dict[str, np.ndarray] = {}
+        port_in, port_out = self.port_in.reshape(TRASH + 1, self.n), self.port_out.reshape(TRASH + 1, self.n)
+        for i, name in enumerate(self.arrays.tier_names):
+            if total := int(port_in[i].sum()):
+                tiers[name] += total
+                into[name] = into.get(name, 0) + port_in[i]
+                out_of[name] = out_of.get(name, 0) + port_out[i]
+        ports = {name: np.maximum(into[name], out_of[name]) for name in into}
+        # directed: a device sends one chunk and receives one in the same all-to-all-v round
+        return ReshardStats(method=method, received=self.received, sent=port_out[:TRASH].sum(axis=0),
+                            bytes_per_tier=dict(tiers), extra_bytes=self.staged_in + self.packed_out,
+                            rounds=self.rounds, transfers=self.count, tier_bytes=ports)
+
 
 def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod) -> ReshardStats:
-    """Aggregate the exact transfer list of `method` per device and per tier, vectorised over devices.
+    """Aggregate the exact transfer list of `method` per device and per tier, vectorised over devices and over
+    the pipeline stages a tensor class occurs in.
 
-    The same sources, blocks and sizes as `transfers`; tests compare the two.
+    The same sources, blocks and sizes as `transfers`; tests compare the two. A receiver takes a block from
+    the device at its own position in the tensor's stage when that one holds it, else from the holder with its
+    replica key (directed: in the tensor's stage; gathers: in its own stage, which got it by the PP broadcast).
     """
-    n = pl.devices
-    received = np.zeros(n, dtype=np.int64)
-    sent = np.zeros(n, dtype=np.int64)
-    rounds = np.zeros(n, dtype=np.int64)  # directed: chunks received; gathers: tensors gathered
-    staged_in = np.zeros(n, dtype=np.int64)  # largest receive staging buffer
-    packed_out = np.zeros(n, dtype=np.int64)  # largest send buffer that needs packing
-    arrays = _Arrays(pl, cluster)
-    tier_bytes = np.zeros(4, dtype=np.int64)
-    port_in = np.zeros((4, n), dtype=np.int64)
-    port_out = np.zeros((4, n), dtype=np.int64)
+    size = pl.stage_size
+    totals = _Totals(pl, cluster)
     chunk = directed_chunk_bytes(pl)
-    devices = np.arange(n)
-    stage_of_device = devices // pl.stage_size
     classes: dict[tuple, list[TensorSpec]] = defaultdict(list)
     for t in pl.tensors:
-        classes[_class_key(pl, t)].append(t)
-    count = 0
+        classes[_class_key(t)].append(t)
+    directed = method == "directed"
+    groups = {kind: _groups(sig, size) for kind, sig in pl.rollout_signature.items()} if directed else {}
+    everyone = _group(np.arange(pl.devices), size)
+    cut_by = _cut_by(pl)
+    staged_gather = VERL_BUCKET_BYTES if method == "verl_bucketed" else 0
     for members in classes.values():
-        t, mult = members[0], len(members)
-        holders = _holders(pl, t)
-        stage = pl.stage(t)
+        t = members[0]
+        cls = _Class(pl, members, totals.arrays.stage_tiers)
         codes = pl.replica_codes[pl.code_kind(t)]
-        sig = pl.rollout_signature["expert" if t.shard.ep_dim is not None else "other"]
-        if method == "directed":
-            groups = [(devices[sig == v], pl.rollout_blocks(t, int(np.argmax(sig == v)))) for v in np.unique(sig)]
-        else:
-            groups = [(devices, [h.block for h in holders])]
-        lookups = [_HolderLookup(h, codes, n) for h in holders]
+        holders = _local_holders(pl, t, codes, cut_by)
         index = _HolderIndex(holders, t)
-        for dsts, needed in groups:
+        if directed:
+            kind = "expert" if t.shard.ep_dim is not None else "other"
+            todo = [(g, pl.rollout_blocks(t, g.rep)) for g in groups[kind]]
+        else:
+            todo = [(everyone, [h.block for h in holders])]
+        for g, needed in todo:
+            g_codes = codes[g.dsts]
+            g_mult = cls.mult_at[g.stage]  # the class's tensors in each receiver's own stage
             for nb in needed:
                 for i in index.overlapping(nb):
-                    h, look = holders[i], lookups[i]
+                    h = holders[i]
                     sub = block_intersection(nb, h.block)
                     if sub is None:
                         continue
-                    recv = dsts[~look.mask[dsts]]
-                    if recv.size == 0:
-                        continue
-                    src = look.sources(pl, codes, recv, stage, stage_of_device, method)
                     piece = block_numel(sub) * t.dtype_bytes
-                    nbytes = piece * mult
-                    np.add.at(received, recv, nbytes)
-                    np.add.at(sent, src, nbytes)
-                    count += recv.size * mult
-                    if arrays.tier_names:
-                        tier = arrays.tiers(src, recv)
-                        tier_bytes += np.bincount(tier, minlength=4) * nbytes
-                        np.add.at(port_in, (tier, recv), nbytes)
-                        np.add.at(port_out, (tier, src), nbytes)
-                    if method == "directed":
-                        np.add.at(rounds, recv, -(-piece // chunk) * mult)
-                        np.maximum.at(staged_in, recv, min(piece, chunk))
-                        if needs_packing(sub, h.block):
-                            np.maximum.at(packed_out, src, min(piece, chunk))
-                    else:
-                        staged = t.nbytes + (VERL_BUCKET_BYTES if method == "verl_bucketed" else 0)
-                        np.maximum.at(staged_in, recv, staged)
-        if method != "directed":  # every rank exports (and its rollout loads) every full tensor, one at a time
-            rounds += mult
-    tiers: dict[str, int] = defaultdict(int)
-    into: dict[str, np.ndarray] = {}
-    out_of: dict[str, np.ndarray] = {}
-    for i, name in enumerate(arrays.tier_names):
-        if tier_bytes[i]:
-            tiers[name] += int(tier_bytes[i])
-            into[name] = into.get(name, 0) + port_in[i]
-            out_of[name] = out_of.get(name, 0) + port_out[i]
-    ports = {name: np.maximum(into[name], out_of[name]) for name in into}
-    # directed: a device sends one chunk and receives one in the same all-to-all-v round
-    return ReshardStats(method=method, received=received, sent=sent, bytes_per_tier=dict(tiers),
-                        extra_bytes=staged_in + packed_out, rounds=rounds, transfers=count, tier_bytes=ports)
+                    peer_holds = h.mask[g.local]  # the device at the receiver's position in each stage
+                    own = peer_holds & (g_mult > 0)  # the receiver holds it itself
+                    copies = cls.total - np.where(own, g_mult, 0)
+                    if directed:
+                        step = min(piece, chunk)
+                        totals.receive(g.dsts, copies, piece, -(-piece // chunk), step)
+                        x = np.where(peer_holds, g.local, h.lut[g_codes])
+                        totals.from_stages(cls, x, g.dsts, g.stage, own, piece,
+                                           step if needs_packing(sub, h.block) else 0)
+                        continue
+                    totals.receive(g.dsts, copies, piece, 0, t.nbytes + staged_gather)
+                    moving = np.flatnonzero(peer_holds)
+                    if moving.size:
+                        totals.from_stages(cls, g.local[moving], g.dsts[moving], g.stage[moving], own[moving],
+                                           piece, 0)
+                    fixed = np.flatnonzero(~peer_holds)  # served in its own stage, which got it by the broadcast
+                    if fixed.size:
+                        src = g.stage[fixed] * size + h.lut[g_codes[fixed]]
+                        totals.from_own_stage(src, g.dsts[fixed], cls.total * piece)
+        if not directed:  # every rank exports (and its rollout loads) every full tensor, one at a time
+            totals.rounds += len(members)
+    return totals.stats(method)
 
 
 class _HolderIndex:
     """Finds the holder blocks that can overlap a needed block, by their range on the expert axis (or on
     the TP axis for other tensors), instead of trying every holder."""
 
-    def __init__(self, holders: list[_Holders], t: TensorSpec) -> None:
+    def __init__(self, holders: list[_Holder], t: TensorSpec) -> None:
         dim = t.shard.ep_dim if t.shard.ep_dim is not None else t.shard.tp_dim
         self.dim = dim
         if dim is None:
@@ -283,23 +479,3 @@ class _HolderIndex:
         first = bisect.bisect_left(self.starts, lo - self.longest + 1)
         last = bisect.bisect_left(self.starts, hi)
         return self.order[first:last]
-
-
-class _HolderLookup:
-    """Vectorised `_source` for the receivers of one holder block."""
-
-    def __init__(self, h: _Holders, codes: np.ndarray, n: int) -> None:
-        held = np.fromiter(h.devices, dtype=np.int64)
-        self.mask = np.zeros(n, dtype=bool)
-        self.mask[held] = True
-        self.lut = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
-        self.lut[codes[held]] = held
-
-    def sources(self, pl: Placement, codes: np.ndarray, recv: np.ndarray, stage: int,
-                stage_of_device: np.ndarray, method: str) -> np.ndarray:
-        peer = stage * pl.stage_size + recv % pl.stage_size
-        by_key = self.lut[codes[recv]]
-        if method != "directed":  # other stages got it by broadcast: take it from the same-stage peer
-            recv_stage = stage_of_device[recv]
-            by_key = np.where(recv_stage != stage, recv_stage * pl.stage_size + by_key % pl.stage_size, by_key)
-        return np.where(self.mask[peer], peer, by_key)

@@ -53,6 +53,9 @@ class TensorTable:
         self.largest_layer_bytes = int(per_layer.max()) if per_layer.size else 0
         per_expert = (self.numel // self.experts * self.dtype_bytes)[self.expert]
         self.largest_expert_bytes = int(per_expert.max()) if per_expert.size else 0  # one expert's projection
+        self._stage_memo: dict[tuple, StageBytes] = {}
+        self._rollout_memo: dict[tuple[int, int], tuple[int, int, int]] = {}
+        self._stage_of_memo: dict[tuple, np.ndarray] = {}
 
     def _split_numel(self, tp: int, vocab_multiple: int, mask: np.ndarray) -> np.ndarray:
         """Elements per rank of the tensors in `mask` under `tp`-way TP (padding included for vocab)."""
@@ -73,7 +76,19 @@ class TensorTable:
         return out
 
     def train_stage_bytes(self, lay: TrainLayout, devices: int) -> StageBytes:
-        """Weight bytes and parameter counts per pipeline stage of one training device."""
+        """Weight bytes and parameter counts per pipeline stage of one training device (read-only arrays,
+        computed once per parallel structure: the planner asks again for every memory knob)."""
+        num_layers = self.inv.config.num_layers
+        key = (lay.engine, devices) if lay.engine == "fsdp" else (
+            lay.engine, lay.tp, lay.expert_tp, lay.expert_partition, lay.pp, tuple(lay.stage_layers(num_layers)))
+        hit = self._stage_memo.get(key)
+        if hit is None:
+            hit = self._stage_memo[key] = self._train_stage_bytes(lay, devices)
+            for column in (hit.weight_bytes, hit.dense_numel, hit.expert_numel, hit.has_head, hit.layers):
+                column.setflags(write=False)
+        return hit
+
+    def _train_stage_bytes(self, lay: TrainLayout, devices: int) -> StageBytes:
         num_layers = self.inv.config.num_layers
         if lay.engine == "fsdp":
             rows = np.ceil(self.rows / devices)
@@ -104,13 +119,20 @@ class TensorTable:
         return StageBytes(weight.astype(np.int64), dense, expert, has_head, layers)
 
     def stage_of(self, lay: TrainLayout) -> np.ndarray:
-        """Pipeline stage of every tensor (embedding first, final norm and head last)."""
-        if lay.engine == "fsdp":
-            return np.zeros(len(self.numel), dtype=np.int64)
+        """Pipeline stage of every tensor (embedding first, final norm and head last); read-only, once per split."""
         num_layers = self.inv.config.num_layers
-        layer_stage = _layer_stages(lay, num_layers)
-        return np.where(self.layer >= 0, layer_stage[np.clip(self.layer, 0, num_layers - 1)],
-                        np.where(self.embedding, 0, lay.pp - 1))
+        key = ("fsdp",) if lay.engine == "fsdp" else (lay.engine, lay.pp, tuple(lay.stage_layers(num_layers)))
+        hit = self._stage_of_memo.get(key)
+        if hit is None:
+            if lay.engine == "fsdp":
+                hit = np.zeros(len(self.numel), dtype=np.int64)
+            else:
+                layer_stage = _layer_stages(lay, num_layers)
+                hit = np.where(self.layer >= 0, layer_stage[np.clip(self.layer, 0, num_layers - 1)],
+                               np.where(self.embedding, 0, lay.pp - 1))
+            hit.setflags(write=False)
+            self._stage_of_memo[key] = hit
+        return hit
 
     def forward_flops(self) -> tuple[np.ndarray, np.ndarray]:
         """(non-expert, routed-expert) forward FLOPs per token of every tensor (2 per weight used)."""
@@ -126,15 +148,26 @@ class TensorTable:
         experts = self.numel / lay.ep if lay.ep > 1 else self._split_numel(lay.tp, 1, self.expert)
         return np.where(self.expert, experts, dense) * self.dtype_bytes
 
+    def _rollout_sums(self, lay: RolloutLayout) -> tuple[int, int, int]:
+        """(non-expert, non-expert less the embedding, routed-expert) bytes of one rollout rank, once per TP/EP."""
+        key = (lay.tp, lay.ep)
+        hit = self._rollout_memo.get(key)
+        if hit is None:
+            nbytes = self._rollout_shard_bytes(lay)
+            hit = self._rollout_memo[key] = (int(nbytes[~self.expert].sum()),
+                                             int(nbytes[~self.expert & ~self.embedding].sum()),
+                                             int(nbytes[self.expert].sum()))
+        return hit
+
     def rollout_bytes(self, lay: RolloutLayout) -> tuple[int, int]:
         """(non-expert, routed-expert) weight bytes of one rollout rank."""
-        nbytes = self._rollout_shard_bytes(lay)
-        return int(nbytes[~self.expert].sum()), int(nbytes[self.expert].sum())
+        dense, _, expert = self._rollout_sums(lay)
+        return dense, expert
 
     def rollout_read_bytes(self, lay: RolloutLayout) -> tuple[int, int]:
         """(non-expert, routed-expert) bytes a decode step reads: the embedding is looked up, not read."""
-        nbytes = self._rollout_shard_bytes(lay)
-        return int(nbytes[~self.expert & ~self.embedding].sum()), int(nbytes[self.expert].sum())
+        _, read, expert = self._rollout_sums(lay)
+        return read, expert
 
 
 def _layer_stages(lay: TrainLayout, num_layers: int) -> np.ndarray:

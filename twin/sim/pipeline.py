@@ -74,7 +74,7 @@ def _pipeline(env: simpy.Environment, fwd: np.ndarray, bwd: np.ndarray | None, p
     """The event-driven 1F1B run; trace spans are shifted by `offset` (a private environment starts at 0)."""
     stages, micro = fwd.shape
     done: dict[tuple[str, int, int], float] = {}
-    events = {(k, s, m): env.event() for s in range(stages) for m in range(micro) for k in ("F", "B")}
+    waiting: dict[tuple[str, int, int], simpy.Event] = {}  # operations another stage waits for, not done yet
     start = env.now
     busy = [0.0] * stages
 
@@ -85,7 +85,8 @@ def _pipeline(env: simpy.Environment, fwd: np.ndarray, bwd: np.ndarray | None, p
             dep = ("F", s - 1, m) if kind == "F" and s > 0 else ("B", s + 1, m) if kind == "B" and s < stages - 1 \
                 else None
             if dep is not None:
-                yield events[dep]
+                if dep not in done:
+                    yield waiting.setdefault(dep, env.event())
                 wait = done[dep] + p2p_s - env.now
                 if wait > 0:
                     yield env.timeout(wait)
@@ -95,7 +96,8 @@ def _pipeline(env: simpy.Environment, fwd: np.ndarray, bwd: np.ndarray | None, p
             yield env.timeout(dur)
             busy[s] += dur
             done[(kind, s, m)] = env.now
-            events[(kind, s, m)].succeed()
+            if (event := waiting.pop((kind, s, m), None)) is not None:
+                event.succeed()
             span_n += 1
             if span_n == SPAN_MICROBATCHES:
                 trace.span(lanes[s], "compute", f"{label}: {span_n} ops", offset + span_t, env.now - span_t)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from functools import cached_property
 
 import networkx as nx
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from twin.errors import TwinError
@@ -59,6 +60,11 @@ class Cluster:
             a = self.graph.nodes[device_node(r)]
             out.append((a["card"], a["node"], a["pod"]))
         return out
+
+    @cached_property
+    def locality_array(self) -> np.ndarray:
+        """(card, node, pod) of every device rank, one row each (vectorised look-ups)."""
+        return np.array(self._locality, dtype=np.int64).reshape(-1, 3)
 
     def locality(self, rank: int) -> tuple[int, int, int]:
         self._check(rank)
@@ -148,3 +154,15 @@ class Cluster:
         """Bandwidth and latency of device `rank`'s link to its host."""
         self._check(rank)
         return self._port_bandwidth(rank, "host", [])
+
+
+_SIZED: dict[tuple[int, int], Cluster] = {}
+
+
+def sized_cluster(kind: ClusterKind, cards: int) -> Cluster:
+    """The cluster of `kind` with `cards` cards, built once per kind object and size: its graph, locality and
+    memoised tier and curve look-ups depend on nothing else, so every evaluation on it shares them."""
+    hit = _SIZED.get((id(kind), cards))
+    if hit is None or hit.kind is not kind:
+        hit = _SIZED[(id(kind), cards)] = Cluster(kind, cards)
+    return hit

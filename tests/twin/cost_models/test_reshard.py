@@ -132,3 +132,51 @@ def test_real_tensors_arrive_bit_exact(train, rollout, method):
                     src = tuple(slice(lo - s0, hi - s0) for (lo, hi), (s0, _) in zip(inter, src_block, strict=True))
                     out[dst] = x[src]
                 assert torch.equal(out, full[block_slices(need)]), (t.name, d)
+
+
+@pytest.mark.parametrize(("kind", "cards", "pod_cards"), [
+    ("a3", 48, 16),  # pods of two 8-card nodes: cards, nodes and pods nested, every tier used
+    ("a3", 48, 12),  # a node split across pods: not nested, the general look-up serves
+    ("a2", 16, None),  # no chip or pod tier
+])
+def test_vectorised_pair_tiers_equal_the_cluster(kind, cards, pod_cards):
+    from types import SimpleNamespace
+
+    from twin.cost_models.reshard import _Arrays
+    from twin.topology.clusters import cluster_kind
+
+    k = cluster_kind(kind)
+    cl = Cluster(k.model_copy(update={"cards_per_pod": pod_cards}) if pod_cards else k, cards)
+    arrays = _Arrays(SimpleNamespace(devices=cl.devices, stage_size=cl.devices), cl)
+    assert arrays.nested == (pod_cards != 12)
+    src, dst = (x.ravel() for x in np.meshgrid(np.arange(cl.devices), np.arange(cl.devices)))
+    got = [arrays.tier_names[i] for i in arrays.tiers(src, dst)]
+    assert got == [cl.pair_tier(int(a), int(b)) for a, b in zip(src, dst, strict=True)]
+    tiers = {cl.kind.chip_tier, cl.kind.node_tier, cl.kind.pod_tier, cl.kind.scaleout_tier} - {None}
+    assert set(got) == tiers
+
+
+@pytest.mark.parametrize(("kind", "cards", "pod_cards", "stages", "by_stages"), [
+    ("a3", 48, 16, 3, True),  # a stage per pod
+    ("a3", 48, 16, 6, True),  # a stage per node, two per pod
+    ("a3", 48, 16, 4, False),  # a node split between two stages
+    ("a2", 16, None, 2, True),
+    ("a2", 16, None, 4, False),
+])
+def test_flows_between_stages_take_the_stages_tier(kind, cards, pod_cards, stages, by_stages):
+    from types import SimpleNamespace
+
+    from twin.cost_models.reshard import TRASH, _Arrays
+    from twin.topology.clusters import cluster_kind
+
+    k = cluster_kind(kind)
+    cl = Cluster(k.model_copy(update={"cards_per_pod": pod_cards}) if pod_cards else k, cards)
+    size = cl.devices // stages
+    arrays = _Arrays(SimpleNamespace(devices=cl.devices, stage_size=size), cl)
+    assert (arrays.stage_tiers is not None) == by_stages
+    if by_stages:
+        assert (np.diag(arrays.stage_tiers) == TRASH).all()
+        for a in range(cl.devices):
+            for b in range(cl.devices):
+                if a // size != b // size:
+                    assert arrays.tier_names[arrays.stage_tiers[a // size, b // size]] == cl.pair_tier(a, b)

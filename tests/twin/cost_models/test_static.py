@@ -44,3 +44,20 @@ def test_table_equals_per_tensor_shards(model, devices, kind):
             else t.shard_bytes(tp=ro.tp, vocab_multiple=VLLM_VOCAB_MULTIPLE)
             for t in Placement(inv, lay, ro, devices).tensors)
         assert dense + expert == per_tensor, ro.short()
+
+
+def test_stage_and_rollout_bytes_are_computed_once_per_parallel_structure():
+    from twin.layout import TrainLayout
+    from twin.layout.models import Recompute
+
+    table = tensor_table(load_model("deepseek-r1"))
+    lay = TrainLayout(tp=4, pp=8, ep=8)
+    first = table.train_stage_bytes(lay, 256)
+    again = table.train_stage_bytes(lay.model_copy(update={"recompute": Recompute(granularity="selective")}), 256)
+    assert again is first and not first.weight_bytes.flags.writeable
+    assert (first.weight_bytes == table._train_stage_bytes(lay, 256).weight_bytes).all()
+    assert table.train_stage_bytes(TrainLayout(tp=4, pp=4, ep=8), 256) is not first
+    ro = RolloutLayout(tp=2, dp=128, ep=256)
+    assert table.rollout_bytes(ro) == table.rollout_bytes(ro.model_copy(update={"max_num_seqs": 8}))
+    nbytes = table._rollout_shard_bytes(ro)
+    assert table.rollout_bytes(ro) == (int(nbytes[~table.expert].sum()), int(nbytes[table.expert].sum()))

@@ -61,3 +61,14 @@ def test_bad_inputs():
         Cluster("tpu", 8)
     with pytest.raises(TwinError, match="outside the cluster"):
         Cluster("a2", 8).tiers([0, 8])
+
+
+def test_sized_cluster_is_built_once_per_kind_and_size():
+    from twin.topology.clusters import cluster_kind
+    from twin.topology.routing import sized_cluster
+
+    a3 = cluster_kind("a3")
+    assert sized_cluster(a3, 8) is sized_cluster(a3, 8)
+    assert sized_cluster(a3, 16) is not sized_cluster(a3, 8)
+    assert sized_cluster(a3, 8).devices == 16
+    assert sized_cluster(a3, 8).locality_array.tolist() == [list(sized_cluster(a3, 8).locality(r)) for r in range(16)]
