@@ -1,6 +1,6 @@
-"""The CPU target applies directed_reshard when the plan enables it: verl's weight sync then runs the directed
-reshard from the FSDP2 trainer into verl's vLLM rollout at TP2 (run for real in the README's CPU loop with the
-optimization on; here the launch it builds)."""
+"""The CPU target applies directed_reshard when the plan enables it (the CPU loop's scenario does): verl's weight
+sync then runs the directed reshard from the FSDP2 trainer into verl's vLLM rollout at TP2 (run for real by
+tests/calibration/test_calibration_cpu_loop.py; here the launch it builds)."""
 
 from __future__ import annotations
 
@@ -23,10 +23,8 @@ CPU_SCENARIO = REPO / "scenarios" / "cpu-tiny-grpo.yaml"
 
 @pytest.mark.skipif(installed_version(CPU_DIST) is None, reason=f"{CPU_DIST} is not installed")
 def test_a_cpu_plan_with_directed_reshard_syncs_through_the_backend_at_rollout_tp2(make_plan, tmp_path: Path) -> None:
-    sc = load_scenario(CPU_SCENARIO)
-    path = tmp_path / "s.yaml"
-    path.write_text(sc.model_copy(update={"optimizations": (*sc.optimizations, "directed_reshard")}).dump_yaml())
-    plan = load_plan(make_plan(path))
+    assert "directed_reshard" in load_scenario(CPU_SCENARIO).optimizations
+    plan = load_plan(make_plan(CPU_SCENARIO))
     assert plan.layout.rollout.tp == 2 and plan.executor_refusals() == {}
     options = LaunchOptions(workdir=tmp_path / "run", model_path=str(tmp_path / "model"), data_dir=tmp_path)
     spec = target_for("cpu").build(plan, options, HostEnv())
