@@ -77,6 +77,8 @@ class DecodeJob(InProcessJob):
         try:
             yield from super().run(ctx, points)
         finally:
+            for decoder in self._engines.values():
+                decoder.close()
             self._engines.clear()
             ctx.device.release_cache()
 
@@ -122,6 +124,9 @@ class TransformersDecoder:
 
             return ctx.time(step, before=lambda: cache.crop(context))
 
+    def close(self) -> None:
+        """Nothing outside this process to stop: the model goes with the decoder."""
+
 
 class VllmDecoder:
     """vLLM with dummy weights; a step is (generate(1 + k tokens) - generate(1 token)) / k."""
@@ -160,6 +165,12 @@ class VllmDecoder:
         prefill = ctx.time(lambda: generate(1))
         full = ctx.time(lambda: generate(1 + VLLM_STEPS))
         return [(f - p) / VLLM_STEPS for f, p in zip(full, prefill, strict=True)]
+
+    def close(self) -> None:
+        """Stop vLLM's engine process now (left to interpreter exit, vLLM force-kills it and logs into closed
+        streams) and remove the model directory."""
+        self.llm.llm_engine.engine_core.shutdown()
+        self._dir.cleanup()
 
 
 JOB = DecodeJob()
