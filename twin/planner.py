@@ -22,6 +22,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from twin.catalog.config import ModelConfig
@@ -41,7 +42,7 @@ from twin.layout.rules import check_pair
 from twin.optimizations import RECIPE_OPTIMIZATIONS
 from twin.plan import Plan, PlanOptimization, Risk, SearchSummary
 from twin.profile import Profile, resolve_profile
-from twin.results import SimulationResult
+from twin.results import MemoryBreakdown, SimulationResult
 from twin.scenario import ClusterRef, Scenario, Workload
 from twin.topology.clusters import ClusterKind, cluster_kind
 from twin.topology.routing import Cluster
@@ -113,6 +114,8 @@ class RolloutSide:
     memory: RolloutMemory
     cost: RolloutCost
     times: dict[float, float] = field(default_factory=dict)  # utilization -> rollout seconds
+    steps: dict[float, tuple[RolloutSide, dict[str, MemoryBreakdown]]] = field(default_factory=dict)
+    # utilization -> this side at that utilization and what it adds to every device in each phase
 
 
 @dataclass(order=True)
@@ -211,6 +214,20 @@ class Planner:
         rm = RolloutMemory(self.inv, lay, self.profile, self.hbm_gb)
         return RolloutSide(lay, rm, RolloutCost(self.inv, self.sc, self.cluster, self.profile, rm))
 
+    def rollout_step(self, side: RolloutSide, util: float) -> tuple[RolloutSide, dict[str, MemoryBreakdown]]:
+        """`side` at `util` and what it adds to every device in each phase: the same for every training side."""
+        if util not in side.steps:
+            lay = side.layout.model_copy(update={"gpu_memory_utilization": util})
+            rm = RolloutMemory(self.inv, lay, self.profile, self.hbm_gb)
+            side.steps[util] = (RolloutSide(lay, rm, side.cost, side.times),
+                                rollout_parts(self.sc, rm, 0.0, sleep_frees_memory(self.sc)))
+        return side.steps[util]
+
+    @cached_property
+    def driver_s(self) -> float:
+        """Reward and advantage seconds: the same for every pair."""
+        return sum(driver_seconds(self.sc, self.profile).values())
+
     def rollout_seconds(self, side: RolloutSide, util: float) -> float:
         if util not in side.times:
             side.times[util] = side.cost.analytical_seconds(side.memory.kv_tokens(util))
@@ -252,13 +269,11 @@ class Planner:
                           "rollout: KV cache below one full sequence"] += 1
             return []
         pf = self.profile
-        fixed = sum(driver_seconds(self.sc, pf).values())
-        sleeps = sleep_frees_memory(self.sc)
+        # the reshard's bound depends on the rollout weights, not on the KV cache: one for every step
+        reshard = reshard_lower_bound(t.memory, r.memory, reshard_method(self.sc), self.cluster, pf)
         out = []
         for util in reversed(utils):
-            lay = r.layout.model_copy(update={"gpu_memory_utilization": util})
-            rm_u = RolloutMemory(self.inv, lay, pf, self.hbm_gb)
-            add = rollout_parts(self.sc, rm_u, 0.0, sleeps)
+            side, add = self.rollout_step(r, util)
             over = next((ph for ph in ("update", "log_prob", "transition")
                          if t.parts[ph] + add[ph].total > self.limit_gb), None)
             if over:
@@ -266,10 +281,9 @@ class Planner:
                     self.rejected[f"pair: {over} exceeds HBM less headroom"] += 1
                 break
             peak = max(t.parts[phase] + add[phase].total for phase in add)
-            bound = (t.seconds + self.rollout_seconds(r, util) + fixed
-                     + offload_time(t.memory, rm_u, self.sc, self.cluster, pf)
-                     + reshard_lower_bound(t.memory, rm_u, reshard_method(self.sc), self.cluster, pf))
-            out.append(Candidate(bound, next(index), t, RolloutSide(lay, rm_u, r.cost, r.times), util, peak))
+            bound = (t.seconds + self.rollout_seconds(r, util) + self.driver_s
+                     + offload_time(t.memory, side.memory, self.sc, self.cluster, pf) + reshard)
+            out.append(Candidate(bound, next(index), t, side, util, peak))
         return out
 
 
