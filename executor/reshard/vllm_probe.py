@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from executor.reshard.blocks import as_bytes
 from executor.reshard.vllm_blocks import block_aware_update_weights, block_name, module_blocks
 
 ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
@@ -71,12 +72,10 @@ def _vllm_load_weights(worker: Any, weights: list, **_kwargs: Any) -> None:
 
 def _mismatched(found: dict[str, tuple[list[list[int]], Any]], want: dict[str, Any]) -> list[str]:
     """HF names whose local view differs, bit for bit, from the wanted slice."""
-    import torch
-
     bad = []
     for hf, (_, local) in found.items():
         got = local.detach().to("cpu").contiguous()
-        if got.shape != want[hf].shape or not torch.equal(got.view(torch.uint8), want[hf].view(torch.uint8)):
+        if got.shape != want[hf].shape or not as_bytes(got).equal(as_bytes(want[hf])):
             bad.append(hf)
     return bad
 

@@ -39,9 +39,12 @@ POLL_OVER_A_THIRD = pytest.mark.xfail(strict=False, reason="the CPU rollout pred
                                                            "cost, so the poll is most of the predicted step")
 
 
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1"}  # the verl CPU run uses one thread per process
+
+
 def cli(tool: str, *args: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # the verl CPU run uses one thread per process
-    proc = subprocess.run([sys.executable, "-m", tool, *args], cwd=cwd, env=env, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", tool, *args], cwd=cwd, env=_env(), capture_output=True, text=True,
                           timeout=timeout)
     assert proc.returncode == 0, f"{tool} {' '.join(args)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
@@ -50,8 +53,7 @@ def cli(tool: str, *args: str, cwd: Path, timeout: int = 900) -> subprocess.Comp
 def _run_watched(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, list[int]]:
     """Run `python -m ARGS` like `cli`, remembering every descendant it started; returns the completed run and the
     pids of descendants still alive 30 s after it exited (killed here: only processes this run started)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=cwd, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     root, seen, done = psutil.Process(proc.pid), {}, threading.Event()
 

@@ -63,17 +63,19 @@ class TrainMemory:
         builds the actor with torch_dtype float32 unless model_dtype is set; mixed precision casts a gathered
         layer to bf16 for compute), Megatron's in bf16 (its fp32 main copy is part of the optimizer state)."""
         if self.lay.engine == "fsdp":
-            return float(self.stages.dense_numel[stage] + self.stages.expert_numel[stage]) * FP32
+            return self._fp32_param_bytes(stage)
         return self.weight_bytes(stage)
+
+    def _fp32_param_bytes(self, stage: int) -> float:
+        """One fp32 value per parameter of one device's shard."""
+        return float(self.stages.dense_numel[stage] + self.stages.expert_numel[stage]) * FP32
 
     def optimizer_step_temp_bytes(self, stage: int) -> float:
         """Scratch the optimizer step allocates: torch's foreach Adam/AdamW (verl's FSDP optimizer) computes
         sqrt(exp_avg_sq) into new fp32 tensors, one per parameter (torch/optim/adam.py _multi_tensor_adam,
         `exp_avg_sq_sqrt = torch._foreach_sqrt(...)`); Megatron's distributed optimizer steps with a fused
         Adam kernel in place (none)."""
-        if self.lay.engine == "fsdp":
-            return float(self.stages.dense_numel[stage] + self.stages.expert_numel[stage]) * FP32
-        return 0.0
+        return self._fp32_param_bytes(stage) if self.lay.engine == "fsdp" else 0.0
 
     @property
     def dp(self) -> int:

@@ -259,6 +259,7 @@ LOCAL_MOE_KERNELS = 11
 # casts and the renormalisation (sum, divide); then the weights cast to the activation dtype
 FUSED_GATING_KERNELS = 1 + 1
 GATING_KERNELS = 6 + 1
+FUSED_GATING_EXPERTS = 256  # vLLM-Ascend takes the fused gating kernel at this expert count (select_experts)
 
 
 def eager_layer_kernels(cfg: ModelConfig, moe: bool, tp: int, ep: int) -> int:
@@ -270,7 +271,7 @@ def eager_layer_kernels(cfg: ModelConfig, moe: bool, tp: int, ep: int) -> int:
     else:
         attention = 2 + (2 if cfg.qk_norm else 0) + GQA_DECODE_KERNELS  # qkv and o GEMMs, q and k norms
     if moe and cfg.moe is not None:
-        gating = FUSED_GATING_KERNELS if cfg.moe.num_experts == 256 else GATING_KERNELS
+        gating = FUSED_GATING_KERNELS if cfg.moe.num_experts == FUSED_GATING_EXPERTS else GATING_KERNELS
         experts = MC2_MOE_KERNELS if ep > 1 else LOCAL_MOE_KERNELS
         shared = 3 if cfg.moe.shared_experts else 0  # gate_up GEMM, activation, down GEMM
         mlp = 1 + gating + experts + shared  # the router GEMM first
