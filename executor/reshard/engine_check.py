@@ -13,8 +13,8 @@ exactly through `load_blocks` (executor/reshard/vllm_blocks.py, the TP > 1 loade
 equals the twin's rollout blocks bit for bit (the ranks check it against the checkpoint), so equal blocks
 and bit-exact vLLM loads mean the synced rollout holds exactly what vLLM loads from the checkpoint.
 
-Falls back to the twin's list, saying why, where vLLM is not installed or the plan is not a dense layout
-this probe reads.
+Falls back to the twin's list, saying why, where vLLM is not installed or the plan's rollout is not one this
+probe loads (one TP instance, experts whole under expert parallelism over its TP ranks).
 """
 
 from __future__ import annotations
@@ -45,12 +45,16 @@ def _nbytes(block: Block, dtype: str) -> int:
 
 
 def write_checkpoint(config: dict[str, Any], pl: Placement, seed: int, out: Path) -> Path:
-    """config.json and model.safetensors holding the check's full tensors (the same ones every rank cuts)."""
+    """config.json and model.safetensors holding the check's full tensors (the same ones every rank cuts), routed
+    experts one by one as checkpoints store them (executor/reshard/experts.py)."""
     from safetensors.torch import save_file
+
+    from executor.reshard.experts import split_tensors
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config))
-    save_file({t.name: full_tensor(t, seed).contiguous() for t in pl.inv.tensors}, str(out / "model.safetensors"))
+    save_file(split_tensors({t.name: full_tensor(t, seed).contiguous() for t in pl.inv.tensors}),
+              str(out / "model.safetensors"))
     return out
 
 
@@ -63,10 +67,11 @@ def vllm_refusal(config: dict[str, Any], pl: Placement) -> str | None:
     if not config.get("architectures"):
         return "the model config names no architecture for vLLM to load"
     ro = pl.rollout
-    if ro.ep > 1:
-        return f"the probe reads dense vLLM instances of TP ranks, not rollout {ro.short()}"
-    if any(t.shard.ep_dim is not None for t in pl.tensors):
-        return "the probe reads dense modules only (this model has experts)"
+    if ro.ep > 1 and ro.ep != ro.tp:
+        return (f"the probe loads one vLLM instance of TP{ro.tp} (expert parallel over its TP ranks), not rollout "
+                f"{ro.short()}: EP across data-parallel replicas would need vLLM's data-parallel engines")
+    if ro.ep == 1 and ro.tp > 1 and any(t.shard.ep_dim is not None for t in pl.tensors):
+        return "the probe reads whole experts (expert parallelism), not experts TP-split over a rollout without EP"
     return None
 
 
@@ -84,7 +89,7 @@ def measure_with_vllm(config: dict[str, Any], pl: Placement, checkpoint: Path, r
     with tempfile.TemporaryDirectory(prefix="check-reshard-vllm-") as tmp:
         out = Path(tmp) / "probe.json"
         code, tail = _run_probe([sys.executable, "-m", "executor.reshard.vllm_probe", str(checkpoint),
-                                 str(pl.rollout.tp), pl.inv.config.dtype, str(out)])
+                                 str(pl.rollout.tp), pl.inv.config.dtype, str(out), str(int(pl.rollout.ep > 1))])
         if code != 0 or not out.is_file():
             raise EngineUnavailable(f"vLLM did not load the checkpoint (exit {code}): {tail}")
         probes = json.loads(out.read_text())

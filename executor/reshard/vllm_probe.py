@@ -1,18 +1,20 @@
-"""What a vLLM rollout asks for, measured from vLLM: `python -m executor.reshard.vllm_probe DIR TP DTYPE OUT.json`.
+"""What a vLLM rollout asks for, measured from vLLM: `python -m executor.reshard.vllm_probe DIR TP DTYPE OUT.json [EP]`.
 
 vLLM loads the HuggingFace checkpoint in DIR directly (tensor parallel over TP local processes, on CPU, in
-the checkpoint's DTYPE: vLLM's "auto" would not keep float32 on CPU).
+the checkpoint's DTYPE: vLLM's "auto" would not keep float32 on CPU; with EP=1, expert parallelism over the
+same TP ranks, `enable_expert_parallel`). Routed experts are compared as the twin's fused expert tensors,
+stacked from the checkpoint's per-expert tensors (executor/reshard/experts.py).
 Inside each of its workers, every module reports the HF tensor slices it holds, read from its own
 partition attributes (executor/reshard/vllm_blocks.py), and compares its loaded local weight with those
 slices of the checkpoint, tensor by tensor, bit for bit. Then every such weight is zeroed and the slices
 are written back through the block-aware patch of verl's weight update (executor/reshard/vllm_blocks.py: how
 a TP > 1 rank takes the directed reshard's blocks) and compared again. OUT.json: one object per rank
 {"rank", "blocks": {hf name: [[start, stop], ...]}, "mismatched", "block_load_mismatched", "unknown"}.
-Dense models only; anything else is listed under "unknown".
+Modules executor/reshard/vllm_blocks.py does not read are listed under "unknown".
 
 vLLM imports this module in each worker as its worker extension (`ProbeExtension`) before it builds the
-model: importing it installs the vllm_cpu_plain_linear patch (executor/cpu/vllm_compat.py), so the workers'
-linear weights stay readable after loading.
+model: importing it installs the vllm_cpu_plain_linear and vllm_cpu_plain_moe patches (executor/cpu/vllm_compat.py),
+so the workers' linear and expert weights stay readable after loading.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from executor.reshard.blocks import as_bytes
+from executor.reshard.experts import fuse_tensors
 from executor.reshard.vllm_blocks import block_aware_update_weights, block_name, module_blocks
 
 ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
@@ -40,7 +43,7 @@ def probe(model: Any) -> dict[str, Any]:
     from safetensors.torch import load_file
     from vllm.distributed import get_tensor_model_parallel_rank
 
-    ckpt = load_file(str(Path(os.environ["EXECUTOR_PROBE_CKPT"]) / "model.safetensors"))
+    ckpt = fuse_tensors(load_file(str(Path(os.environ["EXECUTOR_PROBE_CKPT"]) / "model.safetensors")))
     shapes = {n: tuple(x.shape) for n, x in ckpt.items()}
     found, unknown = {}, []
     for name, module in model.named_modules():
@@ -96,11 +99,13 @@ def _install_patches() -> None:
 
 def main() -> None:
     ckpt_dir, tp, dtype, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
+    expert_parallel = len(sys.argv) > 5 and sys.argv[5] == "1"
     os.environ.update({**ENV, "EXECUTOR_PROBE_CKPT": ckpt_dir})
     from vllm import LLM
 
     llm = LLM(model=ckpt_dir, tensor_parallel_size=tp, dtype=dtype, enforce_eager=True, skip_tokenizer_init=True,
               max_model_len=64, max_num_seqs=4, load_format="safetensors", distributed_executor_backend="mp",
+              enable_expert_parallel=expert_parallel,
               worker_extension_cls=f"{__name__ if __name__ != '__main__' else 'executor.reshard.vllm_probe'}."
                                    "ProbeExtension")
     ranks = sorted(llm.collective_rpc("probe_blocks"), key=lambda r: r["rank"])
