@@ -12,8 +12,9 @@ rank's part (`_weight_split_across_tp`), the path mbridge's own `load_weights` t
 Dense and MoE models of the families mbridge knows (Qwen2/Qwen3/Llama, Qwen2-MoE/Qwen3-MoE). MoE layers are
 built with expert parallelism `ep` and expert TP `etp` (Megatron's default: the TP size) as Megatron's local
 SequentialMLP, one module per local expert (mbridge's grouped-GEMM default needs Transformer Engine), with the
-all-gather token dispatcher (`MOE_LOCAL`); building and loading them needs no CUDA. Sequence parallelism is off (torch's RMSNorm refuses it; it does not change
-where weights live). The vocabulary is padded to 128 x TP, Megatron's default.
+all-gather token dispatcher (`MOE_LOCAL`); building and loading them needs no CUDA (a forward through them is
+not run here). Sequence parallelism is off (torch's RMSNorm refuses it; it does not change where weights live).
+The vocabulary is padded to 128 x TP, Megatron's default.
 """
 
 from __future__ import annotations
