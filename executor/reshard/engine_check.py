@@ -67,10 +67,10 @@ def vllm_refusal(config: dict[str, Any], pl: Placement) -> str | None:
     if not config.get("architectures"):
         return "the model config names no architecture for vLLM to load"
     ro = pl.rollout
-    if ro.ep > 1 and ro.ep != ro.tp:
-        return (f"the probe loads one vLLM instance of TP{ro.tp} (expert parallel over its TP ranks), not rollout "
-                f"{ro.short()}: EP across data-parallel replicas would need vLLM's data-parallel engines")
-    if ro.ep == 1 and ro.tp > 1 and any(t.shard.ep_dim is not None for t in pl.tensors):
+    experts = any(t.shard.ep_dim is not None for t in pl.tensors)
+    if ro.ep > 1 and (ro.ep % ro.tp or not experts):
+        return f"rollout {ro.short()}: vLLM's expert parallelism spans whole TP groups of a model with experts"
+    if ro.ep == 1 and ro.tp > 1 and experts:
         return "the probe reads whole experts (expert parallelism), not experts TP-split over a rollout without EP"
     return None
 
@@ -79,8 +79,9 @@ def measure_with_vllm(config: dict[str, Any], pl: Placement, checkpoint: Path, r
                       train: list[dict[str, list[Block]]] | None = None) -> dict[str, Any]:
     """The engine-side figures per rollout rank; raises EngineUnavailable with the reason.
 
-    vLLM loads `checkpoint` at the rollout TP once: every rollout data-parallel replica is the same instance,
-    so rank d holds what TP rank d % TP holds. `train`, per rank, the HF blocks the training engine holds
+    vLLM loads `checkpoint` as one rollout instance (TP ranks, or with expert parallelism EP / TP data-parallel
+    engines of TP ranks) once: every instance holds the same, so rank d holds what instance rank d % its size
+    holds. `train`, per rank, the HF blocks the training engine holds
     (Megatron's, executor/reshard/megatron_source.py); None: the placement's rule for the training engine.
     """
     why = vllm_refusal(config, pl)
@@ -89,7 +90,8 @@ def measure_with_vllm(config: dict[str, Any], pl: Placement, checkpoint: Path, r
     with tempfile.TemporaryDirectory(prefix="check-reshard-vllm-") as tmp:
         out = Path(tmp) / "probe.json"
         code, tail = _run_probe([sys.executable, "-m", "executor.reshard.vllm_probe", str(checkpoint),
-                                 str(pl.rollout.tp), pl.inv.config.dtype, str(out), str(int(pl.rollout.ep > 1))])
+                                 str(pl.rollout.tp), pl.inv.config.dtype, str(out), str(int(pl.rollout.ep > 1)),
+                                 str(pl.rollout.instance_size // pl.rollout.tp)])
         if code != 0 or not out.is_file():
             raise EngineUnavailable(f"vLLM did not load the checkpoint (exit {code}): {tail}")
         probes = json.loads(out.read_text())
@@ -113,21 +115,22 @@ def _run_probe(command: list[str]) -> tuple[int | None, str]:
 def _figures(pl: Placement, probes: list[dict[str, Any]], received_twin: list[int],
              train: list[dict[str, list[Block]]] | None = None) -> dict[str, Any]:
     tensors = {t.name: t for t in pl.tensors}
-    by_tp = {p["rank"]: p for p in probes}
+    by_rank = {p["rank"]: p for p in probes}
 
     def train_blocks(name: str, d: int) -> list[Block]:
         return train[d].get(name, []) if train is not None else pl.train_blocks(tensors[name], d)
 
     ranks = []
     for d in range(pl.devices):
-        p = by_tp[pl.rollout_coords[d].tp]
+        p = by_rank[d % pl.rollout.instance_size]
         blocks = {name: tuple(tuple(r) for r in b) for name, b in p["blocks"].items()}
         missing = sorted(set(tensors) - set(blocks))
         needed = sum(_nbytes(b, tensors[n].dtype) for n, b in blocks.items() if n in tensors)
         held = sum(_nbytes(inter, tensors[n].dtype) for n, b in blocks.items() if n in tensors
                    for tb in train_blocks(n, d) if (inter := block_intersection(b, tb)) is not None)
         differ = sorted(n for n, b in blocks.items() if n in tensors and pl.rollout_blocks(tensors[n], d) != [b])
-        rank = {"rank": d, "vllm_tp_rank": p["rank"], "needed_bytes": needed, "local_bytes": held,
+        rank = {"rank": d, "vllm_rank": p["rank"], "vllm_tp_rank": p.get("tp_rank", p["rank"]),
+                "needed_bytes": needed, "local_bytes": held,
                 "received_bytes": needed - held, "twin_received_bytes": received_twin[d],
                 "vllm_loaded_bit_exact": not p["mismatched"], "mismatched": p["mismatched"][:5],
                 "vllm_block_load_bit_exact": not p.get("block_load_mismatched"),
