@@ -34,6 +34,7 @@ from twin.cost_models.placement import Placement
 
 ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
 PROBE_TIMEOUT_S = 600
+MAX_DP_ENGINES = 2  # vLLM engine processes one probe starts (each with TP workers): a CPU-time bound
 
 
 class EngineUnavailable(Exception):
@@ -67,6 +68,11 @@ def vllm_refusal(config: dict[str, Any], pl: Placement) -> str | None:
     if not config.get("architectures"):
         return "the model config names no architecture for vLLM to load"
     ro = pl.rollout
+    if pl.inv.config.attention == "mla":
+        return "the probe reads GQA attention modules (executor/reshard/vllm_blocks.py), not MLA"
+    if ro.instance_size // ro.tp > MAX_DP_ENGINES:
+        return (f"rollout {ro.short()} is one vLLM instance of {ro.instance_size // ro.tp} data-parallel engines, "
+                f"each a process with its own workers; the probe starts at most {MAX_DP_ENGINES} on CPU")
     experts = any(t.shard.ep_dim is not None for t in pl.tensors)
     if ro.ep > 1 and (ro.ep % ro.tp or not experts):
         return f"rollout {ro.short()}: vLLM's expert parallelism spans whole TP groups of a model with experts"

@@ -62,21 +62,34 @@ def fuse_tensors(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+def expert_parts(name: str, shape: tuple[int, ...]) -> list[tuple[str, int, int, int]]:
+    """(checkpoint name, expert, first row, row stop) of each one-expert projection a fused expert tensor holds,
+    rows along its dimension 1; [] for any other tensor."""
+    prefix, _, last = name.rpartition(".")
+    if not prefix.endswith(".mlp.experts") or last not in ("gate_up_proj", "down_proj"):
+        return []
+    if last == "down_proj":
+        return [(f"{prefix}.{e}.down_proj.weight", e, 0, shape[1]) for e in range(shape[0])]
+    inter = shape[1] // 2
+    return [(f"{prefix}.{e}.{proj}.weight", e, i * inter, (i + 1) * inter)
+            for e in range(shape[0]) for i, proj in enumerate(("gate_proj", "up_proj"))]
+
+
+def split_shapes(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """The checkpoint names and shapes of the one-expert projections of the fused expert tensors in `shapes`."""
+    return {hf: (stop - start, *shape[2:]) for name, shape in shapes.items()
+            for hf, _, start, stop in expert_parts(name, shape)}
+
+
 def split_tensors(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The inverse of `fuse_tensors`: fused expert tensors written one expert and projection at a time."""
     out = {}
     for name, x in tensors.items():
-        prefix, _, last = name.rpartition(".")
-        if not prefix.endswith(".mlp.experts") or last not in ("gate_up_proj", "down_proj"):
+        parts = expert_parts(name, tuple(x.shape))
+        if not parts:
             out[name] = x
-            continue
-        for e in range(x.shape[0]):
-            if last == "down_proj":
-                out[f"{prefix}.{e}.down_proj.weight"] = x[e].contiguous()
-            else:
-                gate, up = x[e].chunk(2)
-                out[f"{prefix}.{e}.gate_proj.weight"] = gate.contiguous()
-                out[f"{prefix}.{e}.up_proj.weight"] = up.contiguous()
+        for hf, e, start, stop in parts:
+            out[hf] = x[e, start:stop].contiguous()
     return out
 
 

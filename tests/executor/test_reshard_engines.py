@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from executor.reshard.engine_check import _figures
+from executor.reshard.engine_check import _figures, vllm_refusal
+from executor.reshard.tiny_model import checked_placement, raw_config, reshard_layout, shrink_config
 from executor.versions import installed_version
 from twin.catalog.config import parse_config
 from twin.catalog.inventory import build_inventory
@@ -186,6 +187,20 @@ def test_a_misplaced_expert_block_fails_the_check() -> None:
     figures = _figures(pl, probes, [0, 0], train)
     assert figures["ranks"][0]["blocks_differing"] == ["model.layers.1.mlp.experts.down_proj"]
     assert not figures["blocks_equal_to_twin"]
+
+
+@pytest.mark.parametrize(("model", "train", "rollout", "world", "why"), [
+    ("qwen3-30b-a3b", TrainLayout(tp=2, pp=2, ep=2, etp=1), RolloutLayout(tp=2, dp=2, ep=4), 4, None),
+    ("qwen2.5-7b", TrainLayout(tp=2, pp=2), RolloutLayout(tp=2, dp=2), 4, None),
+    ("qwen3-30b-a3b", TrainLayout(tp=2, pp=2, ep=2, etp=1), RolloutLayout(tp=2, dp=2), 4, "whole experts"),
+    ("qwen3-30b-a3b", TrainLayout(tp=1, pp=2, ep=4), RolloutLayout(tp=1, dp=8, ep=8), 8, "at most 2 on CPU"),
+    ("deepseek-r1", TrainLayout(tp=1, pp=2, ep=4), RolloutLayout(tp=1, dp=8, ep=8), 8, "not MLA")])
+def test_the_vllm_probe_takes_the_rollouts_it_reads(model: str, train: TrainLayout, rollout: RolloutLayout,
+                                                    world: int, why: str | None) -> None:
+    layout = Layout(train=train, rollout=rollout)
+    config = shrink_config(raw_config(model), layout)
+    refusal = vllm_refusal(config, checked_placement(config, model, reshard_layout(layout), world))
+    assert refusal is None if why is None else why in refusal
 
 
 needs_engines = pytest.mark.skipif(

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from executor.reshard.blocks import as_bytes
-from executor.reshard.experts import fuse_shards, fuse_tensors, fused_place, split_tensors
+from executor.reshard.experts import fuse_shards, fuse_tensors, fused_place, split_shapes, split_tensors
 from executor.reshard.vllm_blocks import BlockLoadError, load_blocks, module_blocks
 
 P = "model.layers.0.mlp.experts"
@@ -37,6 +37,13 @@ def test_split_and_fuse_are_inverse_bit_for_bit() -> None:
     assert _same(hf[f"{P}.3.down_proj.weight"], fused[f"{P}.down_proj"][3])
     back = fuse_tensors(hf)
     assert set(back) == set(fused) and all(_same(back[n], fused[n]) for n in fused)
+
+
+def test_the_checkpoints_expert_shapes_follow_from_the_fused_shapes() -> None:
+    fused = {n: tuple(x.shape) for n, x in _fused().items()}
+    assert split_shapes(fused) == {n: tuple(x.shape) for n, x in split_tensors(_fused()).items() if "experts" in n}
+    assert split_shapes(fused)[f"{P}.3.up_proj.weight"] == (INTER, HIDDEN)
+    assert split_shapes(fused)[f"{P}.0.down_proj.weight"] == (HIDDEN, INTER)
 
 
 def test_an_up_projection_sits_after_the_gate_rows() -> None:
