@@ -9,7 +9,7 @@ rank's part (`_weight_split_across_tp`), the path mbridge's own `load_weights` t
 `hf_blocks()` and `hf_shards()` say which HF blocks each local parameter holds and cut them out
 (executor/reshard/megatron_blocks.py, shared with verl's Megatron engine).
 
-Dense and MoE models of the families mbridge knows (Qwen2/Qwen3/Llama, Qwen2-MoE/Qwen3-MoE). MoE layers are
+Dense and MoE models of the families mbridge knows (Qwen2/Qwen3/Llama, Qwen3-MoE). MoE layers are
 built with expert parallelism `ep` and expert TP `etp` (Megatron's default: the TP size) as Megatron's local
 SequentialMLP, one module per local expert (mbridge's grouped-GEMM default needs Transformer Engine), with the
 all-gather token dispatcher (`MOE_LOCAL`); building and loading them needs no CUDA (a forward through them is

@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 
 TRAIN_DIST = "megatron-core"
 BRIDGE_DIST = "mbridge"
-SUPPORTED = ("qwen2", "qwen3", "llama", "qwen2_moe", "qwen3_moe")  # families with an mbridge bridge and a twin
-# inventory that Megatron's local spec builds
+SUPPORTED = ("qwen2", "qwen3", "llama", "qwen3_moe")  # families with an mbridge bridge and a twin inventory that
+# Megatron's local spec builds (Qwen2-MoE's shared expert and its gate are named unlike the twin's shared_experts)
 RECORD = "engine_train"  # the `method` of the rank record that carries Megatron's blocks
 
 
