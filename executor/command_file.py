@@ -3,7 +3,11 @@ or diff before starting (the Hydra overrides one per line, the environment one e
 
 `twin plan -o plan.json` calls this command (the twin never imports the executor) and writes the script
 beside the plan. The script is what `executor run PLAN --workdir WORKDIR` launches on this host: the same
-build, without the checks a real start adds (installed verl's config validation, preflight, hardware).
+build, checked against the installed verl without importing it (it imports torch: seconds), so that a plan is
+written in about a second: patch targets found in verl's source (executor/source_lookup.py), the overrides'
+keys and value types and the worker-time constraints (executor/validate.py validate_source). `executor run`
+adds what needs verl imported (its dataclass conversion and validate_config, the patch targets imported),
+preflight and the hardware.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ def command_file(
     from executor.npu_opt.host import HostEnv
     from executor.options import LaunchOptions
     from executor.targets import target_for
+    from executor.validate import validate_source
     from twin.fileio import write_atomic
     from twin.plan import load_plan
 
@@ -54,6 +59,7 @@ def command_file(
     workdir = (workdir or Path("runs") / plan.scenario.name).resolve()
     options = LaunchOptions(workdir=workdir, model_path=model_path, data_dir=data_dir.resolve() if data_dir else None,
                             steps=steps)
-    spec = target_for(plan.scenario.cluster.kind).build(plan, options, HostEnv())
+    spec = target_for(plan.scenario.cluster.kind).build(plan, options, HostEnv(from_source=True))
+    validate_source(spec.overrides)  # ValidationFailed: one line naming each problem, nothing written
     write_atomic(output, render(spec, plan_path, workdir))
     output.chmod(0o755)
