@@ -40,6 +40,11 @@ def module_spec(name: str) -> ModuleSpec | None:
     loaded = sys.modules.get(name)
     if loaded is not None and getattr(loaded, "__spec__", None) is not None:
         return loaded.__spec__
+    return _located(name)
+
+
+@cache  # for this process: the installed files do not change while one command runs
+def _located(name: str) -> ModuleSpec | None:
     top, *rest = name.split(".")
     try:
         spec = importlib.util.find_spec(top)  # a top-level name: nothing is imported
@@ -137,8 +142,17 @@ def _binding(stmt: ast.stmt, name: str) -> ast.AST | None:
     return None
 
 
+_FOUND: dict[tuple[str, str], Found | None] = {}  # for this process, as _located
+
+
 def find_in_module(module: str, name: str, depth: int = 0) -> Found | None:
     """Where `name` is bound at the top level of `module` (following re-exports), or None when it is not."""
+    if (module, name) not in _FOUND:
+        _FOUND[module, name] = _find_in_module(module, name, depth)
+    return _FOUND[module, name]
+
+
+def _find_in_module(module: str, name: str, depth: int) -> Found | None:
     if depth > _MAX_DEPTH:
         raise Undecided(f"{module}.{name}: re-exports too deep to follow")
     tree = module_tree(module)

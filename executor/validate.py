@@ -62,17 +62,21 @@ def _has_key(cfg: DictConfig, key: str) -> bool:
     return isinstance(parent, DictConfig) and last in parent.keys()  # noqa: SIM118
 
 
-def _key_problems(overrides: list[str]) -> list[str]:
-    """One message per override whose key verl's config does not have (or already has, for `+key`)."""
-    groups = [o for o in overrides if _split(o)[0] in GROUPS]
+def _groups(overrides: list[str]) -> list[str]:
+    return [o for o in overrides if _split(o)[0] in GROUPS]
+
+
+def _group_problems(overrides: list[str]) -> list[str]:
+    """One message per config-group choice verl has no file for."""
+    return [f"{key}={value}: verl has no such config group option"
+            for key, value, _ in map(_split, _groups(overrides))
+            if not (verl_config_dir() / key / f"{value}.yaml").is_file()]
+
+
+def _key_problems(overrides: list[str], base: DictConfig) -> list[str]:
+    """One message per override whose key verl's config (`base`: composed with the overrides' group choices
+    only) does not have, or already has for `+key`."""
     problems = []
-    for override in groups:
-        key, value, _ = _split(override)
-        if not (verl_config_dir() / key / f"{value}.yaml").is_file():
-            problems.append(f"{key}={value}: verl has no such config group option")
-    if problems:
-        return problems
-    base = compose(groups)
     for override in overrides:
         key, _, add = _split(override)
         if key in GROUPS:
@@ -152,16 +156,32 @@ def _verl_checks(cfg: DictConfig) -> list[str]:
     return []
 
 
-def _composed(overrides: list[str]) -> DictConfig:
-    """The supported verl's config with `overrides`, every key known (else ValidationFailed)."""
+def apply_overrides(base: DictConfig, overrides: list[str]) -> DictConfig:
+    """`compose(overrides)` from `base`, the composition of their group choices: the other overrides parsed and
+    applied by Hydra's own code, as its compose applies them after merging the defaults (one YAML pass, not two)."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    rest = [o for o in overrides if _split(o)[0] not in GROUPS]
+    ConfigLoaderImpl._apply_overrides_to_config(OverridesParser.create().parse_overrides(rest), base)
+    return base
+
+
+def _composed(overrides: list[str], once: bool = False) -> DictConfig:
+    """The supported verl's config with `overrides`, every key known (else ValidationFailed); `once`: composed
+    from the group choices' composition (`apply_overrides`) rather than by Hydra's compose again."""
     check_verl_version()
-    problems = _key_problems(overrides)
+    problems = _group_problems(overrides)
+    if problems:
+        raise ValidationFailed(problems)
+    base = compose(_groups(overrides))
+    problems = _key_problems(overrides, base)
     if problems:
         raise ValidationFailed(problems)
     from hydra.errors import HydraException
 
     try:
-        return compose(overrides)
+        return apply_overrides(base, overrides) if once else compose(overrides)
     except HydraException as exc:
         raise ValidationFailed([_first_line(exc)]) from None
 
@@ -169,7 +189,7 @@ def _composed(overrides: list[str]) -> DictConfig:
 def validate_source(overrides: list[str]) -> DictConfig:
     """`validate` without importing verl: keys, value types from the dataclasses' source, worker-time
     constraints (not verl's dataclass conversion or `validate_config`, which `executor run` adds)."""
-    cfg = _composed(overrides)
+    cfg = _composed(overrides, once=True)
     problems = [p for name, section in _sections(cfg).items()
                 for p in type_problems(OmegaConf.to_container(section, resolve=True), name, source_hints)]
     if problems:

@@ -17,6 +17,7 @@ from twin.fileio import check_target, output_dir
 from twin.scenario import MAX_CARDS, MAX_SEED
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.progress import Progress
 
     from twin.plan import Plan
@@ -264,6 +265,7 @@ def plan_cmd(
         save_plan(plan, output)
         if as_json:
             sys.stdout.write(plan.model_dump_json(by_alias=True, indent=2) + "\n")
+            _report_written(output, plan, make_console(stderr=True))
             return
         print_result(console, plan.predictions, sc.measured)
         print_uncertainty(console, plan.predictions)
@@ -314,6 +316,7 @@ def plan_cmd(
     save_plan(plan, output)
     if as_json:
         sys.stdout.write(plan.model_dump_json(by_alias=True, indent=2) + "\n")
+        _report_written(output, plan, make_console(stderr=True))
         return
     sc = planner.sc
     wl = sc.workload
@@ -350,11 +353,13 @@ def plan_cmd(
     _report_written(output, plan)
 
 
-def _report_written(output: Path, plan: Plan) -> None:
-    """After a plan is saved: say so, write the launch command beside it, and name what the executor refuses."""
-    console.print(f"wrote {output}")
-    _write_command_file(output)
-    print_refusals(plan)
+def _report_written(output: Path, plan: Plan, notes: Console | None = None) -> None:
+    """After a plan is saved: say so, write the launch command beside it, and name what the executor refuses
+    (on `notes`: stderr with --json, whose stdout is the plan alone)."""
+    notes = notes or console
+    notes.print(f"wrote {output}")
+    _write_command_file(output, notes)
+    print_refusals(plan, notes)
 
 
 def _card_counts(cards: str | None) -> list[int]:
@@ -424,35 +429,37 @@ def _plan_search(sc: Scenario, profile: Profile | None, top: int, headroom: floa
     return planner, outcome
 
 
-def _write_command_file(plan_path: Path) -> None:
+def _write_command_file(plan_path: Path, notes: Console | None = None) -> None:
     """Beside the plan, the exact command `executor run` will launch, written by the installed executor (the
-    twin never imports it)."""
+    twin never imports it); what happened, in one line on `notes`."""
     import shutil
     import subprocess
 
+    notes = notes or console
     exe = shutil.which("executor")
     target = plan_path.with_suffix(".command.sh")
     if exe is None:
-        console.print("executor is not installed: no command file written")
+        notes.print("executor is not installed: no command file written")
         return
     done = subprocess.run([exe, "command-file", str(plan_path), "-o", str(target)], capture_output=True, text=True,
                           timeout=300)
     if done.returncode:
         lines = (done.stderr or done.stdout).strip().splitlines()
-        console.print(f"no command file: {lines[-1] if lines else f'executor exited {done.returncode}'}")
+        notes.print(f"no command file: {lines[-1] if lines else f'executor exited {done.returncode}'}", markup=False)
         return
-    console.print(f"wrote {target} (what `executor run {plan_path}` launches)")
+    notes.print(f"wrote {target} (what `executor run {plan_path}` launches)")
 
 
 def _band(value: float, band: tuple[float, float] | None, fmt: str) -> str:
     return f"{value:{fmt}} [{band[0]:{fmt}}-{band[1]:{fmt}}]" if band else f"{value:{fmt}} [?]"
 
 
-def print_refusals(plan: Plan) -> None:
+def print_refusals(plan: Plan, notes: Console | None = None) -> None:
     """Say, after writing it, when `executor run` will refuse the plan (and why), as the plan records it."""
+    notes = notes or console
     for opt_id, reasons in plan.executor_refusals().items():
-        console.print(f"note: `executor run` refuses this plan before launch: {opt_id}: {'; '.join(reasons)}; switch "
-                      f"it off in a scenario (optimizations) to run the layout without it", markup=False)
+        notes.print(f"note: `executor run` refuses this plan before launch: {opt_id}: {'; '.join(reasons)}; switch "
+                    f"it off in a scenario (optimizations) to run the layout without it", markup=False)
 
 
 def print_plan_table(outcome: PlanOutcome, sc: Scenario, devices: int) -> None:

@@ -53,14 +53,14 @@ class HostEnv:
         if not self.has(target.dist):
             return TargetCheck(label=target.label, found=False, detail=self.missing(target.dist))
         try:
-            if not (self.from_source and _in_source(target)):
+            if not (self.from_source and in_source(target)):
                 target.resolve()
         except PatchTargetMissing as exc:
             return TargetCheck(label=target.label, found=False, detail=str(exc))
         return TargetCheck(label=target.label, found=True, detail=f"{target.dist} {self.version(target.dist)}")
 
 
-def _in_source(target: PatchTarget) -> bool:
+def in_source(target: PatchTarget) -> bool:
     """Whether the installed source has `target` (and its parameters); PatchTargetMissing when it has not, False
     when the source cannot decide."""
     try:
