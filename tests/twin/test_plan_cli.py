@@ -39,6 +39,16 @@ def test_plan_explains_and_writes_the_command_beside_it(tmp_path):
     assert "wrote p/plan.command.sh" in out.stdout
 
 
+@pytest.mark.skipif(shutil.which("executor") is None, reason="the executor console script is not installed")
+def test_json_plan_writes_the_command_file_too(tmp_path):
+    """With --json the plan goes to stdout and plan.json, the command file beside it, the notes to stderr."""
+    out = twin("plan", "--model", "qwen2.5-7b", "--cards", "8", "--top", "1", "--json", "-o", "plan.json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == json.loads((tmp_path / "plan.json").read_text())
+    assert "verl.trainer.main_ppo" in (tmp_path / "plan.command.sh").read_text()
+    assert "wrote plan.json" in out.stderr and "wrote plan.command.sh" in out.stderr
+
+
 def test_without_executor_the_command_file_is_skipped_in_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     cli._write_command_file(tmp_path / "plan.json")
