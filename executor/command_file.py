@@ -13,6 +13,7 @@ preflight and the hardware.
 from __future__ import annotations
 
 import shlex
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -39,6 +40,22 @@ def render(spec: LaunchSpec, plan_path: Path, workdir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def prepare() -> None:
+    """What every plan's command file needs, done before the plan exists: the optimizations' detection (it depends on
+    the host only) and verl's config composed and its dataclasses read, kept for this process."""
+    from executor.npu_opt.host import HostEnv
+    from executor.npu_opt.registry import registry
+    from executor.validate import prepare_validation
+
+    try:
+        host = HostEnv(from_source=True)
+        for opt in registry().values():
+            opt.detect(host)
+        prepare_validation()
+    except Exception:  # a warm-up only: the same checks run, and report, once the plan is written
+        pass
+
+
 def command_file(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN.json", help="plan written by `twin plan`")],
     output: Annotated[Path, typer.Option("--output", "-o", help="where to write the script")],
@@ -46,6 +63,9 @@ def command_file(
     model_path: Annotated[str | None, typer.Option(help="HuggingFace checkpoint directory")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="directory with train.parquet and test.parquet")] = None,
     steps: Annotated[int | None, typer.Option(min=1, help="trainer.total_training_steps")] = None,
+    when_told: Annotated[bool, typer.Option(
+        "--when-told", hidden=True, help="prepare, then write once stdin says 'write' (twin plan starts it before "
+                                         "its search); end without writing at end of input")] = False,
 ) -> None:
     """Write the exact command and environment `executor run PLAN.json` will launch, to read or diff first."""
     from executor.npu_opt.host import HostEnv
@@ -55,6 +75,10 @@ def command_file(
     from twin.fileio import write_atomic
     from twin.plan import load_plan
 
+    if when_told:
+        prepare()
+        if sys.stdin.readline().strip() != "write":
+            return  # the twin wrote no plan (no layout fits, an error, an interrupt): nothing to write
     plan = load_plan(plan_path)
     workdir = (workdir or Path("runs") / plan.scenario.name).resolve()
     options = LaunchOptions(workdir=workdir, model_path=model_path, data_dir=data_dir.resolve() if data_dir else None,

@@ -13,8 +13,10 @@ dataclasses' source (executor/typecheck.py source_hints) and the worker-time con
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import warnings
+from functools import cache
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -174,7 +176,7 @@ def _composed(overrides: list[str], once: bool = False) -> DictConfig:
     problems = _group_problems(overrides)
     if problems:
         raise ValidationFailed(problems)
-    base = compose(_groups(overrides))
+    base = _group_composition(tuple(_groups(overrides))) if once else compose(_groups(overrides))
     problems = _key_problems(overrides, base)
     if problems:
         raise ValidationFailed(problems)
@@ -184,6 +186,27 @@ def _composed(overrides: list[str], once: bool = False) -> DictConfig:
         return apply_overrides(base, overrides) if once else compose(overrides)
     except HydraException as exc:
         raise ValidationFailed([_first_line(exc)]) from None
+
+
+@cache
+def _composition(groups: tuple[str, ...]) -> DictConfig:
+    return compose(list(groups))
+
+
+def _group_composition(groups: tuple[str, ...]) -> DictConfig:
+    """A copy of verl's config composed with these group choices (composed once in this process)."""
+    return copy.deepcopy(_composition(groups))
+
+
+PREPARED_GROUPS = ("model_engine=megatron",)  # the plans' usual engine (executor/verl_config/train.py)
+
+
+def prepare_validation() -> None:
+    """Compose verl's config for the usual group choice and read its dataclasses' source, before the overrides are
+    known (`executor command-file --when-told`); what `validate_source` then finds already done."""
+    cfg = _composition(PREPARED_GROUPS)
+    for name, section in _sections(cfg).items():
+        type_problems(OmegaConf.to_container(section, resolve=True), name, source_hints)
 
 
 def validate_source(overrides: list[str]) -> DictConfig:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from twin import cli
+from twin.command_file import command_file_for
 from twin.plan import plan_json_schema
 
 
@@ -51,8 +52,18 @@ def test_json_plan_writes_the_command_file_too(tmp_path):
 
 def test_without_executor_the_command_file_is_skipped_in_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(shutil, "which", lambda name: None)
-    cli._write_command_file(tmp_path / "plan.json")
+    with command_file_for(tmp_path / "plan.json") as started:
+        started.write(cli.console)
     assert capsys.readouterr().out == "executor is not installed: no command file written\n"
+    assert not (tmp_path / "plan.command.sh").exists()
+
+
+@pytest.mark.skipif(shutil.which("executor") is None, reason="the executor console script is not installed")
+def test_a_started_command_file_not_told_to_write_writes_nothing(tmp_path):
+    """No plan saved (no layout fits, an error): the executor started before the search is stopped, no file."""
+    with command_file_for(tmp_path / "plan.json") as started:
+        pass
+    assert started.proc is not None and started.proc.returncode is not None
     assert not (tmp_path / "plan.command.sh").exists()
 
 
