@@ -7,8 +7,9 @@ it (`split_run`: its own total, under -X importtime and the wrapper):
 - imports: the `twin` process's imports, from `python -X importtime` (the sum of the top-level modules'
   cumulative times: the lazy imports inside the command included);
 - search: the planner's own clock, `search.wall_s` in the plan it wrote;
-- command file: how long the twin waited for `executor command-file` (its interpreter start, imports and checks
-  against the installed verl), timed by a wrapper put first on PATH;
+- command file: how long the twin waited for `executor command-file` once the plan was saved (the twin starts
+  it before its search, so that its interpreter start, imports and reading of verl's source run beside the
+  search), timed by a wrapper put first on PATH; `executor_in_all` is that process's whole life;
 - the rest (split_run less those): interpreter start, the simulation's printing, writing the plan.
 Figures, not a test: the machine's load average is printed beside them, since other processes slow them.
 """
@@ -55,13 +56,31 @@ def import_seconds(importtime_stderr: str) -> float:
     return sum(int(m.group(1)) for line in importtime_stderr.splitlines() if (m := _IMPORT.match(line))) / 1e6
 
 
+WRAPPER = """#!{python}
+import subprocess, sys, time
+start = time.perf_counter()
+told = "--when-told" in sys.argv
+child = subprocess.Popen({real!r} + sys.argv[1:], stdin=subprocess.PIPE if told else None)
+if told:  # twin plan starts it before its search and says 'write' once the plan is saved
+    line = sys.stdin.buffer.readline()
+    start_wait = time.perf_counter()
+    child.stdin.write(line)
+    child.stdin.close()
+else:
+    start_wait = start
+code = child.wait()
+end = time.perf_counter()
+with open({log!r}, "a") as log:
+    log.write(f"{{end - start_wait}} {{end - start}}\\n")
+sys.exit(code)
+"""
+
+
 def _timing_wrapper(bin_dir: Path, log: Path) -> None:
-    """An `executor` first on PATH that runs the real one and appends its wall time to `log`."""
-    real = _command("executor")
+    """An `executor` first on PATH that runs the real one and appends to `log` how long it ran after the plan was
+    saved (what the twin waits for) and in all."""
     wrapper = bin_dir / "executor"
-    wrapper.write_text(f"#!{sys.executable}\nimport subprocess, sys, time\nstart = time.perf_counter()\n"
-                       f"code = subprocess.call({real!r} + sys.argv[1:])\n"
-                       f"open({str(log)!r}, 'a').write(f'{{time.perf_counter() - start}}\\n')\nsys.exit(code)\n")
+    wrapper.write_text(WRAPPER.format(python=sys.executable, real=_command("executor"), log=str(log)))
     wrapper.chmod(0o755)
 
 
@@ -79,9 +98,10 @@ def one(args: list[str], work: Path) -> dict[str, float]:
     if not (work / "traced.command.sh").is_file():
         sys.exit(f"twin plan wrote no command file: {traced.stdout.strip()[-500:]}")
     search = json.loads((work / "traced.json").read_text())["search"]["wall_s"]
-    imports, command_file = import_seconds(traced.stderr), float(log.read_text().split()[-1])
-    return {"total": total, "split_run": split, "imports": imports, "search": search, "command_file": command_file,
-            "rest": split - imports - search - command_file}
+    waited, beside = map(float, log.read_text().split()[-2:])
+    imports = import_seconds(traced.stderr)
+    return {"total": total, "split_run": split, "imports": imports, "search": search, "command_file": waited,
+            "rest": split - imports - search - waited, "executor_in_all": beside}
 
 
 def main() -> None:
@@ -101,7 +121,7 @@ def main() -> None:
         finally:
             shutil.rmtree(work, ignore_errors=True)
     print(f"{'part':<14} {'median s':>9} {'min s':>7} {'max s':>7}")
-    for part in ("total", "split_run", "imports", "search", "command_file", "rest"):
+    for part in ("total", "split_run", "imports", "search", "command_file", "rest", "executor_in_all"):
         values = [r[part] for r in runs]
         print(f"{part:<14} {statistics.median(values):>9.2f} {min(values):>7.2f} {max(values):>7.2f}")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -13,10 +13,8 @@ dataclasses' source (executor/typecheck.py source_hints) and the worker-time con
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import warnings
-from functools import cache
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -188,14 +186,13 @@ def _composed(overrides: list[str], once: bool = False) -> DictConfig:
         raise ValidationFailed([_first_line(exc)]) from None
 
 
-@cache
-def _composition(groups: tuple[str, ...]) -> DictConfig:
-    return compose(list(groups))
+_PREPARED: dict[tuple[str, ...], DictConfig] = {}  # compositions made before the overrides were known, used once
 
 
 def _group_composition(groups: tuple[str, ...]) -> DictConfig:
-    """A copy of verl's config composed with these group choices (composed once in this process)."""
-    return copy.deepcopy(_composition(groups))
+    """verl's config composed with these group choices: the one `prepare_validation` made, else composed now."""
+    prepared = _PREPARED.pop(groups, None)
+    return prepared if prepared is not None else compose(list(groups))
 
 
 PREPARED_GROUPS = ("model_engine=megatron",)  # the plans' usual engine (executor/verl_config/train.py)
@@ -204,9 +201,10 @@ PREPARED_GROUPS = ("model_engine=megatron",)  # the plans' usual engine (executo
 def prepare_validation() -> None:
     """Compose verl's config for the usual group choice and read its dataclasses' source, before the overrides are
     known (`executor command-file --when-told`); what `validate_source` then finds already done."""
-    cfg = _composition(PREPARED_GROUPS)
+    cfg = compose(list(PREPARED_GROUPS))
     for name, section in _sections(cfg).items():
         type_problems(OmegaConf.to_container(section, resolve=True), name, source_hints)
+    _PREPARED[PREPARED_GROUPS] = cfg
 
 
 def validate_source(overrides: list[str]) -> DictConfig:
