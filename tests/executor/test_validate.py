@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from executor.errors import ValidationFailed
-from executor.validate import apply_overrides, compose, validate, validate_source
+from executor.validate import apply_overrides, compose, prepare_validation, validate, validate_source
 
 R = "actor_rollout_ref.rollout"
 A = "actor_rollout_ref.actor"
@@ -76,3 +76,15 @@ def test_overrides_applied_to_the_group_composition_equal_hydra_compose(make_pla
                  "trainer.project_name=null", "+data.added={a: 1}"]
     base = compose([o for o in overrides if o.startswith("model_engine=")])
     assert OmegaConf.to_container(apply_overrides(base, overrides)) == OmegaConf.to_container(compose(overrides))
+
+
+def test_the_prepared_composition_gives_the_same_config_and_problems(make_plan, build, tmp_path: Path) -> None:
+    """`executor command-file --when-told` composes before the overrides are known: the same config as Hydra's
+    compose, and the same problem reported, as without preparing."""
+    overrides = build(make_plan(), tmp_path).overrides
+    prepare_validation()
+    assert OmegaConf.to_container(validate_source(overrides)) == OmegaConf.to_container(compose(overrides))
+    prepare_validation()
+    with pytest.raises(ValidationFailed) as info:
+        validate_source([*overrides, f"{A}.not_a_key=1"])
+    assert info.value.problems == [f"unknown key '{A}.not_a_key': not in verl's ppo_trainer.yaml"]
