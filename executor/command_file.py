@@ -1,13 +1,14 @@
 """`executor command-file PLAN.json -o FILE`: the exact launch `executor run` builds, as a shell script to read
 or diff before starting (the Hydra overrides one per line, the environment one export per line).
 
-`twin plan -o plan.json` calls this command (the twin never imports the executor) and writes the script
-beside the plan. The script is what `executor run PLAN --workdir WORKDIR` launches on this host: the same
-build, checked against the installed verl without importing it (it imports torch: seconds), so that a plan is
-written in about a second: patch targets found in verl's source (executor/source_lookup.py), the overrides'
-keys and value types and the worker-time constraints (executor/validate.py validate_source). `executor run`
-adds what needs verl imported (its dataclass conversion and validate_config, the patch targets imported),
-preflight and the hardware.
+`twin plan -o plan.json` runs this command (the twin never imports the executor) to write the script beside the
+plan; it starts it with `--when-told` before its search, so that the imports and the reading of verl's source
+run beside the search, and says `write` once the plan is saved. The script is what
+`executor run PLAN --workdir WORKDIR` launches on this host: the same build, checked against the installed verl
+without importing it (verl imports torch: seconds): patch targets and their parameters found in verl's source
+(executor/source_lookup.py), the overrides' keys, their value types read from the config dataclasses' source
+and the worker-time constraints (executor/validate.py validate_source). `executor run` adds what needs verl
+imported (its dataclass conversion and validate_config, the patch targets imported), preflight and the hardware.
 """
 
 from __future__ import annotations

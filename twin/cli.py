@@ -266,6 +266,7 @@ def plan_cmd(
             sc, base = load_case(scenario)
             plan = fixed_plan(sc, load_profile(profile) if profile else None, base, finalize=simulated)
             save_plan(plan, output)
+            command_file.tell()
             if as_json:
                 sys.stdout.write(plan.model_dump_json(by_alias=True, indent=2) + "\n")
                 _report_written(output, plan, command_file, make_console(stderr=True))
@@ -318,6 +319,7 @@ def plan_cmd(
             pts = front(everything)
             plan = plan.model_copy(update={"pareto": pts})
         save_plan(plan, output)
+        command_file.tell()
         if as_json:
             sys.stdout.write(plan.model_dump_json(by_alias=True, indent=2) + "\n")
             _report_written(output, plan, command_file, make_console(stderr=True))
@@ -363,7 +365,7 @@ def _report_written(output: Path, plan: Plan, command_file: CommandFile, notes: 
     (on `notes`: stderr with --json, whose stdout is the plan alone)."""
     notes = notes or console
     notes.print(f"wrote {output}")
-    command_file.write(notes)
+    command_file.report(notes)
     print_refusals(plan, notes)
 
 

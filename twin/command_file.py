@@ -27,38 +27,47 @@ class CommandFile:
     def __init__(self, plan_path: Path) -> None:
         self.plan_path = plan_path
         self.target = plan_path.with_suffix(".command.sh")
+        self.told = False
         exe = shutil.which("executor")
         self.proc = None if exe is None else subprocess.Popen(
             [exe, "command-file", str(plan_path), "-o", str(self.target), "--when-told"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    def write(self, notes: Console) -> None:
-        """Tell the executor the plan is saved; say in one line on `notes` what it wrote, or why nothing."""
+    def tell(self) -> None:
+        """Say the plan is saved: the executor writes beside it while the twin prints its tables."""
+        if self.proc is not None and self.proc.stdin is not None and not self.told:
+            self.told = True
+            try:
+                self.proc.stdin.write("write\n")
+                self.proc.stdin.flush()  # communicate() in `report` closes it
+            except BrokenPipeError:  # it already stopped: `report` says why
+                pass
+
+    def report(self, notes: Console) -> None:
+        """Wait for the executor (telling it first if not yet); say in one line on `notes` what it wrote, or why
+        nothing."""
         if self.proc is None:
             notes.print("executor is not installed: no command file written")
             return
-        code, out, err = self._finish("write\n")
-        if code:
+        self.tell()
+        try:
+            out, err = self.proc.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            out, err = "", f"the executor did not finish in {TIMEOUT_S} s"
+        if self.proc.returncode:
             lines = (err or out).strip().splitlines()
-            notes.print(f"no command file: {lines[-1] if lines else f'executor exited {code}'}", markup=False)
+            notes.print(f"no command file: {lines[-1] if lines else f'executor exited {self.proc.returncode}'}",
+                        markup=False)
             return
         notes.print(f"wrote {self.target} (what `executor run {self.plan_path}` launches)")
 
     def close(self) -> None:
         """Stop the executor if it was not told to write (it writes nothing before it is)."""
-        if self.proc is not None and self.proc.returncode is None:
+        if self.proc is not None and not self.told and self.proc.returncode is None:
             self.proc.terminate()
             self.proc.communicate()
-
-    def _finish(self, message: str) -> tuple[int, str, str]:
-        assert self.proc is not None
-        try:
-            out, err = self.proc.communicate(message, timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.communicate()
-            return 1, "", f"the executor did not finish in {TIMEOUT_S} s"
-        return self.proc.returncode, out, err
 
 
 @contextmanager

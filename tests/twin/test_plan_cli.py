@@ -53,7 +53,7 @@ def test_json_plan_writes_the_command_file_too(tmp_path):
 def test_without_executor_the_command_file_is_skipped_in_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with command_file_for(tmp_path / "plan.json") as started:
-        started.write(cli.console)
+        started.report(cli.console)
     assert capsys.readouterr().out == "executor is not installed: no command file written\n"
     assert not (tmp_path / "plan.command.sh").exists()
 
