@@ -10,7 +10,10 @@ it (`split_run`: its own total, under -X importtime and the wrapper):
 - command file: how long the twin waited for `executor command-file` once the plan was saved (the twin starts
   it before its search, so that its interpreter start, imports and reading of verl's source run beside the
   search), timed by a wrapper put first on PATH; `executor_in_all` is that process's whole life;
-- the rest (split_run less those): interpreter start, the simulation's printing, writing the plan.
+- the rest (split_run less those): interpreter start, the simulation's printing, writing the plan;
+- cpu_twin, cpu_executor: CPU seconds (user + system) of the twin process (the first run's, less the
+  executor's) and of the executor process: on an idle machine with two cores the total is about cpu_twin plus
+  the command file's wait, whatever other processes do to the wall times.
 Figures, not a test: the machine's load average is printed beside them, since other processes slow them.
 """
 
@@ -20,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -42,13 +46,20 @@ def _command(tool: str) -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", tool]
 
 
-def _timed(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess]:
-    start = time.perf_counter()
+def _cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def _timed(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float,
+                                                                                  subprocess.CompletedProcess]:
+    """(wall s, CPU s of the command and the processes it waited for, its result)."""
+    start, cpu = time.perf_counter(), _cpu()
     done = subprocess.run(cmd, cwd=cwd, env={**_env(), **(env or {})}, capture_output=True, text=True, timeout=600)
     wall = time.perf_counter() - start
     if done.returncode:
         sys.exit(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
-    return wall, done
+    return wall, _cpu() - cpu, done
 
 
 def import_seconds(importtime_stderr: str) -> float:
@@ -57,7 +68,7 @@ def import_seconds(importtime_stderr: str) -> float:
 
 
 WRAPPER = """#!{python}
-import subprocess, sys, time
+import resource, subprocess, sys, time
 start = time.perf_counter()
 told = "--when-told" in sys.argv
 child = subprocess.Popen({real!r} + sys.argv[1:], stdin=subprocess.PIPE if told else None)
@@ -70,8 +81,9 @@ else:
     start_wait = start
 code = child.wait()
 end = time.perf_counter()
+used = resource.getrusage(resource.RUSAGE_CHILDREN)
 with open({log!r}, "a") as log:
-    log.write(f"{{end - start_wait}} {{end - start}}\\n")
+    log.write(f"{{end - start_wait}} {{end - start}} {{used.ru_utime + used.ru_stime}}\\n")
 sys.exit(code)
 """
 
@@ -86,22 +98,23 @@ def _timing_wrapper(bin_dir: Path, log: Path) -> None:
 
 def one(args: list[str], work: Path) -> dict[str, float]:
     """One `twin plan ARGS` and its parts, in seconds."""
-    total, done = _timed([*_command("twin"), "plan", *args, "-o", "plan.json"], work)
+    total, total_cpu, done = _timed([*_command("twin"), "plan", *args, "-o", "plan.json"], work)
     if not (work / "plan.command.sh").is_file():
         sys.exit(f"twin plan wrote no command file: {done.stdout.strip()[-500:]}")
     (work / "bin").mkdir()
     log = work / "command_file_s.txt"
     _timing_wrapper(work / "bin", log)
     env = {"PATH": os.pathsep.join([str(work / "bin"), os.environ.get("PATH", "")])}
-    split, traced = _timed([sys.executable, "-X", "importtime", "-m", "twin", "plan", *args, "-o", "traced.json"], work,
-                       env)
+    traced_cmd = [sys.executable, "-X", "importtime", "-m", "twin", "plan", *args, "-o", "traced.json"]
+    split, _, traced = _timed(traced_cmd, work, env)
     if not (work / "traced.command.sh").is_file():
         sys.exit(f"twin plan wrote no command file: {traced.stdout.strip()[-500:]}")
     search = json.loads((work / "traced.json").read_text())["search"]["wall_s"]
-    waited, beside = map(float, log.read_text().split()[-2:])
+    waited, beside, executor_cpu = map(float, log.read_text().split()[-3:])
     imports = import_seconds(traced.stderr)
     return {"total": total, "split_run": split, "imports": imports, "search": search, "command_file": waited,
-            "rest": split - imports - search - waited, "executor_in_all": beside}
+            "rest": split - imports - search - waited, "executor_in_all": beside,
+            "cpu_twin": total_cpu - executor_cpu, "cpu_executor": executor_cpu}
 
 
 def main() -> None:
@@ -121,7 +134,8 @@ def main() -> None:
         finally:
             shutil.rmtree(work, ignore_errors=True)
     print(f"{'part':<14} {'median s':>9} {'min s':>7} {'max s':>7}")
-    for part in ("total", "split_run", "imports", "search", "command_file", "rest", "executor_in_all"):
+    for part in ("total", "split_run", "imports", "search", "command_file", "rest", "executor_in_all", "cpu_twin",
+                 "cpu_executor"):
         values = [r[part] for r in runs]
         print(f"{part:<14} {statistics.median(values):>9.2f} {min(values):>7.2f} {max(values):>7.2f}")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
