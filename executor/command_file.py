@@ -1,14 +1,20 @@
 """`executor command-file PLAN.json -o FILE`: the exact launch `executor run` builds, as a shell script to read
 or diff before starting (the Hydra overrides one per line, the environment one export per line).
 
-`twin plan -o plan.json` calls this command (the twin never imports the executor) and writes the script
-beside the plan. The script is what `executor run PLAN --workdir WORKDIR` launches on this host: the same
-build, without the checks a real start adds (installed verl's config validation, preflight, hardware).
+`twin plan -o plan.json` runs this command (the twin never imports the executor) to write the script beside the
+plan; it starts it with `--when-told` before its search, so that the imports and the reading of verl's source
+run beside the search, and says `write` once the plan is saved. The script is what
+`executor run PLAN --workdir WORKDIR` launches on this host: the same build, checked against the installed verl
+without importing it (verl imports torch: seconds): patch targets and their parameters found in verl's source
+(executor/source_lookup.py), the overrides' keys, their value types read from the config dataclasses' source
+and the worker-time constraints (executor/validate.py validate_source). `executor run` adds what needs verl
+imported (its dataclass conversion and validate_config, the patch targets imported), preflight and the hardware.
 """
 
 from __future__ import annotations
 
 import shlex
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -35,6 +41,22 @@ def render(spec: LaunchSpec, plan_path: Path, workdir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def prepare() -> None:
+    """What every plan's command file needs, done before the plan exists: the optimizations' detection (it depends on
+    the host only) and verl's config composed and its dataclasses read, kept for this process."""
+    from executor.npu_opt.host import HostEnv
+    from executor.npu_opt.registry import registry
+    from executor.validate import prepare_validation
+
+    try:
+        host = HostEnv(from_source=True)
+        for opt in registry().values():
+            opt.detect(host)
+        prepare_validation()
+    except Exception:  # a warm-up only: the same checks run, and report, once the plan is written
+        pass
+
+
 def command_file(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN.json", help="plan written by `twin plan`")],
     output: Annotated[Path, typer.Option("--output", "-o", help="where to write the script")],
@@ -42,18 +64,27 @@ def command_file(
     model_path: Annotated[str | None, typer.Option(help="HuggingFace checkpoint directory")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="directory with train.parquet and test.parquet")] = None,
     steps: Annotated[int | None, typer.Option(min=1, help="trainer.total_training_steps")] = None,
+    when_told: Annotated[bool, typer.Option(
+        "--when-told", hidden=True, help="prepare, then write once stdin says 'write' (twin plan starts it before "
+                                         "its search); end without writing at end of input")] = False,
 ) -> None:
     """Write the exact command and environment `executor run PLAN.json` will launch, to read or diff first."""
     from executor.npu_opt.host import HostEnv
     from executor.options import LaunchOptions
     from executor.targets import target_for
+    from executor.validate import validate_source
     from twin.fileio import write_atomic
     from twin.plan import load_plan
 
+    if when_told:
+        prepare()
+        if sys.stdin.readline().strip() != "write":
+            return  # the twin wrote no plan (no layout fits, an error, an interrupt): nothing to write
     plan = load_plan(plan_path)
     workdir = (workdir or Path("runs") / plan.scenario.name).resolve()
     options = LaunchOptions(workdir=workdir, model_path=model_path, data_dir=data_dir.resolve() if data_dir else None,
                             steps=steps)
-    spec = target_for(plan.scenario.cluster.kind).build(plan, options, HostEnv())
+    spec = target_for(plan.scenario.cluster.kind).build(plan, options, HostEnv(from_source=True))
+    validate_source(spec.overrides)  # ValidationFailed: one line naming each problem, nothing written
     write_atomic(output, render(spec, plan_path, workdir))
     output.chmod(0o755)

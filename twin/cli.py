@@ -17,8 +17,10 @@ from twin.fileio import check_target, output_dir
 from twin.scenario import MAX_CARDS, MAX_SEED
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.progress import Progress
 
+    from twin.command_file import CommandFile
     from twin.plan import Plan
     from twin.planner import Planner, PlanOutcome
     from twin.profile import Profile
@@ -239,6 +241,7 @@ def plan_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Search every valid layout pair, rank those that fit by predicted step time, write plan.json."""
+    from twin.command_file import command_file_for
     from twin.plan import save_plan
     from twin.profile import load_profile
     from twin.report import print_result
@@ -254,107 +257,116 @@ def plan_cmd(
         from twin.hardware import resolve_cluster_ref
 
         cluster = resolve_cluster_ref(cluster)
-    if keep_layout:
-        if scenario is None:
-            raise TwinError("--keep-layout needs --scenario")
-        from twin.planner import fixed_plan
+    with command_file_for(output) as command_file:  # started now: it prepares while the search runs
+        if keep_layout:
+            if scenario is None:
+                raise TwinError("--keep-layout needs --scenario")
+            from twin.planner import fixed_plan
 
-        sc, base = load_case(scenario)
-        plan = fixed_plan(sc, load_profile(profile) if profile else None, base, finalize=simulated)
+            sc, base = load_case(scenario)
+            plan = fixed_plan(sc, load_profile(profile) if profile else None, base, finalize=simulated)
+            save_plan(plan, output)
+            command_file.tell()
+            if as_json:
+                sys.stdout.write(plan.model_dump_json(by_alias=True, indent=2) + "\n")
+                _report_written(output, plan, command_file, make_console(stderr=True))
+                return
+            print_result(console, plan.predictions, sc.measured)
+            print_uncertainty(console, plan.predictions)
+            _report_written(output, plan, command_file)
+            return
+        prof = load_profile(profile) if profile else None
+        if explain:  # a malformed query fails before the search
+            from twin.explain import resolve_query
+            from twin.planner import Planner
+
+            first = card_counts[0] if card_counts else None
+            resolve_query(Planner(_plan_scenario(scenario, model, first, cluster), prof, headroom=headroom), explain)
+        deadline = time.perf_counter() + time_limit if time_limit else None
+        searches, unfit = [], []
+        with _progress() as bar:
+            progress = _ticker(bar)
+            for n in card_counts or [None]:
+                try:
+                    sc = _plan_scenario(scenario, model, n, cluster)
+                    searches.append(_plan_search(sc, prof, top, headroom, risk, deadline, bar))
+                except TwinError as exc:  # with several card counts, one that fits nothing is reported, not fatal
+                    if len(card_counts) < 2:
+                        raise
+                    unfit.append(str(exc))
+            if not searches:
+                raise TwinError("; ".join(unfit))
+            if pareto:
+                from twin.planner import evaluate_front
+
+                evaluate_front(searches, simulated, progress, deadline=deadline)
+            planner, outcome = min(searches, key=lambda po: po[1].distinct()[0].key)
+            plan = outcome.plan
+            if explain:
+                from twin.explain import explain_layout, resolve_query
+
+                layout, _ = resolve_query(planner, explain)
+                where = next(((p, o) for p, o in searches if p.devices == layout.rollout.devices), (planner, outcome))
+                explained = explain_layout(*where, explain, simulated, progress, deadline=deadline)
+                plan = plan.model_copy(update={"explained": explained})
+        everything, pts = [], []
+        if pareto:
+            from twin.pareto import front, point
+
+            everything = [point(e.layout, e.result,
+                                e.layout == plan.layout and e.result.cards == plan.predictions.cards)
+                          for _, o in searches for e in o.evaluated]
+            pts = front(everything)
+            plan = plan.model_copy(update={"pareto": pts})
         save_plan(plan, output)
+        command_file.tell()
         if as_json:
             sys.stdout.write(plan.model_dump_json(by_alias=True, indent=2) + "\n")
+            _report_written(output, plan, command_file, make_console(stderr=True))
             return
-        print_result(console, plan.predictions, sc.measured)
-        print_uncertainty(console, plan.predictions)
-        _report_written(output, plan)
-        return
-    prof = load_profile(profile) if profile else None
-    if explain:  # a malformed query fails before the search
-        from twin.explain import resolve_query
-        from twin.planner import Planner
-
-        resolve_query(Planner(_plan_scenario(scenario, model, card_counts[0] if card_counts else None, cluster), prof,
-                              headroom=headroom), explain)
-    deadline = time.perf_counter() + time_limit if time_limit else None
-    searches, unfit = [], []
-    with _progress() as bar:
-        progress = _ticker(bar)
-        for n in card_counts or [None]:
-            try:
-                sc = _plan_scenario(scenario, model, n, cluster)
-                searches.append(_plan_search(sc, prof, top, headroom, risk, deadline, bar))
-            except TwinError as exc:  # with several card counts, one that fits nothing is reported, not fatal
-                if len(card_counts) < 2:
-                    raise
-                unfit.append(str(exc))
-        if not searches:
-            raise TwinError("; ".join(unfit))
-        if pareto:
-            from twin.planner import evaluate_front
-
-            evaluate_front(searches, simulated, progress, deadline=deadline)
-        planner, outcome = min(searches, key=lambda po: po[1].distinct()[0].key)
-        plan = outcome.plan
-        if explain:
-            from twin.explain import explain_layout, resolve_query
-
-            layout, _ = resolve_query(planner, explain)
-            where = next(((p, o) for p, o in searches if p.devices == layout.rollout.devices), (planner, outcome))
-            explained = explain_layout(*where, explain, simulated, progress, deadline=deadline)
-            plan = plan.model_copy(update={"explained": explained})
-    everything, pts = [], []
-    if pareto:
-        from twin.pareto import front, point
-
-        everything = [point(e.layout, e.result, e.layout == plan.layout and e.result.cards == plan.predictions.cards)
-                      for _, o in searches for e in o.evaluated]
-        pts = front(everything)
-        plan = plan.model_copy(update={"pareto": pts})
-    save_plan(plan, output)
-    if as_json:
-        sys.stdout.write(plan.model_dump_json(by_alias=True, indent=2) + "\n")
-        return
-    sc = planner.sc
-    wl = sc.workload
-    source = f"scenario {scenario}" if scenario else "the recipes' defaults (C1); pass --scenario to change them"
-    console.print(f"workload from {source}: {wl.algorithm.upper()}, {wl.global_batch} prompts x n={wl.n}, "
-                  f"prompt mean {wl.prompt_len.mean:g} (max {wl.prompt_len.max}), response mean "
-                  f"{wl.response_len.mean:g} (max {wl.response_len.max}); optimizations: {', '.join(sc.optimizations)}")
-    console.print(f"headroom {planner.headroom:.1%} of HBM in every phase ({planner.headroom_source}); "
-                  f"ranked by {risk}")
-    for p, o in searches:
-        print_plan_table(o, p.sc, p.devices)
-    for line in unfit:
-        console.print(line, markup=False)
-    for p, o in searches:
-        if o.summary.stopped:
-            console.print(f"[bold]stopped early[/] ({p.sc.cluster.cards} cards): {o.summary.stopped}; this is the "
-                          "best plan found so far")
-    print_uncertainty(console, plan.predictions)
-    if plan.explained:
-        from twin.explain import print_explanation
-
-        print_explanation(console, plan.explained, plan.layout)
-    if pareto:
-        from twin.pareto import plot_front, print_front
-
-        print_front(console, everything, pts)
+        sc = planner.sc
+        wl = sc.workload
+        source = f"scenario {scenario}" if scenario else "the recipes' defaults (C1); pass --scenario to change them"
+        console.print(f"workload from {source}: {wl.algorithm.upper()}, {wl.global_batch} prompts x n={wl.n}, "
+                      f"prompt mean {wl.prompt_len.mean:g} (max {wl.prompt_len.max}), response mean "
+                      f"{wl.response_len.mean:g} (max {wl.response_len.max}); optimizations: "
+                      f"{', '.join(sc.optimizations)}")
+        console.print(f"headroom {planner.headroom:.1%} of HBM in every phase ({planner.headroom_source}); "
+                      f"ranked by {risk}")
         for p, o in searches:
-            if o.summary.front_stopped:
-                console.print(f"Pareto front ({p.sc.cluster.cards} cards): {o.summary.front_stopped}", markup=False)
-        png = output.with_suffix(".pareto.png")
-        plot_front(everything, pts, png, f"{sc.model} on {', '.join(str(p.sc.cluster.cards) for p, _ in searches)} "
-                                          f"{sc.cluster.kind} cards: Pareto front (risk {risk})")
-        console.print(f"wrote {png}")
-    _report_written(output, plan)
+            print_plan_table(o, p.sc, p.devices)
+        for line in unfit:
+            console.print(line, markup=False)
+        for p, o in searches:
+            if o.summary.stopped:
+                console.print(f"[bold]stopped early[/] ({p.sc.cluster.cards} cards): {o.summary.stopped}; this is the "
+                              "best plan found so far")
+        print_uncertainty(console, plan.predictions)
+        if plan.explained:
+            from twin.explain import print_explanation
+
+            print_explanation(console, plan.explained, plan.layout)
+        if pareto:
+            from twin.pareto import plot_front, print_front
+
+            print_front(console, everything, pts)
+            for p, o in searches:
+                if o.summary.front_stopped:
+                    console.print(f"Pareto front ({p.sc.cluster.cards} cards): {o.summary.front_stopped}", markup=False)
+            png = output.with_suffix(".pareto.png")
+            plot_front(everything, pts, png, f"{sc.model} on {', '.join(str(p.sc.cluster.cards) for p, _ in searches)} "
+                                              f"{sc.cluster.kind} cards: Pareto front (risk {risk})")
+            console.print(f"wrote {png}")
+        _report_written(output, plan, command_file)
 
 
-def _report_written(output: Path, plan: Plan) -> None:
-    """After a plan is saved: say so, write the launch command beside it, and name what the executor refuses."""
-    console.print(f"wrote {output}")
-    _write_command_file(output)
-    print_refusals(plan)
+def _report_written(output: Path, plan: Plan, command_file: CommandFile, notes: Console | None = None) -> None:
+    """After a plan is saved: say so, have the launch command written beside it, and name what the executor refuses
+    (on `notes`: stderr with --json, whose stdout is the plan alone)."""
+    notes = notes or console
+    notes.print(f"wrote {output}")
+    command_file.report(notes)
+    print_refusals(plan, notes)
 
 
 def _card_counts(cards: str | None) -> list[int]:
@@ -424,35 +436,16 @@ def _plan_search(sc: Scenario, profile: Profile | None, top: int, headroom: floa
     return planner, outcome
 
 
-def _write_command_file(plan_path: Path) -> None:
-    """Beside the plan, the exact command `executor run` will launch, written by the installed executor (the
-    twin never imports it)."""
-    import shutil
-    import subprocess
-
-    exe = shutil.which("executor")
-    target = plan_path.with_suffix(".command.sh")
-    if exe is None:
-        console.print("executor is not installed: no command file written")
-        return
-    done = subprocess.run([exe, "command-file", str(plan_path), "-o", str(target)], capture_output=True, text=True,
-                          timeout=300)
-    if done.returncode:
-        lines = (done.stderr or done.stdout).strip().splitlines()
-        console.print(f"no command file: {lines[-1] if lines else f'executor exited {done.returncode}'}")
-        return
-    console.print(f"wrote {target} (what `executor run {plan_path}` launches)")
-
-
 def _band(value: float, band: tuple[float, float] | None, fmt: str) -> str:
     return f"{value:{fmt}} [{band[0]:{fmt}}-{band[1]:{fmt}}]" if band else f"{value:{fmt}} [?]"
 
 
-def print_refusals(plan: Plan) -> None:
+def print_refusals(plan: Plan, notes: Console | None = None) -> None:
     """Say, after writing it, when `executor run` will refuse the plan (and why), as the plan records it."""
+    notes = notes or console
     for opt_id, reasons in plan.executor_refusals().items():
-        console.print(f"note: `executor run` refuses this plan before launch: {opt_id}: {'; '.join(reasons)}; switch "
-                      f"it off in a scenario (optimizations) to run the layout without it", markup=False)
+        notes.print(f"note: `executor run` refuses this plan before launch: {opt_id}: {'; '.join(reasons)}; switch "
+                    f"it off in a scenario (optimizations) to run the layout without it", markup=False)
 
 
 def print_plan_table(outcome: PlanOutcome, sc: Scenario, devices: int) -> None:

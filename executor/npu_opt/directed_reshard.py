@@ -17,22 +17,34 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+from functools import cache
 from pathlib import Path
 
-from executor.npu_opt.base import ApplyContext, Availability, Optimization, PatchTarget, WorkerPatchResult
-from executor.npu_opt.host import HostEnv, class_fields, method_source
+from executor.npu_opt.base import (
+    ApplyContext,
+    Availability,
+    Optimization,
+    PatchTarget,
+    PatchTargetMissing,
+    WorkerPatchResult,
+)
+from executor.npu_opt.host import HostEnv, class_fields, in_source, method_source
 
 TRANSFER_MODULE = "executor.npu_opt.directed_reshard_transfer"
 BACKEND_MODULE = "executor.npu_opt.directed_reshard_backend"
 REGISTRY = PatchTarget(module="verl.checkpoint_engine.base", attribute="CheckpointEngineRegistry.register",
                        dist="verl")
+# params: what the replacements (directed_reshard_backend.colocated_update_weights,
+# reshard/vllm_blocks.block_aware_update_weights) take, as verl 0.9.1's originals do
 UPDATE_WEIGHTS = PatchTarget(module="verl.workers.engine_workers", attribute="ActorRolloutRefWorker.update_weights",
-                             dist="verl")
+                             dist="verl", params=("global_steps", "mode"))
 ROLLOUT_LOAD = PatchTarget(module="verl.workers.rollout.vllm_rollout.utils",
-                           attribute="vLLMColocateWorkerExtension._update_weights", dist="verl")
+                           attribute="vLLMColocateWorkerExtension._update_weights", dist="verl",
+                           params=("weights", "peft_config", "base_sync_done"))
 CKPT = "actor_rollout_ref.rollout.checkpoint_engine"
 
 
+@cache  # for this process: detect and apply_config both ask
 def transfer_backend() -> str | None:
     """The backend name the backend module registers (read from its source), or None when absent."""
     if importlib.util.find_spec(TRANSFER_MODULE) is None:
@@ -76,6 +88,11 @@ class DirectedReshard(Optimization):
         owner, method = ROLLOUT_LOAD.attribute.split(".")
         if extension is None or not method_source(extension, owner, method):
             return self.availability(False, f"installed verl lacks {ROLLOUT_LOAD.label}", [registry])
+        for target in (UPDATE_WEIGHTS, ROLLOUT_LOAD):  # the replacements take the originals' arguments
+            try:
+                in_source(target)
+            except PatchTargetMissing as exc:
+                return self.availability(False, str(exc), [registry])
         return self.availability(True, f"checkpoint-engine backend {backend!r} from {BACKEND_MODULE} (transfer: "
                                  f"{TRANSFER_MODULE}); untested on NPU", [registry])
 

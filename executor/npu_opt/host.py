@@ -8,11 +8,20 @@ from functools import cache
 from pathlib import Path
 
 from executor.npu_opt.patch_target import PatchTarget, PatchTargetMissing, TargetCheck
+from executor.source_lookup import Undecided, lookup, parameters
 from executor.versions import installed_version
 
 
 class HostEnv:
-    """Installed distributions and verl's source tree (read as text: importing verl takes seconds)."""
+    """Installed distributions and verl's source tree (read as text: importing verl takes seconds).
+
+    `from_source=True` (`executor command-file`) looks patch targets up in the installed source instead of
+    importing their modules (executor/source_lookup.py), falling back to the import only where the source cannot
+    decide; `executor run` imports them (the default).
+    """
+
+    def __init__(self, from_source: bool = False) -> None:
+        self.from_source = from_source
 
     def version(self, dist: str) -> str | None:
         return installed_version(dist)
@@ -39,14 +48,43 @@ class HostEnv:
         return _parse(root / rel)
 
     def check(self, target: PatchTarget) -> TargetCheck:
-        """Import the target's module and look the attribute up (only when its distribution is installed)."""
+        """Look the target's attribute up, in its source or by importing its module (only when its distribution
+        is installed)."""
         if not self.has(target.dist):
             return TargetCheck(label=target.label, found=False, detail=self.missing(target.dist))
         try:
-            target.resolve()
+            if not (self.from_source and in_source(target)):
+                target.resolve()
         except PatchTargetMissing as exc:
             return TargetCheck(label=target.label, found=False, detail=str(exc))
         return TargetCheck(label=target.label, found=True, detail=f"{target.dist} {self.version(target.dist)}")
+
+
+def in_source(target: PatchTarget) -> bool:
+    """Whether the installed source has `target` (and its parameters); PatchTargetMissing when it has not, False
+    when the source cannot decide."""
+    try:
+        found = lookup(target.module, target.attribute)
+        if found is None:
+            raise PatchTargetMissing(f"patch target {target.label}: {_first_missing(target)!r} is missing from the "
+                                     f"installed {target.dist}")
+        if target.params:
+            target.require_params(parameters(found))
+    except ModuleNotFoundError:
+        raise PatchTargetMissing(f"patch target {target.label}: no module {target.module} in the installed "
+                                 f"{target.dist}") from None
+    except (Undecided, SyntaxError, UnicodeDecodeError, OSError):
+        return False
+    return True
+
+
+def _first_missing(target: PatchTarget) -> str:
+    """The first part of the target's attribute path the source lacks."""
+    parts = target.attribute.split(".")
+    for i in range(1, len(parts)):
+        if lookup(target.module, ".".join(parts[:i])) is None:
+            return parts[i - 1]
+    return parts[-1]
 
 
 @cache

@@ -21,6 +21,8 @@ class PatchTarget(BaseModel):
     module: str
     attribute: str  # dotted path inside the module, e.g. "ParallelConfig.has_unfinished_dp"
     dist: str  # distribution that ships the module
+    params: tuple[str, ...] = ()  # parameters of the original a replacement takes the same arguments as
+
 
     @property
     def label(self) -> str:
@@ -40,7 +42,18 @@ class PatchTarget(BaseModel):
             obj = getattr(obj, part)
         if not hasattr(obj, name):
             raise PatchTargetMissing(f"patch target {self.label}: {name!r} is missing from the installed {self.dist}")
+        if self.params:
+            import inspect
+
+            self.require_params(list(inspect.signature(getattr(obj, name)).parameters))
         return obj, name
+
+    def require_params(self, found: list[str]) -> None:
+        """Raise PatchTargetMissing unless every one of `params` is among the parameters `found`."""
+        lacking = [p for p in self.params if p not in found]
+        if lacking:
+            raise PatchTargetMissing(f"patch target {self.label}: the installed {self.dist}'s signature has no "
+                                     f"parameter {', '.join(lacking)} (it has {', '.join(found) or 'none'})")
 
 
 class TargetCheck(BaseModel):

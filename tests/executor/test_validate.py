@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from executor.errors import ValidationFailed
-from executor.validate import validate
+from executor.validate import apply_overrides, compose, prepare_validation, validate, validate_source
 
 R = "actor_rollout_ref.rollout"
 A = "actor_rollout_ref.actor"
@@ -25,14 +26,12 @@ def test_c1_plan_is_valid(make_plan, build, tmp_path: Path) -> None:
     assert cfg.actor_rollout_ref.rollout.expert_parallel_size == 256
 
 
-@pytest.mark.parametrize(("extra", "expected"), [
+SOURCE_CASES = [  # found without importing verl (validate_source, executor command-file) and by validate
     ([f"{A}.not_a_key=1"], f"unknown key '{A}.not_a_key'"),
     ([f"+{A}.ppo_epochs=2"], f"+{A}.ppo_epochs: verl already has this key"),
     (["model_engine=nope"], "model_engine=nope: verl has no such config group option"),
     ([f"{A}.ppo_mini_batch_size=abc"], f"{A}.ppo_mini_batch_size='abc': expected int"),
     ([f"{R}.gpu_memory_utilization=high"], f"{R}.gpu_memory_utilization='high': expected float"),
-    ([f"{R}.expert_parallel_size=128"], "expert_parallel_size must be equal to tensor_model_parallel_size"),
-    ([f"{A}.ppo_mini_batch_size=1024"], "verl validate_config: train_batch_size (512) must be >="),
     ([f"{R}.log_prob_use_dynamic_bsz=true"],
      "actor.use_dynamic_bsz=False differs from rollout.log_prob_use_dynamic_bsz"),
     ([f"{A}.ppo_mini_batch_size=1", f"{R}.n=4"], "is not divisible by the actor's data-parallel size 8"),
@@ -42,7 +41,14 @@ def test_c1_plan_is_valid(make_plan, build, tmp_path: Path) -> None:
     ([f"{R}.tensor_model_parallel_size=3", f"{R}.data_parallel_size=1", f"{R}.expert_parallel_size=3"],
      "devices are not divisible by the rollout replica size"),
     ([f"{A}.megatron.expert_model_parallel_size=3"], "256 devices are not divisible by EP x ETP x PP = 24"),
-])
+]
+IMPORT_CASES = [  # verl's dataclass conversion and validate_config: executor run only
+    ([f"{R}.expert_parallel_size=128"], "expert_parallel_size must be equal to tensor_model_parallel_size"),
+    ([f"{A}.ppo_mini_batch_size=1024"], "verl validate_config: train_batch_size (512) must be >="),
+]
+
+
+@pytest.mark.parametrize(("extra", "expected"), SOURCE_CASES + IMPORT_CASES)
 def test_each_problem_is_one_clear_error(make_plan, build, tmp_path: Path, extra: list[str], expected: str) -> None:
     problems = _problems(build(make_plan(), tmp_path).overrides + extra)
     assert len(problems) == 1, problems
@@ -53,3 +59,32 @@ def test_several_unknown_keys_each_reported(make_plan, build, tmp_path: Path) ->
     problems = _problems([*build(make_plan(), tmp_path).overrides, "trainer.a=1", "data.b=2"])
     assert problems == ["unknown key 'trainer.a': not in verl's ppo_trainer.yaml",
                         "unknown key 'data.b': not in verl's ppo_trainer.yaml"]
+
+
+@pytest.mark.parametrize(("extra", "expected"), SOURCE_CASES)
+def test_command_file_checks_find_the_same_problems(make_plan, build, tmp_path: Path, extra: list[str],
+                                                    expected: str) -> None:
+    with pytest.raises(ValidationFailed) as info:
+        validate_source(build(make_plan(), tmp_path).overrides + extra)
+    assert len(info.value.problems) == 1 and expected in info.value.problems[0], info.value.problems
+
+
+def test_overrides_applied_to_the_group_composition_equal_hydra_compose(make_plan, build, tmp_path: Path) -> None:
+    """validate_source composes once (the group choices) and applies the rest with Hydra's code: the same config
+    as Hydra's compose of every override, also for added keys, nulls, lists and dicts."""
+    overrides = [*build(make_plan(), tmp_path).overrides, f"+{A}.megatron.override_transformer_config.extra=[1,2]",
+                 "trainer.project_name=null", "+data.added={a: 1}"]
+    base = compose([o for o in overrides if o.startswith("model_engine=")])
+    assert OmegaConf.to_container(apply_overrides(base, overrides)) == OmegaConf.to_container(compose(overrides))
+
+
+def test_the_prepared_composition_gives_the_same_config_and_problems(make_plan, build, tmp_path: Path) -> None:
+    """`executor command-file --when-told` composes before the overrides are known: the same config as Hydra's
+    compose, and the same problem reported, as without preparing."""
+    overrides = build(make_plan(), tmp_path).overrides
+    prepare_validation()
+    assert OmegaConf.to_container(validate_source(overrides)) == OmegaConf.to_container(compose(overrides))
+    prepare_validation()
+    with pytest.raises(ValidationFailed) as info:
+        validate_source([*overrides, f"{A}.not_a_key=1"])
+    assert info.value.problems == [f"unknown key '{A}.not_a_key': not in verl's ppo_trainer.yaml"]

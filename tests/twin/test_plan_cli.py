@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from twin import cli
+from twin.command_file import command_file_for
 from twin.plan import plan_json_schema
 
 
@@ -39,10 +40,30 @@ def test_plan_explains_and_writes_the_command_beside_it(tmp_path):
     assert "wrote p/plan.command.sh" in out.stdout
 
 
+@pytest.mark.skipif(shutil.which("executor") is None, reason="the executor console script is not installed")
+def test_json_plan_writes_the_command_file_too(tmp_path):
+    """With --json the plan goes to stdout and plan.json, the command file beside it, the notes to stderr."""
+    out = twin("plan", "--model", "qwen2.5-7b", "--cards", "8", "--top", "1", "--json", "-o", "plan.json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == json.loads((tmp_path / "plan.json").read_text())
+    assert "verl.trainer.main_ppo" in (tmp_path / "plan.command.sh").read_text()
+    assert "wrote plan.json" in out.stderr and "wrote plan.command.sh" in out.stderr
+
+
 def test_without_executor_the_command_file_is_skipped_in_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(shutil, "which", lambda name: None)
-    cli._write_command_file(tmp_path / "plan.json")
+    with command_file_for(tmp_path / "plan.json") as started:
+        started.report(cli.console)
     assert capsys.readouterr().out == "executor is not installed: no command file written\n"
+    assert not (tmp_path / "plan.command.sh").exists()
+
+
+@pytest.mark.skipif(shutil.which("executor") is None, reason="the executor console script is not installed")
+def test_a_started_command_file_not_told_to_write_writes_nothing(tmp_path):
+    """No plan saved (no layout fits, an error): the executor started before the search is stopped, no file."""
+    with command_file_for(tmp_path / "plan.json") as started:
+        pass
+    assert started.proc is not None and started.proc.returncode is not None
     assert not (tmp_path / "plan.command.sh").exists()
 
 

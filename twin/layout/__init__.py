@@ -1,19 +1,28 @@
-"""Parallel layouts: pydantic models, validity rules, rank coordinates and the enumerator."""
+"""Parallel layouts: pydantic models, validity rules, rank coordinates and the enumerator.
 
-from twin.layout.enumerate import enumerate_rollout, enumerate_train
-from twin.layout.models import Layout, Offload, Recompute, RolloutLayout, TrainLayout
-from twin.layout.rules import check_layout, check_rollout, check_train, validate_layout
+The names below are loaded on first use (PEP 562), so that importing the models alone (the executor reading a
+plan) does not import the rules and the enumerator, which import the topology and hardware tables.
+"""
 
-__all__ = [
-    "Layout",
-    "Offload",
-    "Recompute",
-    "RolloutLayout",
-    "TrainLayout",
-    "check_layout",
-    "check_rollout",
-    "check_train",
-    "enumerate_rollout",
-    "enumerate_train",
-    "validate_layout",
-]
+from importlib import import_module
+
+_WHERE = {
+    "Layout": "models",
+    "Offload": "models",
+    "Recompute": "models",
+    "RolloutLayout": "models",
+    "TrainLayout": "models",
+    "check_layout": "rules",
+    "check_rollout": "rules",
+    "check_train": "rules",
+    "enumerate_rollout": "enumerate",
+    "enumerate_train": "enumerate",
+    "validate_layout": "rules",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
