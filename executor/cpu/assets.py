@@ -31,6 +31,10 @@ SPLIT_PATTERN = (
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 VOCAB_SIZE = 512
+VOCAB_MULTIPLE = 128
+"""The model's vocabulary is the tokenizer's rounded up to this, as released checkpoints pad theirs (Qwen2.5:
+151,665 tokens, 151,936 rows): TP-sharded trainers split the embedding evenly (verl's Megatron engine builds
+mbridge without vocabulary padding, and Megatron asserts the rows divide by TP)."""
 TOKENIZER_CORPUS = (2000, 1234)
 """(problems, seed) of the tokenizer's training corpus; independent of the model seed."""
 
@@ -86,7 +90,7 @@ def make_tiny_model(out_dir: Path, seed: int = 0) -> Path:
     tokenizer.save_pretrained(out_dir)
     eos_id, pad_id = tokenizer.convert_tokens_to_ids([EOS_TOKEN, PAD_TOKEN])
     config = Qwen2Config(
-        vocab_size=len(tokenizer),
+        vocab_size=-(-len(tokenizer) // VOCAB_MULTIPLE) * VOCAB_MULTIPLE,
         tie_word_embeddings=False,
         bos_token_id=None,
         eos_token_id=eos_id,

@@ -25,9 +25,10 @@ def registry() -> dict[str, Optimization]:
 
 def find(opt_id: str) -> Optimization | None:
     """A DESIGN section 6 optimization, or an engine-compatibility patch of the CPU target, by id."""
-    from executor.cpu.vllm_compat import PATCHES
+    from executor.cpu import megatron_compat, megatron_verl_compat, vllm_compat
 
-    return registry().get(opt_id) or next((p for p in PATCHES if p.id == opt_id), None)
+    patches = (*vllm_compat.PATCHES, *megatron_compat.PATCHES, *megatron_verl_compat.PATCHES)
+    return registry().get(opt_id) or next((p for p in patches if p.id == opt_id), None)
 
 
 def apply_all(ctx: ApplyContext, host: HostEnv) -> list[OptReport]:
