@@ -25,6 +25,7 @@ from executor.verl_config.rollout import rollout_overrides
 from executor.verl_config.train import MegatronFlavour, train_overrides
 from executor.verl_config.trainer import runtime_env_overrides, trainer_overrides
 from executor.verl_config.workload import workload_overrides
+from twin.catalog.registry import load_config
 from twin.optimizations import executor_refusals
 from twin.plan import Plan
 
@@ -163,7 +164,7 @@ class CpuTarget(Target):
         found = opt.detect(host)
         if not found.available:
             raise ExecutorError(f"cluster kind cpu: directed_reshard is unavailable here ({found.reason})")
-        refusals = executor_refusals(opt.id, plan.layout)
+        refusals = executor_refusals(opt.id, plan.layout, load_config(plan.scenario.model))
         if refusals:  # `executor run` stops before launch on a refused optimization (executor/cli.py)
             return [OptReport(id=opt.id, mechanism=found.mechanism, state="refused", targets=found.targets,
                               detail="cannot run this plan's layout: " + "; ".join(refusals))], []

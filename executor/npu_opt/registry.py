@@ -33,6 +33,9 @@ def find(opt_id: str) -> Optimization | None:
 
 def apply_all(ctx: ApplyContext, host: HostEnv) -> list[OptReport]:
     """Detect every optimization; apply the plan's enabled, available and supported ones; report each."""
+    from twin.catalog.registry import load_config
+
+    config = load_config(ctx.plan.scenario.model)
     reports = []
     for opt_id, opt in registry().items():
         found = opt.detect(host)
@@ -44,7 +47,7 @@ def apply_all(ctx: ApplyContext, host: HostEnv) -> list[OptReport]:
             reports.append(OptReport(id=opt_id, mechanism=found.mechanism, state="unavailable", detail=found.reason,
                                      targets=found.targets))
             continue
-        refusals = executor_refusals(opt_id, ctx.plan.layout)
+        refusals = executor_refusals(opt_id, ctx.plan.layout, config)
         if refusals:
             reports.append(OptReport(id=opt_id, mechanism=found.mechanism, state="refused",
                                      detail="cannot run this plan's layout: " + "; ".join(refusals),
