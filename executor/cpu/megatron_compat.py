@@ -18,8 +18,10 @@ forward pass does:
   (megatron/core/transformer/utils.py `get_default_causal_mask`, imported by name into
   megatron/core/fusions/fused_softmax.py); on CPU the mask is built on CPU.
 
-The MoE all-to-all dispatcher needs more (a CUDA stream and split sizes on CPU); it is not patched here,
-so the builders in executor/cpu/megatron_model.py build dense models only.
+The MoE all-to-all dispatcher needs more (it creates a CUDA stream when built,
+megatron/core/transformer/moe/token_dispatcher.py:445, and its split sizes on CPU); it is not patched here:
+executor/cpu/megatron_model.py builds MoE layers with the all-gather dispatcher, for loading and resharding
+weights (a forward through MoE layers is not run on CPU here).
 """
 
 from __future__ import annotations

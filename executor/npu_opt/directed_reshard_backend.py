@@ -165,10 +165,13 @@ def fsdp_shards(engine: Any, pl: Placement) -> Shards:
 
 def megatron_shards(engine: Any, pl: Placement) -> Shards:
     """This rank's training blocks from verl's Megatron engine: every local parameter's HF blocks, traced through
-    the engine's mbridge bridge (executor/reshard/megatron_blocks.py), in the plan's dtype."""
+    the engine's mbridge bridge (executor/reshard/megatron_blocks.py), in the plan's dtype; routed experts, which
+    mbridge maps one by one, stacked into the blocks of the plan's fused expert tensors
+    (executor/reshard/experts.py)."""
     import torch
     from verl.utils.megatron_utils import load_megatron_model_to_gpu, unwrap_model
 
+    from executor.reshard.experts import fuse_shards, split_shapes
     from executor.reshard.megatron_blocks import BlockTraceError, cut_hf_shards, hf_sources, trace_hf_blocks
 
     if not getattr(engine, "vanilla_bridge", False):
@@ -179,6 +182,7 @@ def megatron_shards(engine: Any, pl: Placement) -> Shards:
     if getattr(engine, "_is_offload_param", False):
         load_megatron_model_to_gpu(engine.module, load_grad=False)  # as verl's own export does first
     shapes = {t.name: t.shape for t in pl.inv.tensors}
+    shapes.update(split_shapes(shapes))
     device = _sync_device()
     out: Shards = {}
     for chunk in unwrap_model(engine.module):
@@ -189,6 +193,7 @@ def megatron_shards(engine: Any, pl: Placement) -> Shards:
             raise ExecutorError(f"directed reshard: {exc}") from None
         for name, found in cut_hf_shards(params, blocks).items():
             out.setdefault(name, {}).update(found)
+    out = fuse_shards(out, shapes)
     dtypes = {t.name: getattr(torch, t.dtype) for t in pl.tensors}
     return {n: {b: x.to(device=device, dtype=dtypes[n]).contiguous() for b, x in found.items()}
             for n, found in out.items() if n in dtypes}

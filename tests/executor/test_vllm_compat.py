@@ -91,3 +91,37 @@ def test_plain_linear_keeps_the_weight_loadable_and_computes_the_same() -> None:
     assert layer.weight is weight and layer.weight.shape == (8, 4)  # verl's load_weights can write into it
     x = torch.randn(3, 4)
     assert torch.equal(utils.cpu_unquantized_gemm(layer, x, layer.weight), torch.nn.functional.linear(x, weight))
+
+
+@needs_vllm_cpu
+def test_plain_moe_keeps_expert_weights_as_loaded_and_sums_each_tokens_top_k() -> None:
+    import torch
+
+    (plain,) = [p for p in PATCHES if p.id == "vllm_cpu_plain_moe"]
+    assert plain.detect(HostEnv()).available
+    assert plain.apply_in_worker().error is None
+    from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+
+    gen = torch.Generator().manual_seed(0)
+    local, inter, hidden, tokens = 2, 4, 8, 5
+    layer = torch.nn.Module()
+    layer.w13_weight = torch.nn.Parameter(torch.randn(local, 2 * inter, hidden, generator=gen), requires_grad=False)
+    layer.w2_weight = torch.nn.Parameter(torch.randn(local, hidden, inter, generator=gen), requires_grad=False)
+    w13, w2 = layer.w13_weight, layer.w2_weight
+    experts = object.__new__(CPUUnquantizedExperts)
+    experts.process_weights_after_loading(layer)
+    assert layer.w13_weight is w13 and layer.w2_weight is w2 and w13.shape == (local, 2 * inter, hidden)
+    x = torch.randn(tokens, hidden, generator=gen)
+    topk_ids = torch.tensor([[0, 3], [1, 2], [2, 3], [3, 0], [1, 1]])
+    topk_weights = torch.rand(tokens, 2, generator=gen)
+    expert_map = torch.tensor([-1, -1, 0, 1])  # global experts 2 and 3 are this rank's local 0 and 1
+    out = torch.empty(tokens, hidden)
+    experts.apply(out, x, w13, w2, topk_weights, topk_ids, "silu", 4, expert_map, None, None, None, None, None, False)
+    want = torch.zeros(tokens, hidden)
+    for t in range(tokens):  # token by token: w * down(silu(gate x) * up x) for each chosen local expert
+        for k in range(2):
+            e = int(expert_map[topk_ids[t, k]])
+            if e >= 0:
+                gate, up = w13[e, :inter] @ x[t], w13[e, inter:] @ x[t]
+                want[t] += topk_weights[t, k] * (w2[e] @ (torch.nn.functional.silu(gate) * up))
+    assert torch.allclose(out, want, rtol=1e-5, atol=1e-5) and torch.equal(out[4], torch.zeros(hidden))

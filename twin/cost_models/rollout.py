@@ -4,7 +4,9 @@ A decode step reads the device's weights (every local expert that receives a tok
 its running sequences once, computes at the roofline's pace, runs the TP collectives and the EP
 dispatch/combine of every MoE layer on the topology, and pays the host-side costs the recipes measured:
 pre/post-processing, vLLM scheduling, and the DP end-of-sequence synchronisation (two per step, on gloo
-or HCCL) when several DP ranks share one engine instance.
+or HCCL) when several DP ranks share one engine instance. The host's pre/post-processing has a part per
+step and a part per running sequence (the scheduler, the state updates and the output processing loop over
+the running requests), so a step of a long tail's few sequences pays less host time than a full one.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class DecodeStep:
     forward_s: ArrayLike  # device time: roofline of weights + KV reads and compute
     comm_s: ArrayLike  # TP collectives and EP dispatch/combine
     launch_s: float  # eager operator launches on the host (0 in graph mode)
-    host_s: float  # pre/post-processing
+    host_s: ArrayLike  # pre/post-processing: a part per step and a part per running sequence
     schedule_s: float  # vLLM scheduler
     sync_s: float  # DP end-of-sequence synchronisation
 
@@ -115,12 +117,17 @@ class RolloutCost:
         intercept, slope = self._comm_coefficients
         comm = intercept + slope * np.maximum(batch, 1.0) * imbalance  # idle ranks still join the collectives
         launch = 0.0 if ro.graph_mode else self.ops_per_step * pf["eager_op_launch_us"] * 1e-6
-        host = pf["decode_host_ms_graph" if ro.graph_mode else "decode_host_ms_eager"] * 1e-3
+        host = self.host_per_step_s + batch * pf["vllm_host_us_per_seq"] * 1e-6
         schedule = pf["vllm_schedule_ms"] * 1e-3
         sync = 0.0
         if self.dp_per_instance > 1:
             sync = EOS_SYNCS_PER_STEP * pf[f"eos_sync_ms_{self.eos_backend}"] * 1e-3
         return DecodeStep(np.maximum(mem_s, compute_s), comm, launch, host, schedule, sync)
+
+    @property
+    def host_per_step_s(self) -> float:
+        """Host pre/post-processing of a step whatever its batch (graph or eager mode)."""
+        return self.pf["decode_host_ms_graph" if self.ro.graph_mode else "decode_host_ms_eager"] * 1e-3
 
     @cached_property
     def _read_kernels(self) -> int:
@@ -187,8 +194,8 @@ class RolloutCost:
         """Prefill of `tokens` prompt tokens on one DP replica, in chunks of the token budget."""
         ro, pf = self.ro, self.pf
         chunks = max(1.0, tokens / ro.max_num_batched_tokens)
-        per_chunk = pf["vllm_schedule_ms"] + pf["decode_host_ms_graph" if ro.graph_mode else "decode_host_ms_eager"]
-        return float(self.prefill_compute_s(tokens, self.sc.workload.prompt_len.mean / 2)) + chunks * per_chunk * 1e-3
+        per_chunk = pf["vllm_schedule_ms"] * 1e-3 + self.host_per_step_s
+        return float(self.prefill_compute_s(tokens, self.sc.workload.prompt_len.mean / 2)) + chunks * per_chunk
 
     def concurrency(self, per_replica: float, kv_tokens: int) -> float:
         """Sequences a DP replica runs at once: max_num_seqs, bounded by its KV cache and by its work."""

@@ -148,10 +148,10 @@ def simulate_rollout(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.rand
         per_step = rank_time.reshape(instances, group, k)
         inst_time = per_step.max(axis=1).sum(axis=1) * ~done_inst
         slowest = per_step.sum(axis=2).argmax(axis=1) + np.arange(instances) * group
-        for name, value in (("forward", step.forward_s), ("comm", step.comm_s), ("prefill", prefill)):
+        for name, value in (("forward", step.forward_s), ("comm", step.comm_s), ("host", step.host_s),
+                            ("prefill", prefill)):
             parts[name] += np.broadcast_to(value, rank_time.shape)[slowest].sum(axis=1) * ~done_inst
-        for name, value in (("launch", step.launch_s), ("host", step.host_s), ("schedule", step.schedule_s),
-                            ("sync", step.sync_s)):
+        for name, value in (("launch", step.launch_s), ("schedule", step.schedule_s), ("sync", step.sync_s)):
             parts[name] += value * k * ~done_inst
         clocks += inst_time
         steps += k * ~done_inst

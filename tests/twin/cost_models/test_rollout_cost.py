@@ -1,9 +1,13 @@
-"""Eager decode's kernel launches, counted from the model's layers (hand-derived)."""
+"""Eager decode's kernel launches, counted from the model's layers, the host time of a decode step and the
+expected longest response (hand-derived)."""
 
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 from twin.catalog.registry import load_model
-from twin.cost_models.rollout import eager_layer_kernels
+from twin.cost_models.rollout import eager_layer_kernels, response_tail
 from twin.evaluate import Evaluation
 from twin.profile import reference_profile
 from twin.scenario import load_scenario
@@ -34,3 +38,24 @@ def test_gqa_and_local_moe_kernels():
     assert eager_layer_kernels(dense, False, 8, 1) == 2 + 7 + 3 + 2 == 14
     moe = load_model("qwen3-30b-a3b").config
     assert eager_layer_kernels(moe, True, 1, 1) == 2 + 7 + 19 == 28
+
+
+def test_host_time_has_a_part_per_step_and_a_part_per_running_sequence():
+    """Host pre/post-processing = the per-step part + the per-sequence part x the running sequences: with 2 ms a
+    step and 10 us a sequence, a lone sequence pays 2.01 ms, a full batch of 256 pays 2 + 2.56 = 4.56 ms."""
+    ev = Evaluation(load_scenario(SCENARIOS / "c8-dapo-qwen25-math-7b-h20-32.yaml"))
+    profile = ev.profile.with_values({"decode_host_ms_graph": 2.0, "vllm_host_us_per_seq": 10.0}, "test")
+    rc = ev.with_profile(profile).rollout_cost
+    assert rc.decode_step(1.0, 1000.0).host_s == pytest.approx(2.01e-3, rel=1e-12)
+    assert rc.decode_step(256.0, 1000.0).host_s == pytest.approx(4.56e-3, rel=1e-12)
+    steps = rc.decode_step(np.array([1.0, 256.0]), np.array([1000.0, 1000.0]))
+    assert steps.host_s == pytest.approx([2.01e-3, 4.56e-3], rel=1e-12)
+
+
+def test_longest_of_n_lognormal_responses_and_its_cap():
+    """C8's responses: lognormal, mean 2500, sigma 0.8 (mu = ln 2500 - 0.32 = 7.50405), at most 28672. The expected
+    longest of N is the 1 - 1/(N + 1) quantile: N = 64 gives z = 2.16004, exp(7.50405 + 0.8 x 2.16004) = 10,220
+    tokens; N = 8192 (a whole round) gives z = 3.66836, exp(10.43874) = 34,157 > 28672, so the cap."""
+    sc = load_scenario(SCENARIOS / "c8-dapo-qwen25-math-7b-h20-128.yaml")
+    assert response_tail(sc, 64) == pytest.approx(10219.8, rel=1e-5)
+    assert response_tail(sc, 8192) == 28672

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from twin.evaluate import Evaluation
 from twin.scenario import LengthDist, load_scenario
@@ -42,3 +43,42 @@ def test_lockstep_instances_run_until_their_longest_response():
     wl = sc.workload.model_copy(update={"response_len": LengthDist(mean=2048, max=8192)})
     fixed = _rollout(sc.model_copy(update={"workload": wl}))
     assert out.steps > fixed.steps  # the tail of the lognormal draws drags the whole instance
+
+
+def _c8_128_fixed(response: int):
+    sc = load_scenario(SCENARIOS / "c8-dapo-qwen25-math-7b-h20-128.yaml")
+    wl = sc.workload.model_copy(update={"prompt_len": LengthDist(mean=150, max=2048),
+                                        "response_len": LengthDist(mean=response, max=28672)})
+    return sc.model_copy(update={"workload": wl})
+
+
+def _with(sc, **values):
+    ev = Evaluation(sc)
+    ev = ev.with_profile(ev.profile.with_values(values, "test"))
+    return simulate_rollout(ev.rollout_cost, ev.memory_report.kv_tokens, sc, np.random.default_rng(0), Trace(), 0.0)
+
+
+def test_per_sequence_host_time_adds_up_to_the_tokens_a_replica_decodes():
+    """Every decode step generates one token per running sequence, so the per-sequence host time of a replica sums
+    to its cost x the tokens it decodes: C8 at 128 GPUs, 512 x 16 responses over 32 replicas = 256 each (one wave at
+    max_num_seqs 256), 1000 tokens each: 256,000 tokens x 18 us = 4.608 s, whatever the per-step part does."""
+    sc = _c8_128_fixed(1000)
+    none = _with(sc, vllm_host_us_per_seq=0.0, decode_host_ms_graph=0.5)
+    some = _with(sc, vllm_host_us_per_seq=18.0, decode_host_ms_graph=0.5)
+    assert some.steps == none.steps
+    assert none.components_s["host"] == pytest.approx(none.steps * 0.5e-3, rel=1e-9)
+    assert some.components_s["host"] - none.components_s["host"] == pytest.approx(256_000 * 18e-6, rel=1e-9)
+
+
+def test_the_long_tail_runs_at_a_small_batch():
+    """C8 at 128 GPUs with lognormal lengths (mean 2500): the slowest replica decodes about 256 x 2500 tokens over
+    the steps of its longest response, so its mean batch over time is about 256 x 2500 / steps, a tenth of
+    max_num_seqs; read back from its per-sequence host time (tokens = (host - steps x per-step part) / 18 us),
+    its tokens per sequence are the distribution's mean within the sampling spread of 256 draws (CV 0.95 / 16 =
+    6 %, +-20 % here for the longest draw it holds)."""
+    sc = load_scenario(SCENARIOS / "c8-dapo-qwen25-math-7b-h20-128.yaml")
+    out = _with(sc, vllm_host_us_per_seq=18.0, decode_host_ms_graph=0.5)
+    tokens = (out.components_s["host"] - out.steps * 0.5e-3) / 18e-6
+    assert out.steps > 10_000  # the longest of 256 draws: far past the mean of 2500
+    assert tokens / 256 == pytest.approx(2500, rel=0.2)
+    assert tokens / out.steps < 256 / 8

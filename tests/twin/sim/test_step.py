@@ -1,5 +1,6 @@
 """The discrete-event twin on the published cases it was fitted to (C1-C3) and on its own invariants."""
 
+import functools
 import json
 from pathlib import Path
 
@@ -18,6 +19,12 @@ C1_GAP = pytest.mark.xfail(strict=True, reason="a3-fit-4: C1 step -2.1 %, update
 GRAPH_GAP = pytest.mark.xfail(strict=True, reason="a3-fit-4: eager/graph rollout throughput 0.54 predicted, 0.39 "
                                                  "measured: eager decode's host cost is too small (2520 kernels a step "
                                                  "counted on vLLM-Ascend's eager path, at 40 us each)")
+# C8's 7B rows are judge cases of the gpu profile (gpu-reference-1, unfitted): the ablation is their ratio.
+C8_STEP_GAP = pytest.mark.xfail(strict=True, reason="gpu-reference-1: C8 7B step 128/32 GPUs 0.59 predicted, 0.45 "
+                                                    "measured (+31 %): the rollout scales as measured (0.55 vs 0.50), "
+                                                    "old_log_prob does not (1.01 vs 0.50: 0.155 s of Ray dispatch per "
+                                                    "worker, 4x the workers) and the 32-GPU training is short "
+                                                    "(old_log_prob 26 s vs 108, update 113 s vs 314)")
 
 def _sim(name: str, **changes):
     sc = load_scenario(SCENARIOS / f"{name}.yaml")
@@ -53,6 +60,32 @@ def test_graph_mode_multiplies_rollout_throughput_as_measured():
     graph, _ = _sim("c2-dsr1-a3-128-graph-basic")
     ratio = eager.stages_s["rollout"] / graph.stages_s["rollout"]
     assert ratio == pytest.approx(419 / 162, rel=0.10)
+
+
+@functools.cache
+def _c8(cards: int):
+    return _sim(f"c8-dapo-qwen25-math-7b-h20-{cards}")
+
+
+def _c8_scaling(stage: str | None) -> tuple[float, float]:
+    """(predicted, measured) ratio of C8's 7B step (stage None) or stage at 128 GPUs to 32."""
+    (small, sc32), (large, sc128) = _c8(32), _c8(128)
+    if stage is None:
+        return large.step_s / small.step_s, sc128.measured.step_s / sc32.measured.step_s
+    return large.stages_s[stage] / small.stages_s[stage], sc128.measured.stages_s[stage] / sc32.measured.stages_s[stage]
+
+
+def test_c8_rollout_scales_from_32_to_128_gpus_as_measured():
+    """4x the replicas shorten the bulk of the decoding, not the longest response's tail at a small batch:
+    measured 177.85 / 357.41 = 0.50."""
+    predicted, measured = _c8_scaling("rollout")
+    assert predicted == pytest.approx(measured, rel=0.25)
+
+
+@C8_STEP_GAP
+def test_c8_step_scales_from_32_to_128_gpus_as_measured():
+    predicted, measured = _c8_scaling(None)
+    assert predicted == pytest.approx(measured, rel=0.25)
 
 
 def test_device_to_device_dispatch_removes_the_task_skew():
