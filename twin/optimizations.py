@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
+    from twin.catalog.config import ModelConfig
     from twin.layout.models import Layout
 
 OptimizationId = Literal[
@@ -119,35 +120,51 @@ RECIPE_OPTIMIZATIONS: tuple[OptimizationId, ...] = get_args(OptimizationId)
 
 
 class ExecutorSupport(BaseModel):
-    """The layouts the executor's implementation of one optimization runs; None: any."""
+    """The layouts (and models) the executor's implementation of one optimization runs; None: any."""
 
     model_config = ConfigDict(frozen=True)
 
     train_engines: tuple[Literal["megatron", "fsdp"], ...] | None = None
     rollout_tp_max: int | None = None
+    megatron_experts: bool = True  # False: refuses MoE models trained with Megatron
+    megatron_padded_vocab: bool = True  # False: the Megatron engine keeps the vocabulary unpadded
     where: str  # the executor code that enforces the limit at run time
 
 
 EXECUTOR_SUPPORT: dict[str, ExecutorSupport] = {
-    # executor/npu_opt/directed_reshard_backend.py: verl's FSDP2 trainer only (ran in the CPU loop into vLLM TP2,
-    # TP-split blocks loaded by executor/reshard/vllm_blocks.py); its megatron_shards reader works on a real
-    # Megatron-core model, but verl's Megatron trainer has not run here and MoE Megatron shards are not traced
+    # executor/npu_opt/directed_reshard_backend.py: verl's FSDP2 trainer and verl's Megatron trainer (both ran in the
+    # CPU loop into vLLM TP2, TP-split blocks loaded by executor/reshard/vllm_blocks.py). From Megatron: dense models
+    # only in verl's weight sync (megatron-core's MoE dispatcher has no CPU patches, so verl's Megatron MoE trainer
+    # has not run; the MoE reader is checked by executor check-reshard), and only where the plan's vocabulary
+    # padding is none (below)
     "directed_reshard": ExecutorSupport(
-        train_engines=("fsdp",), rollout_tp_max=None,
+        train_engines=("fsdp", "megatron"), rollout_tp_max=None, megatron_experts=False, megatron_padded_vocab=False,
         where="executor/npu_opt/directed_reshard_backend.py (DirectedCheckpointEngine)"),
 }
 
 
-def executor_refusals(opt_id: str, layout: Layout) -> list[str]:
-    """Why the executor cannot run optimization `opt_id` with `layout` (empty when it can)."""
+def executor_refusals(opt_id: str, layout: Layout, config: ModelConfig) -> list[str]:
+    """Why the executor cannot run optimization `opt_id` with `layout` on model `config` (empty when it can)."""
+    from twin.cost_models.placement import MEGATRON_VOCAB_MULTIPLE
+
     support = EXECUTOR_SUPPORT.get(opt_id)
     if support is None:
         return []
+    train = layout.train
     reasons = []
-    if support.train_engines is not None and layout.train.engine not in support.train_engines:
+    if support.train_engines is not None and train.engine not in support.train_engines:
         reasons.append(f"its weight sync reads {'/'.join(support.train_engines)} training shards only, the layout "
-                       f"trains with {layout.train.engine}")
+                       f"trains with {train.engine}")
     if support.rollout_tp_max is not None and layout.rollout.tp > support.rollout_tp_max:
         reasons.append(f"it feeds rollout TP <= {support.rollout_tp_max} only, the layout's rollout has "
                        f"TP{layout.rollout.tp}")
+    if train.engine == "megatron" and not support.megatron_experts and config.moe is not None:
+        reasons.append("its Megatron MoE reader is checked only on megatron-core's local expert modules (Qwen3-MoE, "
+                       "expert TP1, executor check-reshard); verl's Megatron MoE trainer has not run")
+    multiple = MEGATRON_VOCAB_MULTIPLE * train.tp
+    if train.engine == "megatron" and not support.megatron_padded_vocab and config.vocab_size % multiple:
+        reasons.append(f"verl's Megatron engine builds mbridge without vocabulary padding (verl 0.9.1 "
+                       f"workers/engine/megatron/transformer_impl.py, AutoBridge.from_config), the plan pads the "
+                       f"{config.vocab_size} rows to a multiple of 128 x TP{train.tp} = {multiple}: the embedding's "
+                       "and head's TP blocks would disagree")
     return [*reasons, f"enforced in {support.where}"] if reasons else []

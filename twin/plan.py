@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,6 +19,9 @@ from twin.layout.models import Layout
 from twin.optimizations import OPTIMIZATIONS, OptimizationId, executor_refusals
 from twin.results import SimulationResult
 from twin.scenario import Scenario
+
+if TYPE_CHECKING:
+    from twin.catalog.config import ModelConfig
 
 PLAN_SCHEMA = 1
 Risk = Literal["p50", "p90"]  # the step-time quantile candidates are ranked by
@@ -38,10 +41,10 @@ class PlanOptimization(BaseModel):
     executor_refusals: list[str] = []
 
     @classmethod
-    def of(cls, opt_id: OptimizationId, enabled: bool, layout: Layout) -> PlanOptimization:
+    def of(cls, opt_id: OptimizationId, enabled: bool, layout: Layout, config: ModelConfig) -> PlanOptimization:
         info = OPTIMIZATIONS[opt_id]
         return cls(id=opt_id, enabled=enabled, mechanism=info.mechanism, effect=info.twin_effect,
-                   executor_refusals=executor_refusals(opt_id, layout) if enabled else [])
+                   executor_refusals=executor_refusals(opt_id, layout, config) if enabled else [])
 
 
 class Versus(BaseModel):

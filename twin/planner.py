@@ -524,7 +524,7 @@ def _plan(planner: Planner, ranked: list[Evaluated], summary: SearchSummary) -> 
     scenario = planner.sc.model_copy(update={"layout": layout})
     predictions = winner.model_copy(update={"reshard": ev.reshard_result(alternatives=True)})
     return Plan(scenario=scenario, layout=layout,
-                optimizations=[PlanOptimization.of(o, True, layout) for o in planner.sc.optimizations],
+                optimizations=[PlanOptimization.of(o, True, layout, ev.inv.config) for o in planner.sc.optimizations],
                 predictions=predictions, profile=planner.profile.id, runner_ups=runner_ups, search=summary,
                 headroom_fraction=planner.headroom, headroom_source=planner.headroom_source, risk=planner.risk)
 
@@ -538,7 +538,8 @@ def fixed_plan(scenario: Scenario, profile: Profile | None = None, base_dir: Pat
     result = (finalize or (lambda e: e.analytical(alternatives=False)))(ev)
     predictions = result.model_copy(update={"reshard": ev.reshard_result(alternatives=True)})
     return Plan(scenario=scenario, layout=scenario.layout,
-                optimizations=[PlanOptimization.of(o, True, scenario.layout) for o in scenario.optimizations],
+                optimizations=[PlanOptimization.of(o, True, scenario.layout, ev.inv.config)
+                               for o in scenario.optimizations],
                 predictions=predictions, profile=ev.profile.id)
 
 

@@ -31,6 +31,11 @@ SPLIT_PATTERN = (
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 VOCAB_SIZE = 512
+VOCAB_MULTIPLE = 256
+"""The model's vocabulary is the tokenizer's rounded up to this, as released checkpoints pad theirs (Qwen2.5:
+151,665 tokens, 151,936 rows). verl's Megatron engine builds mbridge without vocabulary padding and Megatron
+asserts the rows divide by TP; 256 = Megatron's padding multiple 128 x TP2, so that the plan's placement (which
+pads to 128 x TP) and the engine agree up to TP2 (twin/optimizations.py EXECUTOR_SUPPORT)."""
 TOKENIZER_CORPUS = (2000, 1234)
 """(problems, seed) of the tokenizer's training corpus; independent of the model seed."""
 
@@ -86,7 +91,7 @@ def make_tiny_model(out_dir: Path, seed: int = 0) -> Path:
     tokenizer.save_pretrained(out_dir)
     eos_id, pad_id = tokenizer.convert_tokens_to_ids([EOS_TOKEN, PAD_TOKEN])
     config = Qwen2Config(
-        vocab_size=len(tokenizer),
+        vocab_size=-(-len(tokenizer) // VOCAB_MULTIPLE) * VOCAB_MULTIPLE,
         tie_word_embeddings=False,
         bos_token_id=None,
         eos_token_id=eos_id,

@@ -17,6 +17,9 @@ What the settings do (verl 0.9.1):
   float32, sleep mode off, the compatibility patches of executor/cpu/vllm_compat.py, which the executor
   applies in every verl process); it starts from random weights (load_format=dummy) so that only the
   trainer's weight sync makes the two policies agree;
+- the actor trains on verl's FSDP2 engine in float32, or, when the plan's layout trains with Megatron, on
+  verl's Megatron engine (mbridge, bf16, TP x PP from the plan) with the CPU patches of
+  executor/cpu/megatron_compat.py and megatron_verl_compat.py applied in every verl process;
 - the reward is `executor/reward.py:compute_score`; metrics go to `metrics_path` through verl's
   file logger (VERL_FILE_LOGGER_PATH: one JSON object per step, {"step": n, "data": {...}}).
 """
@@ -77,17 +80,21 @@ def cpu_run_config(
     metrics_path: Path | None = None,
     rollout_tp: int = 1,
     rollout_batching: tuple[int, int, bool] = (32, 8192, False),
+    megatron: tuple[int, int] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """Hydra overrides for `python -m verl.trainer.main_ppo` and the environment to add to the caller's.
 
     `rollout_batching` is the plan's (max_num_seqs, max_num_batched_tokens, enable_chunked_prefill), which
-    the vLLM rollout runs with.
+    the vLLM rollout runs with. `megatron` is the trainer's (TP, PP) on verl's Megatron engine; None trains
+    with FSDP2.
     """
     if steps < 1 or world < 1 or n < 2 or batch_prompts < 1:
         raise ValueError(
             f"need steps >= 1, world >= 1, n >= 2 (GRPO groups), batch_prompts >= 1; got "
             f"steps={steps}, world={world}, n={n}, batch_prompts={batch_prompts}"
         )
+    if megatron is not None and (min(megatron) < 1 or world % (megatron[0] * megatron[1])):
+        raise ValueError(f"Megatron TP{megatron[0]} x PP{megatron[1]} does not divide the {world} ranks")
     if rollout_tp < 1 or world % rollout_tp:
         raise ValueError(f"rollout TP{rollout_tp} does not divide the {world} ranks")
     if (batch_prompts * n) % world:
@@ -113,12 +120,9 @@ def cpu_run_config(
         "actor_rollout_ref.model.use_remove_padding=False",
         "actor_rollout_ref.model.enable_gradient_checkpointing=False",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-        # actor: FSDP2 on CPU ranks, float32, one mini-batch per step
-        "actor_rollout_ref.actor.strategy=fsdp2",
+        # actor: FSDP2 (float32) or Megatron-core (bf16) on CPU ranks, one mini-batch per step
+        *(_megatron_actor(*megatron, seed) if megatron else _fsdp_actor(seed)),
         "actor_rollout_ref.actor.use_torch_compile=False",
-        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
-        "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
-        f"actor_rollout_ref.actor.fsdp_config.seed={seed}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={batch_prompts}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={responses_per_rank}",
         "actor_rollout_ref.actor.use_kl_loss=False",
@@ -173,6 +177,30 @@ def cpu_run_config(
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     }
     return overrides, env
+
+
+def _fsdp_actor(seed: int) -> list[str]:
+    """verl's FSDP2 engine in float32 end to end."""
+    fsdp = "actor_rollout_ref.actor.fsdp_config"
+    return ["actor_rollout_ref.actor.strategy=fsdp2", f"{fsdp}.use_torch_compile=False",
+            f"+{fsdp}.mixed_precision={{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}}", f"{fsdp}.seed={seed}"]
+
+
+def _megatron_actor(tp: int, pp: int, seed: int) -> list[str]:
+    """verl's Megatron engine through mbridge, as the recipes build it, with what megatron-core needs on CPU:
+    bf16 (verl's McoreEngineConfig accepts bf16 and fp16 only), CPU initialisation, no fused kernels, no
+    sequence parallelism (torch's RMSNorm refuses it), padded batches (remove-padding needs Transformer Engine's
+    packed attention), verl's default distributed optimizer; the CPU patches are executor/cpu/megatron_compat.py
+    and megatron_verl_compat.py."""
+    m = "actor_rollout_ref.actor.megatron"
+    # mbridge turns sequence parallelism on whenever TP > 1 (mbridge/core/llm_bridge.py): off again here
+    unfused = ("masked_softmax_fusion", "gradient_accumulation_fusion", "bias_dropout_fusion", "apply_rope_fusion",
+               "sequence_parallel")
+    return ["model_engine=megatron", f"{m}.use_mbridge=True", f"{m}.vanilla_mbridge=True",
+            f"{m}.tensor_model_parallel_size={tp}", f"{m}.pipeline_model_parallel_size={pp}",
+            f"{m}.sequence_parallel=False", f"{m}.use_distributed_optimizer=True", f"{m}.use_remove_padding=False",
+            f"{m}.seed={seed}", f"+{m}.override_transformer_config.use_cpu_initialization=True",
+            *(f"+{m}.override_transformer_config.{k}=False" for k in unfused)]
 
 
 def _vllm_rollout(max_len: int, max_num_seqs: int, max_num_batched_tokens: int, chunked_prefill: bool) -> list[str]:

@@ -75,10 +75,11 @@ class DirectedCheckpointEngine(ColocatedCheckpointEngine):
             raise ExecutorError(f"checkpoint engine {BACKEND!r} needs engine_kwargs.{BACKEND}.model, layout and "
                                 "devices (executor run sets them from the plan)")
         lay = Layout.model_validate_json(layout)
-        refusals = executor_refusals("directed_reshard", lay)
+        inv = load_model(model)
+        refusals = executor_refusals("directed_reshard", lay, inv.config)
         if refusals:  # `executor run` refuses such plans before launch; this guards hand-written configs
             raise ExecutorError(f"checkpoint engine {BACKEND!r}: " + "; ".join(refusals))
-        self.placement = Placement(load_model(model), lay.train, lay.rollout, int(devices))
+        self.placement = Placement(inv, lay.train, lay.rollout, int(devices))
         self._schedule: Schedule | None = None
         self.last_stats: dict[str, Any] = {}
 

@@ -25,13 +25,17 @@ def registry() -> dict[str, Optimization]:
 
 def find(opt_id: str) -> Optimization | None:
     """A DESIGN section 6 optimization, or an engine-compatibility patch of the CPU target, by id."""
-    from executor.cpu.vllm_compat import PATCHES
+    from executor.cpu import megatron_compat, megatron_verl_compat, vllm_compat
 
-    return registry().get(opt_id) or next((p for p in PATCHES if p.id == opt_id), None)
+    patches = (*vllm_compat.PATCHES, *megatron_compat.PATCHES, *megatron_verl_compat.PATCHES)
+    return registry().get(opt_id) or next((p for p in patches if p.id == opt_id), None)
 
 
 def apply_all(ctx: ApplyContext, host: HostEnv) -> list[OptReport]:
     """Detect every optimization; apply the plan's enabled, available and supported ones; report each."""
+    from twin.catalog.registry import load_config
+
+    config = load_config(ctx.plan.scenario.model)
     reports = []
     for opt_id, opt in registry().items():
         found = opt.detect(host)
@@ -43,7 +47,7 @@ def apply_all(ctx: ApplyContext, host: HostEnv) -> list[OptReport]:
             reports.append(OptReport(id=opt_id, mechanism=found.mechanism, state="unavailable", detail=found.reason,
                                      targets=found.targets))
             continue
-        refusals = executor_refusals(opt_id, ctx.plan.layout)
+        refusals = executor_refusals(opt_id, ctx.plan.layout, config)
         if refusals:
             reports.append(OptReport(id=opt_id, mechanism=found.mechanism, state="refused",
                                      detail="cannot run this plan's layout: " + "; ".join(refusals),

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from executor.versions import installed_version
+from twin.catalog.registry import load_config
 from twin.layout.models import Layout
 from twin.optimizations import OptimizationId, executor_refusals
 
@@ -53,7 +54,7 @@ def test_dry_run_of_the_planners_deepseek_plan(tmp_path: Path) -> None:
                            "--cards", "128", "-o", str(plan)], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert made.returncode == 0 and plan.is_file(), made.stderr
     layout = json.loads(plan.read_text())["layout"]
-    refusals = executor_refusals("directed_reshard", Layout.model_validate(layout))
+    refusals = executor_refusals("directed_reshard", Layout.model_validate(layout), load_config("deepseek-r1"))
     assert (layout["train"]["engine"], layout["rollout"]["tp"]) == ("megatron", 2) and len(refusals) == 2
     assert f"note: `executor run` refuses this plan before launch: directed_reshard: {refusals[0]}" in \
         " ".join(made.stdout.split())  # twin plan says so, and the plan records why

@@ -1,33 +1,47 @@
-"""The executor's capability facts the twin reads: which layouts each optimization's implementation runs."""
+"""The executor's capability facts the twin reads: which layouts and models each optimization's implementation runs."""
 
 from __future__ import annotations
 
+from twin.catalog.registry import load_config
 from twin.layout.models import Layout, RolloutLayout, TrainLayout
 from twin.optimizations import EXECUTOR_SUPPORT, executor_refusals
 from twin.plan import PlanOptimization
 
 WHERE = f"enforced in {EXECUTOR_SUPPORT['directed_reshard'].where}"
+TINY = load_config("tiny")  # dense, 512 vocabulary rows
+MOE = load_config("qwen3-30b-a3b")
 
 
-def _layout(engine: str, rollout_tp: int) -> Layout:
-    return Layout(train=TrainLayout(engine=engine), rollout=RolloutLayout(tp=rollout_tp, dp=2))
+def _layout(engine: str, rollout_tp: int, tp: int = 1) -> Layout:
+    return Layout(train=TrainLayout(engine=engine, tp=tp), rollout=RolloutLayout(tp=rollout_tp, dp=2))
 
 
-def test_directed_reshard_runs_from_fsdp_into_any_rollout_tp() -> None:
-    assert executor_refusals("directed_reshard", _layout("fsdp", 1)) == []
-    assert executor_refusals("directed_reshard", _layout("fsdp", 2)) == []
-    assert executor_refusals("directed_reshard", _layout("megatron", 1)) == [
-        "its weight sync reads fsdp training shards only, the layout trains with megatron", WHERE]
-    assert executor_refusals("directed_reshard", _layout("megatron", 2)) == executor_refusals(
-        "directed_reshard", _layout("megatron", 1))
+def test_directed_reshard_runs_from_fsdp_and_dense_megatron_into_any_rollout_tp() -> None:
+    for engine, tp in (("fsdp", 1), ("megatron", 1), ("megatron", 2)):
+        for rollout_tp in (1, 2):
+            assert executor_refusals("directed_reshard", _layout(engine, rollout_tp, tp), TINY) == []
+    assert executor_refusals("directed_reshard", _layout("fsdp", 2), MOE) == []
+
+
+def test_directed_reshard_refuses_moe_models_trained_with_megatron() -> None:
+    assert executor_refusals("directed_reshard", _layout("megatron", 2), MOE) == [
+        "its Megatron MoE reader is checked only on megatron-core's local expert modules (Qwen3-MoE, expert TP1, "
+        "executor check-reshard); verl's Megatron MoE trainer has not run", WHERE]
+
+
+def test_directed_reshard_refuses_a_megatron_vocabulary_the_plan_would_pad() -> None:
+    # 512 rows are a multiple of 128 x TP4 = 512, not of 128 x TP8 = 1024
+    assert executor_refusals("directed_reshard", _layout("megatron", 2, tp=4), TINY) == []
+    (why, where) = executor_refusals("directed_reshard", _layout("megatron", 2, tp=8), TINY)
+    assert "pads the 512 rows to a multiple of 128 x TP8 = 1024" in why and where == WHERE
 
 
 def test_optimizations_without_limits_are_never_refused() -> None:
-    assert executor_refusals("graph_mode", _layout("megatron", 2)) == []
+    assert executor_refusals("graph_mode", _layout("megatron", 2), MOE) == []
 
 
 def test_a_plan_marks_an_enabled_optimization_its_layout_cannot_run() -> None:
     bad = _layout("megatron", 2)
-    assert PlanOptimization.of("directed_reshard", True, bad).executor_refusals == executor_refusals(
-        "directed_reshard", bad)
-    assert PlanOptimization.of("directed_reshard", False, bad).executor_refusals == []
+    assert PlanOptimization.of("directed_reshard", True, bad, MOE).executor_refusals == executor_refusals(
+        "directed_reshard", bad, MOE)
+    assert PlanOptimization.of("directed_reshard", False, bad, MOE).executor_refusals == []

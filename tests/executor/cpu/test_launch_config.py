@@ -49,6 +49,21 @@ def test_overrides_compose_and_pass_verls_validation(tmp_path: Path, world: int)
     assert cfg.trainer.rollout_data_dir == str(tmp_path.resolve() / ROLLOUTS_DIR)
 
 
+def test_a_megatron_plan_trains_on_verls_megatron_engine_through_mbridge(tmp_path: Path) -> None:
+    from verl.utils.config import omega_conf_to_dataclass
+
+    overrides, _ = _config(tmp_path, world=2, rollout_tp=2, megatron=(2, 1))
+    cfg = _compose(overrides)
+    actor = cfg.actor_rollout_ref.actor
+    assert actor.strategy == "megatron" and actor.megatron.tensor_model_parallel_size == 2
+    assert actor.megatron.pipeline_model_parallel_size == 1
+    assert actor.megatron.use_mbridge and actor.megatron.vanilla_mbridge and actor.megatron.use_distributed_optimizer
+    assert actor.megatron.override_transformer_config.sequence_parallel is False  # mbridge sets it for TP > 1
+    engine = omega_conf_to_dataclass(actor.megatron)  # verl's own McoreEngineConfig accepts it (bf16)
+    assert engine.dtype == "bfloat16" and not engine.use_remove_padding
+    assert not any("fsdp_config" in o for o in overrides)
+
+
 def test_environment_loads_the_plugin_and_places_the_metrics_file(tmp_path: Path) -> None:
     _, env = _config(tmp_path)
     assert env["VERL_USE_EXTERNAL_MODULES"] == PLUGIN_MODULE and env["VERL_PLATFORM"] == "cpu"
@@ -62,7 +77,7 @@ def test_reward_function_path_defines_compute_score() -> None:
     assert "def compute_score(" in reward_function_path().read_text()
 
 
-@pytest.mark.parametrize("kwargs", [{"n": 1}, {"world": 3}, {"batch_prompts": 0}])
+@pytest.mark.parametrize("kwargs", [{"n": 1}, {"world": 3}, {"batch_prompts": 0}, {"world": 2, "megatron": (2, 2)}])
 def test_impossible_shapes_are_rejected(tmp_path: Path, kwargs: dict) -> None:
     with pytest.raises(ValueError):
         _config(tmp_path, **kwargs)

