@@ -30,12 +30,16 @@ from collections.abc import Iterator
 from typing import Any
 
 from calibration.jobs.base import Failure, Job, Outcome, Point, RunContext, first_line
+from calibration.timing import time_op
 
 SMALL = {"payload_mb": [1, 16], "responses": [96, 384], "agent_workers": [1]}
 FULL = {"payload_mb": [1, 16, 128], "responses": [96, 384, 768], "agent_workers": [1, 2]}
 RAY_CPUS = 16  # logical CPUs for Ray, as the CPU target gives it (executor/cpu/launch.py)
 GROUP = 4  # responses per prompt: the CPU loop's GRPO group (scenarios/cpu-tiny-grpo.yaml n)
 STAGES = ("old_log_prob_bypass", "advantage", "update_actor")
+# timed calls of the two driver stages at least: tens of milliseconds each, so a shared host's noise needs more
+# than the few repeats the seconds-long points take
+DRIVER_STAGE_REPEATS = 10
 
 
 def poll_interval() -> tuple[float, str]:
@@ -167,7 +171,8 @@ class OverheadJob(Job):
         if driver is None or len(driver.samples) != responses:
             raise RuntimeError(f"no batch of {responses} responses in TransferQueue (its agent_loop point failed)")
         stage = {"old_log_prob_bypass": "old_log_prob", "advantage": "advantage", "update_actor": "update"}[point.op]
-        samples = ctx.time(lambda: driver.stage(stage))
+        repeats = ctx.repeats if stage == "update" else max(ctx.repeats, DRIVER_STAGE_REPEATS)
+        samples = time_op(lambda: driver.stage(stage), ctx.device.synchronize, warmup=ctx.warmup, repeats=repeats)
         prompt, response = driver.mean_lengths()
         return ctx.record(point, samples, rates=self._rates(responses, prompt, response),
                           note=f"verl PPOTrainer stage `{stage}` on {responses} responses of {prompt:.1f} + "

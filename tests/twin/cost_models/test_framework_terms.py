@@ -24,9 +24,14 @@ def _cpu(terms: dict[str, float]) -> Profile:
     return base.with_values(terms, base.id)
 
 
+def _scenario():
+    """The CPU loop's scenario at 96 prompts x 4 = 384 responses."""
+    sc = load_scenario(SCENARIOS / "cpu-tiny-grpo.yaml")
+    return sc.model_copy(update={"workload": sc.workload.model_copy(update={"global_batch": 96})})
+
+
 def _stages(profile: Profile):
-    sc = load_scenario(SCENARIOS / "cpu-tiny-grpo.yaml")  # 96 prompts x 4 = 384 responses
-    return StepSimulation(Evaluation(sc, profile)).run(1)[0]
+    return StepSimulation(Evaluation(_scenario(), profile)).run(1)[0]
 
 
 def test_a_stages_framework_time_is_its_call_plus_each_response():
@@ -43,7 +48,7 @@ def test_profiles_without_the_terms_get_nothing():
 
 
 def test_with_the_agent_loop_term_the_reward_is_inside_the_rollout_and_the_advantage_is_verls_stage():
-    sc = load_scenario(SCENARIOS / "cpu-tiny-grpo.yaml")
+    sc = _scenario()
     assert driver_seconds(sc, _cpu(TERMS)) == {"reward": 0.0, "advantage": pytest.approx(0.0968, rel=1e-12)}
     plain = driver_seconds(sc, embedded_profile("cpu"))  # placeholders 0: still carried, so the same form
     assert plain == {"reward": 0.0, "advantage": 0.0}
