@@ -116,7 +116,7 @@ class OverheadJob(Job):
             for point in points:
                 try:
                     yield self._measure(ctx, point, groups)
-                except (RuntimeError, ValueError) as exc:
+                except (RuntimeError, ValueError, ray.exceptions.RayError) as exc:  # a verl worker fails as RayError
                     yield Failure(point, first_line(exc))
         finally:
             for driver in [g for k, g in groups.items() if isinstance(k, str)]:
