@@ -27,6 +27,7 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from calibration.jobs.base import Failure, Job, Outcome, Point, RunContext, first_line
@@ -111,7 +112,7 @@ class OverheadJob(Job):
             # worker group its own `world`
             ray.init(num_cpus=RAY_CPUS, num_gpus=ctx.world * (ctx.world + 3) // 2, include_dashboard=False,
                      logging_level="ERROR", runtime_env={"env_vars": env})
-        groups: dict[int, Any] = {}
+        groups: dict[Any, Any] = {}  # worker-call groups by size, verl's driver by name
         try:
             for point in points:
                 try:
@@ -157,10 +158,13 @@ class OverheadJob(Job):
         return groups[key]
 
     def _measure_verl(self, ctx: RunContext, point: Point, groups: dict[Any, Any]) -> Outcome:
+        """A verl point; the warm-up calls (seconds each) only where the path is cold: the first point of its op
+        on its driver (start-up of the agent-loop, reward and FSDP2 workers)."""
         responses = int(point.params["responses"])
         if point.op == "agent_loop":
             workers = int(point.params["agent_workers"])
             driver = self._driver(ctx, groups, workers)
+            ctx = self._warmed(ctx, driver, point.op)
             samples = ctx.time(lambda: driver.rollout(responses // GROUP), before=driver.clear)
             prompt, response = driver.mean_lengths()
             return ctx.record(point, samples, rates=self._rates(responses, prompt, response),
@@ -171,12 +175,20 @@ class OverheadJob(Job):
         if driver is None or len(driver.samples) != responses:
             raise RuntimeError(f"no batch of {responses} responses in TransferQueue (its agent_loop point failed)")
         stage = {"old_log_prob_bypass": "old_log_prob", "advantage": "advantage", "update_actor": "update"}[point.op]
+        ctx = self._warmed(ctx, driver, point.op)
         repeats = ctx.repeats if stage == "update" else max(ctx.repeats, DRIVER_STAGE_REPEATS)
         samples = time_op(lambda: driver.stage(stage), ctx.device.synchronize, warmup=ctx.warmup, repeats=repeats)
         prompt, response = driver.mean_lengths()
         return ctx.record(point, samples, rates=self._rates(responses, prompt, response),
                           note=f"verl PPOTrainer stage `{stage}` on {responses} responses of {prompt:.1f} + "
                                f"{response:.1f} tokens in TransferQueue")
+
+    @staticmethod
+    def _warmed(ctx: RunContext, driver: Any, op: str) -> RunContext:
+        """`ctx` without warm-up calls when `op` already ran on `driver`."""
+        warm = op in driver.warm
+        driver.warm.add(op)
+        return replace(ctx, warmup=0) if warm else ctx
 
     @staticmethod
     def _rates(responses: int, prompt: float, response: float) -> dict[str, float]:

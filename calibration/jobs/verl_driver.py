@@ -86,6 +86,7 @@ class VerlDriver:
         self._dataset = create_rl_dataset(self.config.data.train_files, self.config.data, self.tokenizer, None)
         self._actor: Any = None
         self.samples: dict[str, dict] = {}  # the last finished batch: sample key -> its TransferQueue tag
+        self.warm: set[str] = set()  # the overhead job's ops timed once already on this driver
 
     # ---- the rollout path ----------------------------------------------------------------------------
     def clear(self) -> None:
