@@ -24,10 +24,15 @@ STEP_ERROR_BAR = 0.25  # issue: under 25 % on the step time
 STAGE_ERROR_BAR = 0.25  # issue 10: every stage of the real run within 25 %
 STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshard: verl's weight sync
 # The stages' framework time comes from the overhead job (verl's agent-loop path, bypass old_log_prob, advantage and
-# update_actor timed with verl's own code; twin.cost_models.scheduling FRAMEWORK_TERMS). Run of 2026-11-30 on a host
-# shared with three other loops (load 13-19; 128 prompts x 4): old_log_prob 0.0618 s measured / 0.0559 predicted
-# (-9.6 %), advantage 0.142 / 0.152 (+7.0 %); these two are held to the bar. The others are not, each for a reason
-# the run measured:
+# update_actor timed with verl's own code; twin.cost_models.scheduling FRAMEWORK_TERMS). Runs of 2026-11-30 at 128
+# prompts x 4 on a host shared with three other loops (error of the held-out prediction):
+#   run  load   rollout  old_log_prob  advantage  update  reshard  step
+#   A    13-19  -38.7 %  -9.6 %        +7.0 %     -32.3 %  -97.4 %  -36.8 %
+#   B    9-12   -14.7 %  +159.7 %      -39.2 %    +59.1 %  -98.0 %  -2.9 %
+# In B the jobs ran under a load burst the run did not see (the job's 384-response old_log_prob 0.137 s, 0.040 s at
+# load 5). old_log_prob and advantage are held to the bar: on an unshared host the job's figures (0.040 s and 0.097 s
+# at 384 responses, load 5) are the run's (CI: 0.038-0.054 s and 0.085-0.108 s). The others are not, each for a
+# reason the runs measured:
 NOT_YET = {
     # the overhead job's agent-loop path (512 x 14.5 ms = 7.4 s, with an engine that answers at once) plus the
     # engine's 0.3 s is polled to 8.0 s; the run's generation took 12-13 s, about 9 ms per request more. vLLM's own
