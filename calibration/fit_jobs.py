@@ -8,7 +8,10 @@ are fitted by least squares through the twin's own cost models: the collectives 
 `collective_time` on the cluster (tier efficiency, per-step latency, all-to-all latencies), the decode
 job through the rollout's decode-step model (per-step host cost, per-layer launch cost), the train job
 through the training pass and optimizer-step models (per-pass and per-step overheads, the forward-only
-pass's efficiency).
+pass's efficiency). The overhead job's verl points give verl's framework time per call and per response
+(twin.cost_models.scheduling FRAMEWORK_TERMS): the agent-loop path's seconds per response (through the
+origin), each driver stage's call and per-response seconds (non-negative least squares over the batch sizes),
+and update_actor's the same over what its measured time leaves beyond the twin's passes and optimizer step.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from calibration.jobs.decode import model_spec
+from calibration.jobs.overhead import GROUP
 from calibration.lsq import ParameterSpace
 from calibration.measurements import JobMeasurement
 from twin.catalog.config import parse_config
@@ -30,13 +34,16 @@ from twin.cost_models.comm import collective_time
 from twin.cost_models.efficiency import SCALE, Curve, efficiency, peak_flops
 from twin.cost_models.memory import GB, RolloutMemory, TrainMemory
 from twin.cost_models.rollout import RolloutCost
+from twin.cost_models.scheduling import FRAMEWORK_TERMS
 from twin.cost_models.training import TrainCost
-from twin.layout.models import RolloutLayout, TrainLayout
+from twin.layout.models import Layout, RolloutLayout, TrainLayout
 from twin.profile import Profile
-from twin.scenario import ClusterRef, Scenario
+from twin.scenario import ClusterRef, LengthDist, Scenario, Workload
 from twin.topology.clusters import cluster_kind
 from twin.topology.routing import Cluster
 
+AGENT_WORKERS = 1  # the CPU target's agent-loop workers (executor/cpu/launch.py agent.num_workers)
+DRIVER_STAGES = {"old_log_prob_bypass": "old_log_prob", "advantage": "advantage"}  # overhead job op -> stage
 COLLECTIVE_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
                   "all_to_all_single": "all_to_all", "broadcast": "broadcast"}
 
@@ -50,6 +57,20 @@ class JobFitOutcome:
 
 def _median(records: list[JobMeasurement], figure: str) -> list[float]:
     return [r.derived[figure] for r in records if figure in r.derived]
+
+
+def call_and_slope(x: list[float], y: list[float]) -> tuple[float, float]:
+    """(intercept, slope) of y over x by least squares with both kept non-negative (a call cannot take less
+    than nothing, nor a response)."""
+    from scipy.optimize import nnls
+
+    solution, _ = nnls(np.column_stack([np.ones(len(x)), np.asarray(x, dtype=float)]), np.asarray(y, dtype=float))
+    return float(solution[0]), float(solution[1])
+
+
+def per_sample(r: JobMeasurement, figure: str) -> float:
+    """An amount per response of an overhead-job record (its rate times its median, over its responses)."""
+    return r.derived[figure] * r.stats.median_s / float(r.params["responses"])
 
 
 class JobFit:
@@ -218,12 +239,70 @@ class JobFit:
         self._least_squares("train", ["microbatch_overhead_ms", "optimizer_overhead_ms"],
                             records, one)
 
+    # ---- verl's framework time per call and per response (overhead job, verl points) -----------------
+    def _sizes(self, records: list[JobMeasurement], what: str) -> bool:
+        if len({int(r.params["responses"]) for r in records}) >= 2:
+            return True
+        if records:
+            self.notes.append(f"overhead job: {what} at one batch size only; its terms keep their base values")
+        return False
+
+    def _call_terms(self, stage: str, records: list[JobMeasurement], seconds: list[float], what: str) -> None:
+        n = [float(r.params["responses"]) for r in records]
+        call, slope = call_and_slope(n, seconds)
+        call_name, slope_name = FRAMEWORK_TERMS[stage]
+        sizes = f"{int(min(n))}-{int(max(n))} responses"
+        self._set(call_name, call, f"calibration overhead job: {what} at {sizes}, intercept (non-negative least "
+                                   f"squares over {len(records)} points)")
+        self._set(slope_name, slope, f"calibration overhead job: {what} at {sizes}, seconds per response (slope)")
+
+    def verl_calls(self) -> None:
+        records = self.by_job.get("overhead", [])
+        agent = [r for r in records if r.op == "agent_loop" and int(r.params["agent_workers"]) == AGENT_WORKERS]
+        if agent:
+            n = np.array([float(r.params["responses"]) for r in agent])
+            t = np.array([r.stats.median_s for r in agent])
+            self._set(FRAMEWORK_TERMS["rollout"][1], float(n @ t / (n @ n)),
+                      f"calibration overhead job: verl's agent-loop path (AgentLoopManagerTQ on {AGENT_WORKERS} "
+                      f"worker, reward loop, TransferQueue; engine answering at once) at {sorted(set(n.astype(int)))} "
+                      "responses, seconds per response (least squares through the origin)")
+        for op, stage in DRIVER_STAGES.items():
+            points = [r for r in records if r.op == op]
+            if self._sizes(points, op):
+                self._call_terms(stage, points, [r.stats.median_s for r in points], f"verl's {op} stage method")
+        update = [r for r in records if r.op == "update_actor"]
+        if self._sizes(update, "update_actor"):
+            zeroed = dict.fromkeys(FRAMEWORK_TERMS["update"], 0.0)
+            profile = self.base.with_values({**self.values, **zeroed}, self.base.id)
+            rest = [r.stats.median_s - self._twin_update(profile, r) for r in update]
+            self._call_terms("update", update, rest, "verl's update_actor on its FSDP2 workers, less the twin's "
+                                                     "passes, optimizer step and dispatch")
+
+    def _twin_update(self, profile: Profile, r: JobMeasurement) -> float:
+        """The twin's update stage for an update_actor point: its batch on its ranks in its micro-batches."""
+        from twin.evaluate import Evaluation
+        from twin.sim.step import StepSimulation
+
+        n, world, micro = int(r.params["responses"]), int(r.params["workers"]), int(r.params["micro_per_rank"])
+        prompt, response = per_sample(r, "prompt_tokens"), per_sample(r, "response_tokens")
+        sc = Scenario(
+            name="calibration-overhead-update", model="tiny",
+            cluster=ClusterRef(kind=self.kind.name, cards=max(1, world // self.kind.devices_per_card)),
+            workload=Workload(global_batch=n // GROUP, n=GROUP, use_kl_loss=False,
+                              prompt_len=LengthDist(mean=prompt, max=int(np.ceil(prompt))),
+                              response_len=LengthDist(mean=response, max=int(np.ceil(response)))),
+            layout=Layout(train=TrainLayout(engine="fsdp", micro_batch=micro, log_prob_micro_batch=micro),
+                          rollout=RolloutLayout(tp=world, graph_mode=False, enable_chunked_prefill=False)),
+            optimizations=("skip_old_log_prob", "d2d_tensor_cache"))
+        return StepSimulation(Evaluation(sc, profile)).run(1)[0].stages_s["update"]
+
     def run(self, new_id: str, inputs: list[str]) -> JobFitOutcome:
         self.direct()
         self.overhead()
         self.collectives()
         self.decode()
         self.train()
+        self.verl_calls()
         if not self.values:
             raise ValueError("no job measurement matched this profile's device and dtype")
         fitted = self.base.with_values(self.values, new_id, sources=self.sources)

@@ -9,9 +9,17 @@ builds worker groups of the CPU target's workers (the executor's verl platform f
 - `worker_call_data`: a Dispatch.DP_COMPUTE_PROTO call whose DataProto carries `payload_mb` of float32
   tensors, split among the workers and sent back as a tiny result: the cost per GB of inputs through Ray;
 - `rollout_poll`: the interval at which verl's synchronous replay buffer polls for finished generation,
-  read from verl's code (ReplayBuffer's `poll_interval` default), not timed: the record's note says so.
+  read from verl's code (ReplayBuffer's `poll_interval` default), not timed: the record's note says so;
+- `agent_loop`: a batch of prompts (GRPO groups of `GROUP`) through verl's V1 rollout path with an engine that
+  answers at once (calibration/jobs/verl_driver.py): the time per response of the agent loop, the routed server
+  call, the reward loop and the TransferQueue writes, on `agent_workers` agent-loop workers;
+- `old_log_prob_bypass`, `advantage`: verl's trainer stage methods on that batch in TransferQueue (bypass mode
+  copies the rollout's log-probs; GRPO's advantage reads five fields, pads, computes and writes two back);
+- `update_actor`: verl's update_actor on its FSDP2 actor worker group over the trainer ranks, one mini-batch
+  of the whole batch in micro-batches of `micro_per_rank` sequences per rank.
 
-Optimizer-step setup and per-micro-batch overheads are measured by the `train` job on the same host.
+Each of the last four is timed at two or more batch sizes, so that the fit separates what a call costs from
+what each response adds. The matrix multiplies and the optimizer's loop are the `train` job's.
 """
 
 from __future__ import annotations
@@ -19,13 +27,20 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from calibration.jobs.base import Failure, Job, Outcome, Point, RunContext, first_line
+from calibration.timing import time_op
 
-SMALL = {"payload_mb": [1, 16]}
-FULL = {"payload_mb": [1, 16, 128]}
+SMALL = {"payload_mb": [1, 16], "responses": [96, 384], "agent_workers": [1]}
+FULL = {"payload_mb": [1, 16, 128], "responses": [96, 384, 768], "agent_workers": [1, 2]}
 RAY_CPUS = 16  # logical CPUs for Ray, as the CPU target gives it (executor/cpu/launch.py)
+GROUP = 4  # responses per prompt: the CPU loop's GRPO group (scenarios/cpu-tiny-grpo.yaml n)
+STAGES = ("old_log_prob_bypass", "advantage", "update_actor")
+# timed calls of the two driver stages at least: tens of milliseconds each, so a shared host's noise needs more
+# than the few repeats the seconds-long points take
+DRIVER_STAGE_REPEATS = 10
 
 
 def poll_interval() -> tuple[float, str]:
@@ -65,7 +80,20 @@ class OverheadJob(Job):
         calls = [Point(self.name, "worker_call", {"workers": w}) for w in range(1, ctx.world + 1)]
         data = [Point(self.name, "worker_call_data", {"workers": ctx.world, "payload_mb": mb})
                 for mb in grid["payload_mb"]]
-        return [*calls, *data, Point(self.name, "rollout_poll", {"source": "verl code"})]
+        return [*calls, *data, Point(self.name, "rollout_poll", {"source": "verl code"}), *self._verl_points(ctx)]
+
+    def _verl_points(self, ctx: RunContext) -> list[Point]:
+        """Per batch size (ascending, so the first warm-up pays verl's start-up): the rollout path on each
+        agent-worker count, then the trainer's stages on the batch it left in TransferQueue."""
+        grid = SMALL if ctx.grid == "small" else FULL
+        micro = min(grid["responses"]) // ctx.world
+        out = []
+        for r in grid["responses"]:
+            out += [Point(self.name, "agent_loop", {"agent_workers": w, "responses": r}) for w in grid["agent_workers"]]
+            out += [Point(self.name, op, {"responses": r}) for op in STAGES[:2]]
+            out.append(Point(self.name, "update_actor",
+                             {"workers": ctx.world, "responses": r, "micro_per_rank": micro}))
+        return out
 
     def run(self, ctx: RunContext, points: list[Point]) -> Iterator[Outcome]:
         if ctx.device.kind != "cpu":
@@ -80,17 +108,20 @@ class OverheadJob(Job):
             os.environ.update(env)
             import executor.cpu.verl_plugin  # noqa: F401  (registers the CPU platform in this process)
 
-            # the trainer ranks are logical Ray GPUs; every group size keeps its own workers
-            ray.init(num_cpus=RAY_CPUS, num_gpus=ctx.world * (ctx.world + 1) // 2, include_dashboard=False,
+            # the trainer ranks are logical Ray GPUs; every group size keeps its own workers, and verl's actor
+            # worker group its own `world`
+            ray.init(num_cpus=RAY_CPUS, num_gpus=ctx.world * (ctx.world + 3) // 2, include_dashboard=False,
                      logging_level="ERROR", runtime_env={"env_vars": env})
-        groups: dict[int, Any] = {}
+        groups: dict[Any, Any] = {}  # worker-call groups by size, verl's driver by name
         try:
             for point in points:
                 try:
                     yield self._measure(ctx, point, groups)
-                except (RuntimeError, ValueError) as exc:
+                except (RuntimeError, ValueError, ray.exceptions.RayError) as exc:  # a verl worker fails as RayError
                     yield Failure(point, first_line(exc))
         finally:
+            for driver in [g for k, g in groups.items() if isinstance(k, str)]:
+                driver.close()
             groups.clear()
             if started:
                 ray.shutdown()
@@ -102,9 +133,9 @@ class OverheadJob(Job):
         here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
         return {"VERL_PLATFORM": PLATFORM_NAME, "VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE, "PYTHONPATH": path,
-                "OMP_NUM_THREADS": "1"}
+                "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "TRANSFER_QUEUE_ENABLE": "1"}
 
-    def _group(self, groups: dict[int, Any], workers: int) -> Any:
+    def _group(self, groups: dict[Any, Any], workers: int) -> Any:
         if workers not in groups:
             import ray
             from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
@@ -113,7 +144,60 @@ class OverheadJob(Job):
             groups[workers] = RayWorkerGroup(pool, RayClassWithInitArgs(cls=ray.remote(_worker_class())))
         return groups[workers]
 
-    def _measure(self, ctx: RunContext, point: Point, groups: dict[int, Any]) -> Outcome:
+    def _driver(self, ctx: RunContext, groups: dict[Any, Any], workers: int) -> Any:
+        """verl's rollout path and trainer stages on `workers` agent-loop workers (one per worker count)."""
+        key = f"verl agent_workers={workers}"
+        if key not in groups:
+            from calibration.jobs.verl_driver import VerlDriver
+
+            for other in [k for k in groups if isinstance(k, str)]:  # one TransferQueue per Ray session
+                groups.pop(other).close()
+            grid = SMALL if ctx.grid == "small" else FULL
+            groups[key] = VerlDriver(ctx.world, max(grid["responses"]) // GROUP, GROUP,
+                                     min(grid["responses"]) // ctx.world, workers)
+        return groups[key]
+
+    def _measure_verl(self, ctx: RunContext, point: Point, groups: dict[Any, Any]) -> Outcome:
+        """A verl point; the warm-up calls (seconds each) only where the path is cold: the first point of its op
+        on its driver (start-up of the agent-loop, reward and FSDP2 workers)."""
+        responses = int(point.params["responses"])
+        if point.op == "agent_loop":
+            workers = int(point.params["agent_workers"])
+            driver = self._driver(ctx, groups, workers)
+            ctx = self._warmed(ctx, driver, point.op)
+            samples = ctx.time(lambda: driver.rollout(responses // GROUP), before=driver.clear)
+            prompt, response = driver.mean_lengths()
+            return ctx.record(point, samples, rates=self._rates(responses, prompt, response),
+                              note=f"verl's AgentLoopManagerTQ on {workers} agent-loop worker(s), reward loop, "
+                                   f"TransferQueue; engine answering at once; {prompt:.1f} prompt + {response:.1f} "
+                                   "response tokens per sample")
+        driver = next((g for k, g in groups.items() if isinstance(k, str)), None)
+        if driver is None or len(driver.samples) != responses:
+            raise RuntimeError(f"no batch of {responses} responses in TransferQueue (its agent_loop point failed)")
+        stage = {"old_log_prob_bypass": "old_log_prob", "advantage": "advantage", "update_actor": "update"}[point.op]
+        ctx = self._warmed(ctx, driver, point.op)
+        repeats = ctx.repeats if stage == "update" else max(ctx.repeats, DRIVER_STAGE_REPEATS)
+        samples = time_op(lambda: driver.stage(stage), ctx.device.synchronize, warmup=ctx.warmup, repeats=repeats)
+        prompt, response = driver.mean_lengths()
+        return ctx.record(point, samples, rates=self._rates(responses, prompt, response),
+                          note=f"verl PPOTrainer stage `{stage}` on {responses} responses of {prompt:.1f} + "
+                               f"{response:.1f} tokens in TransferQueue")
+
+    @staticmethod
+    def _warmed(ctx: RunContext, driver: Any, op: str) -> RunContext:
+        """`ctx` without warm-up calls when `op` already ran on `driver`."""
+        warm = op in driver.warm
+        driver.warm.add(op)
+        return replace(ctx, warmup=0) if warm else ctx
+
+    @staticmethod
+    def _rates(responses: int, prompt: float, response: float) -> dict[str, float]:
+        """Responses and their prompt and response tokens per call (the record's derived figures per second)."""
+        return {"responses": responses, "prompt_tokens": responses * prompt, "response_tokens": responses * response}
+
+    def _measure(self, ctx: RunContext, point: Point, groups: dict[Any, Any]) -> Outcome:
+        if point.op in ("agent_loop", *STAGES):
+            return self._measure_verl(ctx, point, groups)
         if point.op == "rollout_poll":
             value, where = poll_interval()
             return ctx.record(point, [value] * ctx.repeats, note=f"read from verl's code, not timed: {where}")

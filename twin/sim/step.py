@@ -6,6 +6,11 @@ advantage, update_actor (task dispatch, then per mini-batch the 1F1B pipeline an
 the transition back: rollout weights onloaded, the reshard on the topology's ports, the actor offloaded.
 Task dispatch before each worker call costs the skew of handing inputs to the workers (Ray one worker at a
 time, or device to device). Response and prompt lengths are drawn from the workload (seeded).
+
+verl's framework time per call and per response (twin.cost_models.scheduling, where the profile carries the
+overhead job's terms): the agent-loop path of every response shares the host with the engine, so it adds to
+the engine's time before the trainer's poll sees the round end; bypass-mode old_log_prob is its TransferQueue
+copy; update_actor adds its call and per-response terms to the passes and the optimizer step.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from twin.cost_models.scheduling import (
     LOG_PROB_INPUT_BYTES_PER_TOKEN,
     UPDATE_INPUT_BYTES_PER_TOKEN,
     driver_seconds,
+    framework_seconds,
 )
 from twin.cost_models.transition import offload_moments, reshard_time
 from twin.evaluate import Evaluation
@@ -137,7 +143,7 @@ class StepSimulation:
         self.trace.mark_memory(env.now, "rollout", mem["rollout"])
         outcome = simulate_rollout(ev.rollout_cost, ev.memory_report.kv_tokens, sc, self.rng, self.trace, env.now)
         self.represented.update(outcome.represented)
-        rollout_s = outcome.seconds * wl.gen_rounds  # DAPO: further rounds of the same kind of draw
+        rollout_s = self._with_agent_loop(outcome) * wl.gen_rounds  # DAPO: further rounds of the same kind
         yield env.timeout(rollout_s)
         stages["rollout"] = rollout_s
         stages["offload"] += yield from self._timed(drv, "transition", "offload rollout weights, free KV cache",
@@ -145,6 +151,9 @@ class StepSimulation:
         stages["reward"] = yield from self._timed(drv, "reward", "reward (math_verify)", driver["reward"])
         pipelines: dict[str, PipelineRun] = {}
         self.trace.mark_memory(env.now, "log_prob", mem["log_prob"])
+        bypass = framework_seconds(pf, "old_log_prob", wl.responses) if sc.has("skip_old_log_prob") else 0.0
+        if bypass:  # bypass mode: the rollout's log-probs copied through TransferQueue
+            stages["old_log_prob"] = yield from self._timed(drv, "driver", "old_log_prob (bypass copy)", bypass)
         for name, needed in (("old_log_prob", not sc.has("skip_old_log_prob")), ("ref", wl.use_kl_loss)):
             if not needed:
                 continue
@@ -165,6 +174,8 @@ class StepSimulation:
         skew = ev.dispatch_s(UPDATE_INPUT_BYTES_PER_TOKEN)
         yield from self._timed(drv, "dispatch", "update_actor task dispatch", skew)
         update = skew
+        if framework := framework_seconds(pf, "update", wl.responses):
+            update += yield from self._timed(drv, "dispatch", "update_actor framework time", framework)
         opt_step = ev.train_cost.optimizer_time() / wl.optimizer_steps
         mini_batches = wl.optimizer_steps // wl.ppo_epochs
         minibatch = len(responses) // mini_batches
@@ -187,6 +198,19 @@ class StepSimulation:
                                                     moments["after_reshard"])
         self.trace.span(drv, "step", f"step {k}", t_step, env.now - t_step)
         self.records.append(StepRecord(stages, outcome, pipelines))
+
+    def _with_agent_loop(self, outcome: RolloutOutcome) -> float:
+        """One round's rollout with verl's agent-loop path of every response added to the engine's time before
+        the poll (the outcome's own poll wait replaced); its components gain `agent_loop`."""
+        agent = framework_seconds(self.ev.profile, "rollout", self.ev.rollout_cost.responses_per_round)
+        if agent == 0.0:
+            return outcome.seconds
+        parts = outcome.components_s
+        busy = outcome.seconds - parts["poll_wait"] - parts["rl_scheduling"] + agent
+        polled = self.ev.rollout_cost.polled(busy)
+        parts.update(agent_loop=agent, poll_wait=polled - busy)
+        outcome.seconds = polled + parts["rl_scheduling"]
+        return outcome.seconds
 
     def run(self, steps: int = 1) -> list[StepRecord]:
         def all_steps() -> Generator[simpy.Event, object, None]:
