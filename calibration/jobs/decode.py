@@ -164,7 +164,11 @@ class VllmDecoder:
 
         prefill = ctx.time(lambda: generate(1))
         full = ctx.time(lambda: generate(1 + VLLM_STEPS))
-        return [(f - p) / VLLM_STEPS for f, p in zip(full, prefill, strict=True)]
+        steps = [(f - p) / VLLM_STEPS for f, p in zip(full, prefill, strict=True)]
+        if min(steps) <= 0:  # a load burst during a prefill-only call: the difference resolves nothing
+            raise RuntimeError(f"decode step not resolved: generating {1 + VLLM_STEPS} tokens took no longer than "
+                               f"1 in a repeat (host load); this point is left out")
+        return steps
 
     def close(self) -> None:
         """Stop vLLM's engine process now (left to interpreter exit, vLLM force-kills it and logs into closed

@@ -109,3 +109,19 @@ def test_full_grids_are_larger_with_distinct_keys(cpu_ctx, name):
     full = job.points(cpu_ctx)
     keys = [p.key(cpu_ctx.device_facts) for p in full]
     assert len(full) > len(small) and len(set(keys)) == len(keys)
+
+
+def test_a_vllm_decode_step_that_timing_noise_makes_negative_is_a_failed_point(cpu_ctx, monkeypatch):
+    """generate(1 + k) timed faster than generate(1): the difference resolves no step; the point fails, the run
+    goes on (InProcessJob turns the RuntimeError into a Failure)."""
+    import time
+    from types import SimpleNamespace
+
+    pytest.importorskip("vllm")
+    from calibration.jobs.decode import VllmDecoder
+
+    decoder = object.__new__(VllmDecoder)
+    decoder.vocab = 16
+    decoder.llm = SimpleNamespace(generate=lambda prompts, params, use_tqdm: time.sleep(0.02 / params.max_tokens))
+    with pytest.raises(RuntimeError, match="decode step not resolved"):
+        decoder.step_times(cpu_ctx, batch=1, context=4)
