@@ -242,7 +242,6 @@ def plan_cmd(
 ) -> None:
     """Search every valid layout pair, rank those that fit by predicted step time, write plan.json."""
     from twin.command_file import command_file_for
-    from twin.plan import save_plan
     from twin.profile import load_profile
     from twin.report import print_result
     from twin.sim.step import simulated
@@ -265,11 +264,7 @@ def plan_cmd(
 
             sc, base = load_case(scenario)
             plan = fixed_plan(sc, load_profile(profile) if profile else None, base, finalize=simulated)
-            save_plan(plan, output)
-            command_file.tell()
-            if as_json:
-                sys.stdout.write(plan.model_dump_json(by_alias=True, indent=2) + "\n")
-                _report_written(output, plan, command_file, make_console(stderr=True))
+            if _saved(plan, output, command_file, as_json):
                 return
             print_result(console, plan.predictions, sc.measured)
             print_uncertainty(console, plan.predictions)
@@ -318,11 +313,7 @@ def plan_cmd(
                           for _, o in searches for e in o.evaluated]
             pts = front(everything)
             plan = plan.model_copy(update={"pareto": pts})
-        save_plan(plan, output)
-        command_file.tell()
-        if as_json:
-            sys.stdout.write(plan.model_dump_json(by_alias=True, indent=2) + "\n")
-            _report_written(output, plan, command_file, make_console(stderr=True))
+        if _saved(plan, output, command_file, as_json):
             return
         sc = planner.sc
         wl = sc.workload
@@ -358,6 +349,19 @@ def plan_cmd(
                                               f"{sc.cluster.kind} cards: Pareto front (risk {risk})")
             console.print(f"wrote {png}")
         _report_written(output, plan, command_file)
+
+
+def _saved(plan: Plan, output: Path, command_file: CommandFile, as_json: bool) -> bool:
+    """Save the plan and tell the executor to write its command file; with --json, print the plan and the notes
+    (on stderr) and return True: nothing else is printed."""
+    from twin.plan import save_plan
+
+    save_plan(plan, output)
+    command_file.tell()
+    if as_json:
+        sys.stdout.write(plan.model_dump_json(by_alias=True, indent=2) + "\n")
+        _report_written(output, plan, command_file, make_console(stderr=True))
+    return as_json
 
 
 def _report_written(output: Path, plan: Plan, command_file: CommandFile, notes: Console | None = None) -> None:
