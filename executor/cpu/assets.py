@@ -32,10 +32,13 @@ SPLIT_PATTERN = (
 )
 VOCAB_SIZE = 512
 VOCAB_MULTIPLE = 256
-"""The model's vocabulary is the tokenizer's rounded up to this, as released checkpoints pad theirs (Qwen2.5:
-151,665 tokens, 151,936 rows). verl's Megatron engine builds mbridge without vocabulary padding and Megatron
-asserts the rows divide by TP; 256 = Megatron's padding multiple 128 x TP2, so that the plan's placement (which
-pads to 128 x TP) and the engine agree up to TP2 (twin/optimizations.py EXECUTOR_SUPPORT)."""
+"""The tokenizer is filled up with reserved special tokens to a multiple of this (as Qwen reserves extra tokens),
+and the model has one row per token. verl's Megatron engine builds mbridge without vocabulary padding and
+Megatron asserts the rows divide by TP; 256 = Megatron's padding multiple 128 x TP2, so that the plan's placement
+(which pads to 128 x TP) and the engine agree up to TP2 (twin/optimizations.py EXECUTOR_SUPPORT). Rows beyond the
+tokenizer instead would not do: vLLM samples and scores the tokenizer's ids only, and the rollout's and the
+trainer's log-probs then differ by about 4e-3 (measured on the FSDP2 loop; 2e-6 with every row a token)."""
+RESERVED_TOKEN = "<|reserved_{}|>"
 TOKENIZER_CORPUS = (2000, 1234)
 """(problems, seed) of the tokenizer's training corpus; independent of the model seed."""
 
@@ -76,6 +79,8 @@ def build_tokenizer():
     )
     backend.train_from_iterator(_tokenizer_corpus(), trainer)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN)
+    reserved = -len(tokenizer) % VOCAB_MULTIPLE
+    tokenizer.add_special_tokens({"additional_special_tokens": [RESERVED_TOKEN.format(i) for i in range(reserved)]})
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 
@@ -91,7 +96,7 @@ def make_tiny_model(out_dir: Path, seed: int = 0) -> Path:
     tokenizer.save_pretrained(out_dir)
     eos_id, pad_id = tokenizer.convert_tokens_to_ids([EOS_TOKEN, PAD_TOKEN])
     config = Qwen2Config(
-        vocab_size=-(-len(tokenizer) // VOCAB_MULTIPLE) * VOCAB_MULTIPLE,
+        vocab_size=len(tokenizer),
         tie_word_embeddings=False,
         bos_token_id=None,
         eos_token_id=eos_id,

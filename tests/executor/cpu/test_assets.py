@@ -43,8 +43,9 @@ def test_tokenizer_newline_is_one_token_and_chat_template_is_chatml(tiny_model: 
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     assert len(tokenizer.encode("\n", add_special_tokens=False)) == 1
-    rows = json.loads((tiny_model / "config.json").read_text())["vocab_size"]  # padded like released checkpoints
-    assert rows % VOCAB_MULTIPLE == 0 and rows - VOCAB_MULTIPLE < len(tokenizer) <= rows
+    rows = json.loads((tiny_model / "config.json").read_text())["vocab_size"]  # every row a token
+    assert len(tokenizer) == rows and rows % VOCAB_MULTIPLE == 0
+    assert tokenizer.convert_ids_to_tokens(rows - 1).startswith("<|reserved_")
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token == "<|endoftext|>"
     text = tokenizer.apply_chat_template(
         [{"role": "user", "content": "What is 2 + 3?"}], add_generation_prompt=True, tokenize=False

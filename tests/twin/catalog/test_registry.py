@@ -29,7 +29,7 @@ def test_catalog_lists_every_published_model_and_the_tiny_cpu_model():
 
 def test_tiny_model_count_by_hand():
     layer = (128 * 128 + 128) + 2 * (64 * 128 + 64) + 128 * 128 + 3 * 256 * 128 + 2 * 128  # q/k/v biases, MLP, norms
-    # untied embedding and head; the tokenizer's 359 tokens padded to 512 rows
+    # untied embedding and head; 512 rows: the tokenizer's 359 tokens and 153 reserved ones
     assert load_model("tiny").total_params() == 2 * 512 * 128 + 2 * layer + 128
 
 
