@@ -70,16 +70,19 @@ def plan(ctx: RunContext, names: list[str], done: set[str]) -> list[tuple[Job, l
 
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """Treat SIGTERM like Ctrl-C for the duration, so that both end the run the same clean way."""
+    """Treat SIGTERM and SIGINT as Ctrl-C for the duration, so that both end the run the same clean way. SIGINT
+    too: a process started with SIGINT ignored (a parent that ignored it, which the child inherits across exec)
+    would otherwise run on through Ctrl-C or `kill -INT`."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, action in previous.items():
+            signal.signal(sig, action)
 
 
 def run_jobs(ctx: RunContext, names: list[str], out: Path, console: Console) -> RunOutcome:

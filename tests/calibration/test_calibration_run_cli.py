@@ -43,6 +43,18 @@ def _alive(pid: int) -> bool:
     return stat.exists() and stat.read_text().split(") ")[-1][0] != "Z"
 
 
+def test_ctrl_c_ends_a_run_started_with_sigint_ignored(tmp_path):
+    """A parent that ignores SIGINT passes that on across exec; the run still ends cleanly on it."""
+    out = tmp_path / "m.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "calibration", "run", "gemm", "-o", str(out), "--repeats", "25",
+                             "--warmup", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    _wait_for_records(out, 1, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err
+
+
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 130), (signal.SIGKILL, -9)])
 def test_interrupted_run_resumes_without_loss_or_duplicates(tmp_path, sig, code, run_cli, popen_cli):
     out = tmp_path / "m.jsonl"
