@@ -263,3 +263,18 @@ def test_megatron_moe_tp2_pp2_ep2_to_vllm_tp2_ep4_bytes_from_the_engines_equal_t
     assert eng["tensors_per_rank"] == 1 + 4 * 11 + 2  # per layer q k v o, q/k norms, 2 fused experts, router, 2 norms
     # stage 0, EP rank 0: embedding + 2 layers of (QKV, proj, 4 norms, router + 4 local experts x fc1, fc2)
     assert report["train_engine"]["ranks"][0]["parameters"] == 1 + 2 * (7 + 4 * 2)
+
+
+@needs_engines
+def test_megatron_moe_expert_tp2_to_vllm_tp2_ep4_bytes_from_the_engines_equal_the_twins(
+        make_plan, tmp_path: Path) -> None:
+    # expert TP2 inside EP2 over the four ranks: each Megatron rank holds half of each projection of its EP half's
+    # four experts, each vLLM rank two whole experts; so each rank holds half of the experts it needs and receives
+    # the other half: 2 layers x 2 experts x (gate/up 32 x 64 + down 64 x 16) x 2 B / 2 = 12,288 B each (the twin)
+    (tmp_path / "config.json").write_text(json.dumps(MOE_CONFIG))
+    layout = Layout(train=TrainLayout(tp=2, pp=1, ep=2, etp=2), rollout=RolloutLayout(tp=2, dp=4, ep=4))
+    report = _check_reshard(make_plan, tmp_path, "qwen3-30b-a3b", layout, "--model-config",
+                            str(tmp_path / "config.json"))
+    assert report["layouts"]["train"]["etp"] == 2
+    eng = _assert_engines_agree_with_the_twin(report)
+    assert [r["received_bytes"] for r in eng["ranks"]] == [2 * 2 * (32 * 64 + 64 * 16) * 2 // 2] * 4 == [12_288] * 4
