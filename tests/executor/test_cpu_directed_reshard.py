@@ -53,3 +53,25 @@ def test_a_megatron_plan_the_backend_would_refuse_is_refused_before_launch(tmp_p
     (report,) = [r for r in target_for("cpu").build(plan, options, HostEnv()).optimizations
                  if r.id == "directed_reshard"]
     assert report.state == "refused" and "pads the 384 rows to a multiple of 128 x TP2 = 256" in report.detail
+
+
+@pytest.mark.skipif(installed_version(CPU_DIST) is None or installed_version("mbridge") is None,
+                    reason=f"{CPU_DIST} and mbridge are needed")
+def test_a_megatron_moe_plan_runs_at_ep2_and_is_refused_with_trainer_tp2_before_launch(tmp_path: Path) -> None:
+    """The MoE loop's plan (run for real by tests/executor/cpu/test_verl_megatron_loop.py): experts split EP2, MoE
+    layers unfused, the directed reshard applied; the same plan with the trainer at TP2 is refused with the reason
+    (megatron-core's MoE layer wants sequence parallelism with TP in training, which its CPU norms refuse)."""
+    from executor.errors import ExecutorError
+    from twin.planner import fixed_plan
+
+    scenario = load_scenario(REPO / "scenarios" / "cpu-tiny-moe-grpo-megatron.yaml")
+    options = LaunchOptions(workdir=tmp_path / "run", model_path=str(tmp_path / "model"), data_dir=tmp_path)
+    spec = target_for("cpu").build(fixed_plan(scenario), options, HostEnv())
+    assert {r.id: r.state for r in spec.optimizations}["directed_reshard"] == "applied"
+    m = "actor_rollout_ref.actor.megatron"
+    assert {f"{m}.expert_model_parallel_size=2", f"{m}.tensor_model_parallel_size=1",
+            f"+{m}.override_transformer_config.moe_grouped_gemm=False"} <= set(spec.overrides)
+    train = scenario.layout.train.model_copy(update={"tp": 2, "etp": 1})
+    tp2 = scenario.model_copy(update={"layout": scenario.layout.model_copy(update={"train": train})})
+    with pytest.raises(ExecutorError, match="refuses tensor parallelism without sequence parallelism"):
+        target_for("cpu").build(fixed_plan(tp2), options, HostEnv())
