@@ -127,7 +127,6 @@ class ExecutorSupport(BaseModel):
     train_engines: tuple[Literal["megatron", "fsdp"], ...] | None = None
     rollout_tp_max: int | None = None
     megatron_experts: bool = True  # False: refuses MoE models trained with Megatron
-    megatron_padded_vocab: bool = True  # False: the Megatron engine keeps the vocabulary unpadded
     where: str  # the executor code that enforces the limit at run time
 
 
@@ -135,18 +134,15 @@ EXECUTOR_SUPPORT: dict[str, ExecutorSupport] = {
     # executor/npu_opt/directed_reshard_backend.py: verl's FSDP2 trainer and verl's Megatron trainer (both ran in the
     # CPU loop into vLLM TP2, TP-split blocks loaded by executor/reshard/vllm_blocks.py). From Megatron: dense models
     # only in verl's weight sync (megatron-core's MoE dispatcher has no CPU patches, so verl's Megatron MoE trainer
-    # has not run; the MoE reader is checked by executor check-reshard), and only where the plan's vocabulary
-    # padding is none (below)
+    # has not run; the MoE reader is checked by executor check-reshard)
     "directed_reshard": ExecutorSupport(
-        train_engines=("fsdp", "megatron"), rollout_tp_max=None, megatron_experts=False, megatron_padded_vocab=False,
+        train_engines=("fsdp", "megatron"), rollout_tp_max=None, megatron_experts=False,
         where="executor/npu_opt/directed_reshard_backend.py (DirectedCheckpointEngine)"),
 }
 
 
 def executor_refusals(opt_id: str, layout: Layout, config: ModelConfig) -> list[str]:
     """Why the executor cannot run optimization `opt_id` with `layout` on model `config` (empty when it can)."""
-    from twin.cost_models.placement import MEGATRON_VOCAB_MULTIPLE
-
     support = EXECUTOR_SUPPORT.get(opt_id)
     if support is None:
         return []
@@ -161,10 +157,4 @@ def executor_refusals(opt_id: str, layout: Layout, config: ModelConfig) -> list[
     if train.engine == "megatron" and not support.megatron_experts and config.moe is not None:
         reasons.append("its Megatron MoE reader is checked only on megatron-core's local expert modules (Qwen3-MoE, "
                        "expert TP1, executor check-reshard); verl's Megatron MoE trainer has not run")
-    multiple = MEGATRON_VOCAB_MULTIPLE * train.tp
-    if train.engine == "megatron" and not support.megatron_padded_vocab and config.vocab_size % multiple:
-        reasons.append(f"verl's Megatron engine builds mbridge without vocabulary padding (verl 0.9.1 "
-                       f"workers/engine/megatron/transformer_impl.py, AutoBridge.from_config), the plan pads the "
-                       f"{config.vocab_size} rows to a multiple of 128 x TP{train.tp} = {multiple}: the embedding's "
-                       "and head's TP blocks would disagree")
     return [*reasons, f"enforced in {support.where}"] if reasons else []
