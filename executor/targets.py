@@ -12,6 +12,7 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from executor import env as run_env
 from executor.errors import ExecutorError
@@ -27,6 +28,9 @@ from executor.verl_config.trainer import runtime_env_overrides, trainer_override
 from executor.verl_config.workload import workload_overrides
 from twin.catalog.registry import load_config
 from twin.optimizations import executor_refusals
+
+if TYPE_CHECKING:
+    from executor.cpu.launch import MegatronSizes
 from twin.plan import Plan
 
 
@@ -141,7 +145,8 @@ class CpuTarget(Target):
                 seed=plan.scenario.seed, metrics_path=RunPaths(workdir=options.workdir).metrics,
                 rollout_tp=plan.layout.rollout.tp,
                 rollout_batching=(r.max_num_seqs, r.max_num_batched_tokens, r.enable_chunked_prefill),
-                megatron=(train.tp, train.pp) if train.engine == "megatron" else None)
+                megatron=self._megatron_sizes(plan) if train.engine == "megatron" else None,
+                rollout_ep=plan.layout.rollout.ep)
         except ValueError as exc:
             raise ExecutorError(f"cluster kind cpu: {exc}") from None
         env = {**env, **run_env.hook_env(patches, RunPaths(workdir=options.workdir).patch_reports,
@@ -181,13 +186,27 @@ class CpuTarget(Target):
         from executor.cpu import megatron_compat, megatron_verl_compat
 
         train = plan.layout.train
-        if train.ep > 1 or train.cp > 1 or train.vpp:
-            raise ExecutorError(f"cluster kind cpu: verl's Megatron trainer runs dense TP x PP layouts here, not "
-                                f"{train.short()}: megatron-core's MoE dispatcher and context parallelism have no "
-                                "CPU patches (executor/cpu/megatron_compat.py)")
+        if train.cp > 1 or train.vpp or train.moe_tp_extend_ep:
+            raise ExecutorError(f"cluster kind cpu: verl's Megatron trainer runs TP x PP x EP layouts here, not "
+                                f"{train.short()}: context parallelism, virtual stages and MindSpeed's "
+                                "moe_tp_extend_ep have no CPU path (executor/cpu/megatron_compat.py)")
+        if load_config(plan.scenario.model).moe is not None and train.tp > 1:
+            raise ExecutorError(f"cluster kind cpu: the MoE model trains with TP{train.tp}: megatron-core's MoE layer "
+                                "refuses tensor parallelism without sequence parallelism in training "
+                                "(megatron/core/transformer/moe/moe_layer.py:380), and its local spec's norms refuse "
+                                "sequence parallelism (megatron/core/transformer/torch_norm.py:32); use TP1 with EP")
         return (*CpuTarget._patches([*megatron_compat.PATCHES, *megatron_verl_compat.PATCHES], plan, host,
                                     "the trainer is verl's Megatron engine", "requirements/megatron.txt"),
                 f"megatron-core {host.version('megatron-core')} (mbridge {host.version('mbridge')})")
+
+    @staticmethod
+    def _megatron_sizes(plan: Plan) -> MegatronSizes:
+        """The plan's Megatron sizes as executor/cpu/launch.py takes them."""
+        from executor.cpu.launch import MegatronSizes
+
+        t = plan.layout.train
+        return MegatronSizes(tp=t.tp, pp=t.pp, ep=t.ep, etp=t.expert_tp,
+                             moe=load_config(plan.scenario.model).moe is not None)
 
     @staticmethod
     def _patches(patches: list, plan: Plan, host: HostEnv, engine: str, install: str) -> tuple[list, list[str]]:

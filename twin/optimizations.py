@@ -126,17 +126,20 @@ class ExecutorSupport(BaseModel):
 
     train_engines: tuple[Literal["megatron", "fsdp"], ...] | None = None
     rollout_tp_max: int | None = None
-    megatron_experts: bool = True  # False: refuses MoE models trained with Megatron
+    megatron_model_types: tuple[str, ...] | None = None  # the model types whose Megatron shards it reads; None: any
     where: str  # the executor code that enforces the limit at run time
 
 
 EXECUTOR_SUPPORT: dict[str, ExecutorSupport] = {
     # executor/npu_opt/directed_reshard_backend.py: verl's FSDP2 trainer and verl's Megatron trainer (both ran in the
-    # CPU loop into vLLM TP2, TP-split blocks loaded by executor/reshard/vllm_blocks.py). From Megatron: dense models
-    # only in verl's weight sync (megatron-core's MoE dispatcher has no CPU patches, so verl's Megatron MoE trainer
-    # has not run; the MoE reader is checked by executor check-reshard)
+    # CPU loop into vLLM TP2, TP-split blocks loaded by executor/reshard/vllm_blocks.py; the Megatron MoE trainer with
+    # EP2 into vLLM replicas holding every expert).
+    # From Megatron it reads the model types whose mbridge bridges executor/reshard/megatron_blocks.py traces
+    # (executor/reshard/megatron_source.py SUPPORTED, the same list); DeepSeek-V3's bridge (MLA, shared experts, MTP)
+    # names and converts weights its own way and is not traced
     "directed_reshard": ExecutorSupport(
-        train_engines=("fsdp", "megatron"), rollout_tp_max=None, megatron_experts=False,
+        train_engines=("fsdp", "megatron"), rollout_tp_max=None,
+        megatron_model_types=("qwen2", "qwen3", "llama", "qwen3_moe"),
         where="executor/npu_opt/directed_reshard_backend.py (DirectedCheckpointEngine)"),
 }
 
@@ -154,7 +157,9 @@ def executor_refusals(opt_id: str, layout: Layout, config: ModelConfig) -> list[
     if support.rollout_tp_max is not None and layout.rollout.tp > support.rollout_tp_max:
         reasons.append(f"it feeds rollout TP <= {support.rollout_tp_max} only, the layout's rollout has "
                        f"TP{layout.rollout.tp}")
-    if train.engine == "megatron" and not support.megatron_experts and config.moe is not None:
-        reasons.append("its Megatron MoE reader is checked only on megatron-core's local expert modules (Qwen3-MoE, "
-                       "expert TP1, executor check-reshard); verl's Megatron MoE trainer has not run")
+    types = support.megatron_model_types
+    if train.engine == "megatron" and types is not None and config.model_type not in types:
+        reasons.append(f"its Megatron reader traces mbridge's bridges of {', '.join(types)} models only, not "
+                       f"{config.model_type} (ran: dense and Qwen3-MoE experts in the CPU loop and executor "
+                       "check-reshard)")
     return [*reasons, f"enforced in {support.where}"] if reasons else []

@@ -50,6 +50,18 @@ MODEL_SHAPE = {
     "num_key_value_heads": 2,
     "max_position_embeddings": 512,
 }
+MOE_SHAPE = {
+    "head_dim": 32,
+    "moe_intermediate_size": 128,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "norm_topk_prob": True,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+}
+"""The MoE variant (`tiny-moe`, Qwen3-MoE architecture): every layer's MLP is 4 routed experts, top-2, as the
+recipes' MoE models route; the same attention, vocabulary and tokenizer as the dense one."""
+TINY_MODELS = ("tiny", "tiny-moe")  # the twin's catalog names of what make_tiny_model writes
 
 
 def _tokenizer_corpus() -> list[str]:
@@ -85,17 +97,21 @@ def build_tokenizer():
     return tokenizer
 
 
-def make_tiny_model(out_dir: Path, seed: int = 0) -> Path:
-    """Write the tiny Qwen2 model and its tokenizer to `out_dir` (same bytes for the same seed)."""
+def make_tiny_model(out_dir: Path, seed: int = 0, model: str = "tiny") -> Path:
+    """Write the tiny model `model` (one of TINY_MODELS: Qwen2, or Qwen3-MoE) and its tokenizer to `out_dir`
+    (same bytes for the same seed)."""
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
+    if model not in TINY_MODELS:
+        raise ValueError(f"unknown tiny model {model!r}; choose one of {', '.join(TINY_MODELS)}")
+    moe = model == "tiny-moe"
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
     tokenizer.save_pretrained(out_dir)
     eos_id, pad_id = tokenizer.convert_tokens_to_ids([EOS_TOKEN, PAD_TOKEN])
-    config = Qwen2Config(
+    config = (Qwen3MoeConfig if moe else Qwen2Config)(
         vocab_size=len(tokenizer),
         tie_word_embeddings=False,
         bos_token_id=None,
@@ -103,9 +119,10 @@ def make_tiny_model(out_dir: Path, seed: int = 0) -> Path:
         pad_token_id=pad_id,
         dtype="float32",
         **MODEL_SHAPE,
+        **(MOE_SHAPE if moe else {}),
     )
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config)
+    model = (Qwen3MoeForCausalLM if moe else Qwen2ForCausalLM)(config)
     model.save_pretrained(out_dir, safe_serialization=True)
     GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id).save_pretrained(out_dir)
     return out_dir

@@ -20,21 +20,26 @@ def cpu_assets(
     = WARM_START_STEPS,
     train_problems: Annotated[int, typer.Option(min=1)] = 64,
     test_problems: Annotated[int, typer.Option(min=1)] = 8,
+    model: Annotated[str, typer.Option(help="tiny (Qwen2) or tiny-moe (Qwen3-MoE, 4 experts, top-2): the plan's "
+                                            "model")] = "tiny",
 ) -> None:
-    """Write the tiny Qwen2 model and a maths dataset in verl's parquet format, offline; then run
+    """Write a tiny model (dense Qwen2, or Qwen3-MoE) and a maths dataset in verl's parquet format, offline; then run
     `executor run PLAN --model-path DIR/model --data-dir DIR/data` on a plan for cluster kind cpu."""
     from rich.console import Console
 
-    from executor.cpu.assets import make_math_dataset, make_tiny_model
+    from executor.cpu.assets import TINY_MODELS, make_math_dataset, make_tiny_model
     from executor.cpu.math_problems import make_problems
     from executor.cpu.warm_start import warm_start
     from twin.errors import TwinError
 
+    if model not in TINY_MODELS:
+        raise TwinError(f"--model {model!r}: choose one of {', '.join(TINY_MODELS)}")
     if (out_dir / "model").exists() or (out_dir / "data").exists():
         raise TwinError(f"{out_dir} already holds model/ or data/; choose an empty directory")
-    model = make_tiny_model(out_dir / "model", seed=seed)
+    model_dir = make_tiny_model(out_dir / "model", seed=seed, model=model)
     if warm_start_steps:
-        warm_start(model, make_problems(1000, seed=seed + 1, kinds=("identity",)), steps=warm_start_steps, seed=seed)
+        problems = make_problems(1000, seed=seed + 1, kinds=("identity",))
+        warm_start(model_dir, problems, steps=warm_start_steps, seed=seed)
     train, test = make_math_dataset(out_dir / "data", n_train=train_problems, n_test=test_problems, seed=seed,
                                     kinds=("identity",))
-    Console().print(f"model: {model}\ndata: {train}, {test}", highlight=False)
+    Console().print(f"model: {model_dir}\ndata: {train}, {test}", highlight=False)

@@ -27,7 +27,9 @@ What the settings do (verl 0.9.1):
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
+from executor.cpu.megatron_compat import MOE_ON_CPU
 from executor.cpu.names import PLATFORM_NAME, PLUGIN_MODULE
 from executor.cpu.vllm_compat import ROLLOUT_CONFIG
 
@@ -57,6 +59,18 @@ REWARD_METRICS = ("critic/score/mean", "critic/rewards/mean")
 THROUGHPUT_METRIC = "perf/throughput"
 
 
+class MegatronSizes(NamedTuple):
+    """The trainer's parallel sizes on verl's Megatron engine; `moe`: the model routes tokens to experts."""
+
+    tp: int
+    pp: int = 1
+    ep: int = 1
+    etp: int = 1
+    moe: bool = False
+
+
+
+
 def reward_function_path() -> Path:
     """The file verl loads the MATH reward from (reward.custom_reward_function.path)."""
     from executor import reward
@@ -80,23 +94,29 @@ def cpu_run_config(
     metrics_path: Path | None = None,
     rollout_tp: int = 1,
     rollout_batching: tuple[int, int, bool] = (32, 8192, False),
-    megatron: tuple[int, int] | None = None,
+    megatron: MegatronSizes | None = None,
+    rollout_ep: int = 1,
 ) -> tuple[list[str], dict[str, str]]:
     """Hydra overrides for `python -m verl.trainer.main_ppo` and the environment to add to the caller's.
 
     `rollout_batching` is the plan's (max_num_seqs, max_num_batched_tokens, enable_chunked_prefill), which
-    the vLLM rollout runs with. `megatron` is the trainer's (TP, PP) on verl's Megatron engine; None trains
-    with FSDP2.
+    the vLLM rollout runs with, `rollout_ep` its expert parallelism (1: none). `megatron` is the trainer's sizes on
+    verl's Megatron engine; None trains with FSDP2.
     """
     if steps < 1 or world < 1 or n < 2 or batch_prompts < 1:
         raise ValueError(
             f"need steps >= 1, world >= 1, n >= 2 (GRPO groups), batch_prompts >= 1; got "
             f"steps={steps}, world={world}, n={n}, batch_prompts={batch_prompts}"
         )
-    if megatron is not None and (min(megatron) < 1 or world % (megatron[0] * megatron[1])):
-        raise ValueError(f"Megatron TP{megatron[0]} x PP{megatron[1]} does not divide the {world} ranks")
+    if megatron is not None:
+        m = megatron
+        if min(m.tp, m.pp, m.ep, m.etp) < 1 or world % (m.tp * m.pp) or world % (m.ep * m.etp * m.pp):
+            raise ValueError(f"Megatron TP{m.tp} x PP{m.pp} (experts EP{m.ep} x ETP{m.etp}) does not divide the "
+                             f"{world} ranks")
     if rollout_tp < 1 or world % rollout_tp:
         raise ValueError(f"rollout TP{rollout_tp} does not divide the {world} ranks")
+    if rollout_ep < 1 or (rollout_ep > 1 and (world % rollout_ep or rollout_ep % rollout_tp)):
+        raise ValueError(f"rollout EP{rollout_ep} must divide the {world} ranks and be a multiple of TP{rollout_tp}")
     if (batch_prompts * n) % world:
         raise ValueError(f"batch_prompts * n = {batch_prompts * n} responses do not divide over {world} ranks")
     workdir = Path(workdir).resolve()
@@ -121,7 +141,7 @@ def cpu_run_config(
         "actor_rollout_ref.model.enable_gradient_checkpointing=False",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
         # actor: FSDP2 (float32) or Megatron-core (bf16) on CPU ranks, one mini-batch per step
-        *(_megatron_actor(*megatron, seed) if megatron else _fsdp_actor(seed)),
+        *(_megatron_actor(megatron, seed) if megatron else _fsdp_actor(seed)),
         "actor_rollout_ref.actor.use_torch_compile=False",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={batch_prompts}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={responses_per_rank}",
@@ -133,6 +153,10 @@ def cpu_run_config(
         "actor_rollout_ref.rollout.mode=async",
         f"actor_rollout_ref.rollout.n={n}",
         f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout_tp}",
+        # expert parallelism: one vLLM instance spans EP ranks, EP / TP data-parallel ranks of it (verl requires
+        # expert_parallel_size = TP x DP)
+        f"actor_rollout_ref.rollout.expert_parallel_size={rollout_ep}",
+        f"actor_rollout_ref.rollout.data_parallel_size={rollout_ep // rollout_tp if rollout_ep > 1 else 1}",
         "actor_rollout_ref.rollout.dtype=float32",
         "actor_rollout_ref.rollout.load_format=dummy",
         "actor_rollout_ref.rollout.calculate_log_probs=True",
@@ -186,21 +210,23 @@ def _fsdp_actor(seed: int) -> list[str]:
             f"+{fsdp}.mixed_precision={{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}}", f"{fsdp}.seed={seed}"]
 
 
-def _megatron_actor(tp: int, pp: int, seed: int) -> list[str]:
+def _megatron_actor(sizes: MegatronSizes, seed: int) -> list[str]:
     """verl's Megatron engine through mbridge, as the recipes build it, with what megatron-core needs on CPU:
     bf16 (verl's McoreEngineConfig accepts bf16 and fp16 only), CPU initialisation, no fused kernels, no
     sequence parallelism (torch's RMSNorm refuses it), padded batches (remove-padding needs Transformer Engine's
-    packed attention), verl's default distributed optimizer; the CPU patches are executor/cpu/megatron_compat.py
-    and megatron_verl_compat.py."""
+    packed attention), verl's default distributed optimizer, and for MoE models `MOE_ON_CPU`; the CPU patches are
+    executor/cpu/megatron_compat.py and megatron_verl_compat.py."""
     m = "actor_rollout_ref.actor.megatron"
+    moe = [f"+{m}.override_transformer_config.{k}={v}" for k, v in MOE_ON_CPU.items()] if sizes.moe else []
     # mbridge turns sequence parallelism on whenever TP > 1 (mbridge/core/llm_bridge.py): off again here
     unfused = ("masked_softmax_fusion", "gradient_accumulation_fusion", "bias_dropout_fusion", "apply_rope_fusion",
                "sequence_parallel")
     return ["model_engine=megatron", f"{m}.use_mbridge=True", f"{m}.vanilla_mbridge=True",
-            f"{m}.tensor_model_parallel_size={tp}", f"{m}.pipeline_model_parallel_size={pp}",
+            f"{m}.tensor_model_parallel_size={sizes.tp}", f"{m}.pipeline_model_parallel_size={sizes.pp}",
+            f"{m}.expert_model_parallel_size={sizes.ep}", f"{m}.expert_tensor_parallel_size={sizes.etp}",
             f"{m}.sequence_parallel=False", f"{m}.use_distributed_optimizer=True", f"{m}.use_remove_padding=False",
             f"{m}.seed={seed}", f"+{m}.override_transformer_config.use_cpu_initialization=True",
-            *(f"+{m}.override_transformer_config.{k}=False" for k in unfused)]
+            *(f"+{m}.override_transformer_config.{k}=False" for k in unfused), *moe]
 
 
 def _vllm_rollout(max_len: int, max_num_seqs: int, max_num_batched_tokens: int, chunked_prefill: bool) -> list[str]:

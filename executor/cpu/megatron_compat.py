@@ -18,10 +18,18 @@ forward pass does:
   (megatron/core/transformer/utils.py `get_default_causal_mask`, imported by name into
   megatron/core/fusions/fused_softmax.py); on CPU the mask is built on CPU.
 
-The MoE all-to-all dispatcher needs more (it creates a CUDA stream when built,
-megatron/core/transformer/moe/token_dispatcher.py:445, and its split sizes on CPU); it is not patched here:
-executor/cpu/megatron_model.py builds MoE layers with the all-gather dispatcher, for loading and resharding
-weights (a forward through MoE layers is not run on CPU here).
+- `megatron_cpu_moe`: the MoE router moves its weights and builds its buffers on `torch.cuda.current_device()`
+  (megatron/core/transformer/moe/router.py `TopKRouter.__init__`, `Router.gating`); its gating GEMM calls
+  Transformer Engine's `te_general_gemm`, a name megatron-core 0.16.1 leaves undefined without Transformer Engine
+  (megatron/core/transformer/moe/moe_utils.py:1192, `RouterGatingLinearFunction.forward`), replaced by torch's
+  linear in the router's dtype; the all-to-all token dispatcher (the one verl and mbridge choose) creates a CUDA
+  stream when built (megatron/core/transformer/moe/token_dispatcher.py:445, `MoEAlltoAllTokenDispatcher.__init__`)
+  and copies its split sizes to the host on it (`_maybe_dtoh_and_synchronize`): on CPU there is no stream and the
+  split sizes become host arrays in place; the collectives' output buffers are allocated on the current CUDA device
+  (megatron/core/tensor_parallel/mappings.py), which on CPU is the host. Uneven token counts per rank, as verl's
+  batches have, go through the all-to-all with uneven splits over gloo.
+
+MoE layers run on CPU with `MOE_ON_CPU` (below).
 """
 
 from __future__ import annotations
@@ -34,6 +42,12 @@ from executor.npu_opt.base import ApplyContext, Availability, Optimization, Patc
 from executor.npu_opt.host import HostEnv
 
 DIST = "megatron-core"
+MOE_ON_CPU = {"moe_grouped_gemm": False, "bias_activation_fusion": False, "persist_layer_norm": False}
+"""What megatron-core's MoE layers run with on CPU, beyond the patches: one SequentialMLP module per local expert
+(mbridge asks for grouped GEMM, which needs Transformer Engine) and unfused activation and norm kernels. The token
+dispatcher is the all-to-all one that verl and mbridge choose (`megatron_cpu_moe` makes it run on CPU). None of them
+changes where a weight lives or what it computes."""
+
 RNG_FORK = PatchTarget(module="megatron.core.tensor_parallel.random", attribute="CudaRNGStatesTracker.fork",
                        dist=DIST)
 ROTARY_EMB = PatchTarget(module="megatron.core.models.common.embeddings.rotary_pos_embedding",
@@ -41,6 +55,16 @@ ROTARY_EMB = PatchTarget(module="megatron.core.models.common.embeddings.rotary_p
 MEMORY_BUFFER = PatchTarget(module="megatron.core.utils", attribute="GlobalMemoryBuffer.get_tensor", dist=DIST)
 CAUSAL_MASK = PatchTarget(module="megatron.core.fusions.fused_softmax", attribute="get_default_causal_mask",
                           dist=DIST)
+ROUTER = "megatron.core.transformer.moe.router"
+ROUTER_INIT = PatchTarget(module=ROUTER, attribute="TopKRouter.__init__", dist=DIST)
+ROUTER_GATING = PatchTarget(module=ROUTER, attribute="Router.gating", dist=DIST)
+ROUTER_GEMM = PatchTarget(module=ROUTER, attribute="router_gating_linear", dist=DIST)
+GATHERS = PatchTarget(module="megatron.core.tensor_parallel.mappings", attribute="torch", dist=DIST)
+DISPATCHER = "megatron.core.transformer.moe.token_dispatcher"
+ALLTOALL_INIT = PatchTarget(module=DISPATCHER, attribute="MoEAlltoAllTokenDispatcher.__init__", dist=DIST)
+ALLTOALL_DTOH = PatchTarget(module=DISPATCHER, attribute="MoEAlltoAllTokenDispatcher._maybe_dtoh_and_synchronize",
+                            dist=DIST)
+HOST_STREAM = "host (no CUDA stream)"
 
 
 def _cpu_fork(_original: Callable) -> Callable:
@@ -51,21 +75,62 @@ def _cpu_fork(_original: Callable) -> Callable:
     return fork
 
 
-def _current_device_cpu(original: Callable) -> Callable:
-    """`original` with `torch.cuda.current_device()` answering "cpu" while it runs (its one CUDA call)."""
+def _current_device_cpu(original: Callable, *, modules_stay: bool = False) -> Callable:
+    """`original` with `torch.cuda.current_device()` answering "cpu" while it runs (its CUDA calls), and with
+    `modules_stay` `Module.cuda()` a no-op as well."""
 
     @functools.wraps(original)
     def on_cpu(*args: object, **kwargs: object) -> object:
         import torch
 
-        current = torch.cuda.current_device
+        current, to_cuda = torch.cuda.current_device, torch.nn.Module.cuda
         torch.cuda.current_device = lambda: "cpu"
+        if modules_stay:
+            torch.nn.Module.cuda = lambda module, *_a, **_k: module
         try:
             return original(*args, **kwargs)
         finally:
-            torch.cuda.current_device = current
+            torch.cuda.current_device, torch.nn.Module.cuda = current, to_cuda
 
     return on_cpu
+
+
+def _no_dtoh_stream(original: Callable) -> Callable:
+    """The all-to-all dispatcher's constructor without the CUDA stream its device-to-host copies run on."""
+
+    @functools.wraps(original)
+    def init(self: object, *args: object, **kwargs: object) -> None:
+        owner = next(c for c in type(self).__mro__ if "cuda_dtoh_stream" in vars(c))
+        if owner.cuda_dtoh_stream is None:
+            owner.cuda_dtoh_stream = HOST_STREAM
+        original(self, *args, **kwargs)
+
+    return init
+
+
+def _host_splits(_original: Callable) -> Callable:
+    """On CPU the split sizes are host tensors already; at the point where the CUDA path copies them to the host,
+    they become the numpy arrays the all-to-all calls read (`.tolist()`), with no stream to synchronise."""
+
+    def _maybe_dtoh_and_synchronize(self: object, point: str, tokens_per_expert: object = None) -> object:
+        if not self.drop_and_pad and point == self.cuda_dtoh_point:
+            for name in ("input_splits", "output_splits", "output_splits_tp"):
+                value = getattr(self, name)
+                if hasattr(value, "numpy"):
+                    setattr(self, name, value.numpy())
+        return tokens_per_expert
+
+    return _maybe_dtoh_and_synchronize
+
+
+def _plain_router_gemm(_original: Callable) -> Callable:
+    def router_gating_linear(inp: object, weight: object, bias: object, router_dtype: object) -> object:
+        import torch
+
+        return torch.nn.functional.linear(inp.to(router_dtype), weight.to(router_dtype),
+                                          None if bias is None else bias.to(router_dtype))
+
+    return router_gating_linear
 
 
 def _cpu_causal_mask(_original: Callable) -> Callable:
@@ -77,58 +142,104 @@ def _cpu_causal_mask(_original: Callable) -> Callable:
     return get_default_causal_mask
 
 
+class _HostCuda:
+    """`torch.cuda` as a CPU module sees it: the current device is the host; the cache has nothing to free."""
+
+    def __init__(self, cuda: object) -> None:
+        self._cuda = cuda
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._cuda, name)
+
+    @staticmethod
+    def current_device() -> str:
+        return "cpu"
+
+    @staticmethod
+    def empty_cache() -> None:
+        return None
+
+
+class _HostTorch:
+    """`torch` for one Megatron module on CPU: tensors asked for on 'cuda' are made on the host."""
+
+    def __init__(self, torch: object) -> None:
+        self._torch = torch
+        self.cuda = _HostCuda(torch.cuda)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._torch, name)
+
+    def tensor(self, *args: object, device: object = None, **kwargs: object) -> object:
+        return self._torch.tensor(*args, device=_host(device), **kwargs)
+
+    def zeros(self, *args: object, device: object = None, **kwargs: object) -> object:
+        return self._torch.zeros(*args, device=_host(device), **kwargs)
+
+
+def _host(device: object) -> object:
+    return "cpu" if device is not None and str(device).startswith("cuda") else device
+
+
+def _host_torch(original: object) -> object:
+    return _HostTorch(original)
+
+
 class _MegatronCpuPatch(Optimization):
-    """One named megatron-core patch: a target and the factory that replaces it."""
+    """One named megatron-core patch: the targets it replaces, each with the factory of its replacement."""
 
     mechanism = "patch"
     worker_dists = (DIST,)
-    target: PatchTarget
-    factory: Callable[[Callable], Callable]
+    patches: tuple[tuple[PatchTarget, Callable], ...]
     what: str
 
     def detect(self, host: HostEnv) -> Availability:
-        return self.detect_patch(host, [self.target])
+        return self.detect_patch(host, [t for t, _ in self.patches])
 
     def apply_config(self, ctx: ApplyContext) -> str:
         ctx.request_patch(self.id)
-        return f"worker hook patches {self.target.label} ({self.what})"
+        return f"worker hook patches {', '.join(t.label for t, _ in self.patches)} ({self.what})"
 
     def apply_in_worker(self) -> WorkerPatchResult:
         from executor.npu_opt.patching import install
 
-        return install(self.id, [(self.target, type(self).factory)])
+        return install(self.id, list(self.patches))
 
 
 class MegatronCpuRngTracker(_MegatronCpuPatch):
     id = "megatron_cpu_rng_tracker"
-    target = RNG_FORK
-    factory = staticmethod(_cpu_fork)
+    patches = ((RNG_FORK, _cpu_fork),)
     what = "the RNG fork keeps the CPU generator"
 
 
 class MegatronCpuRotary(_MegatronCpuPatch):
     id = "megatron_cpu_rotary"
-    target = ROTARY_EMB
-    factory = staticmethod(_current_device_cpu)
+    patches = ((ROTARY_EMB, _current_device_cpu),)
     what = "inv_freq stays on CPU"
 
 
 class MegatronCpuMemoryBuffer(_MegatronCpuPatch):
     id = "megatron_cpu_memory_buffer"
-    target = MEMORY_BUFFER
-    factory = staticmethod(_current_device_cpu)
+    patches = ((MEMORY_BUFFER, _current_device_cpu),)
     what = "attention's scratch buffer allocated on CPU"
 
 
 class MegatronCpuCausalMask(_MegatronCpuPatch):
     id = "megatron_cpu_causal_mask"
-    target = CAUSAL_MASK
-    factory = staticmethod(_cpu_causal_mask)
+    patches = ((CAUSAL_MASK, _cpu_causal_mask),)
     what = "causal mask built on CPU"
 
 
+class MegatronCpuMoe(_MegatronCpuPatch):
+    id = "megatron_cpu_moe"
+    patches = ((ROUTER_INIT, _current_device_cpu), (ROUTER_GATING, _current_device_cpu),
+               (ROUTER_GEMM, _plain_router_gemm), (GATHERS, _host_torch), (ALLTOALL_INIT, _no_dtoh_stream),
+               (ALLTOALL_DTOH, _host_splits))
+    what = "the MoE router and the all-to-all token dispatcher on CPU; the gating GEMM is torch's"
+
+
 PATCHES: tuple[Optimization, ...] = (MegatronCpuRngTracker(), MegatronCpuRotary(), MegatronCpuMemoryBuffer(),
-                                     MegatronCpuCausalMask())
+                                     MegatronCpuCausalMask(), MegatronCpuMoe())
 
 
 def apply_all() -> list[WorkerPatchResult]:

@@ -12,8 +12,8 @@ rank's part (`_weight_split_across_tp`), the path mbridge's own `load_weights` t
 Dense and MoE models of the families mbridge knows (Qwen2/Qwen3/Llama, Qwen3-MoE). MoE layers are
 built with expert parallelism `ep` and expert TP `etp` (Megatron's default: the TP size) as Megatron's local
 SequentialMLP, one module per local expert (mbridge's grouped-GEMM default needs Transformer Engine), with the
-all-gather token dispatcher (`MOE_LOCAL`); building and loading them needs no CUDA (a forward through them is
-not run here). Sequence parallelism is off (torch's RMSNorm refuses it; it does not change where weights live).
+settings of executor/cpu/megatron_compat.py `MOE_ON_CPU`, which verl's Megatron engine runs with on CPU. Sequence
+parallelism is off (torch's RMSNorm refuses it; it does not change where weights live).
 The vocabulary is not padded: the bridge is built as verl's Megatron engine builds it, without
 make_vocab_size_divisible_by (twin/cost_models/placement.py TRAIN_VOCAB_MULTIPLE says where), so TP must divide it.
 """
@@ -30,12 +30,7 @@ if TYPE_CHECKING:
 
     from twin.catalog.inventory import Block
 
-MOE_LOCAL = {"moe_grouped_gemm": False, "bias_activation_fusion": False, "persist_layer_norm": False,
-             "moe_token_dispatcher_type": "allgather", "variable_seq_lengths": False}
-"""MoE settings the local (non-Transformer-Engine) spec builds on CPU: one SequentialMLP module per expert, unfused;
-the all-gather dispatcher, since mbridge's all-to-all one creates a CUDA stream when it is built
-(megatron/core/transformer/moe/token_dispatcher.py:445, MoEAlltoAllTokenDispatcher.__init__), and fixed sequence
-lengths, which the all-gather dispatcher requires. None of them changes where a weight lives."""
+EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts")  # config.json's names of the expert count
 
 
 class MegatronModelError(Exception):
@@ -63,7 +58,7 @@ class MegatronCpuModel:
         from megatron.core.models.gpt.gpt_model import GPTModel
         from transformers import AutoConfig
 
-        from executor.cpu.megatron_compat import apply_all
+        from executor.cpu.megatron_compat import MOE_ON_CPU, apply_all
 
         apply_all()
         fields = {k: v for k, v in hf_config.items() if k != "model_type"}
@@ -84,7 +79,7 @@ class MegatronCpuModel:
             raise MegatronModelError(f"mbridge has no bridge for model type {hf_config['model_type']!r}") from exc
         bridge.set_extra_args(use_cpu_initialization=True, masked_softmax_fusion=False, sequence_parallel=False,
                               gradient_accumulation_fusion=False, bias_dropout_fusion=False, apply_rope_fusion=False,
-                              **MOE_LOCAL if hf_config.get("num_experts") or hf_config.get("n_routed_experts") else {})
+                              **MOE_ON_CPU if any(hf_config.get(k) for k in EXPERT_COUNTS) else {})
         rope = (getattr(config, "rope_parameters", None) or {}).get("rope_theta") or config.rope_theta
         model = GPTModel(config=bridge.config,
                          transformer_layer_spec=get_gpt_decoder_block_spec(bridge.config, use_transformer_engine=False),

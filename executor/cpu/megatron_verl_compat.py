@@ -14,8 +14,10 @@ worker like the others.
   (`input_layernorm`, `pre_mlp_layernorm`), which mbridge's name mappings and converters (mbridge/core/bridge.py
   `Bridge._weight_name_mapping_mcore_to_hf`, `_weight_to_mcore_format`, `_weight_to_hf_format`,
   `_weight_split_across_tp`, `_weight_merge_across_tp`) know only under Transformer Engine's fused names; the
-  names are translated on the way in (executor/reshard/megatron_blocks.py `te_name`). Models whose bridge
-  overrides these methods (DeepSeek-V3, GLM) are not covered.
+  names are translated on the way in (executor/reshard/megatron_blocks.py `mbridge_name`), and so are the local
+  experts of MoE layers (`local_experts.i`, which mbridge knows only as Transformer Engine's grouped `weight<g>`,
+  with g the global expert index of this EP rank's expert i). Models whose bridge overrides these methods
+  (DeepSeek-V3, GLM) are not covered.
 - `megatron_cpu_host_tensors`: Megatron's mixed-precision optimizer, gradient clipping and pipeline schedules
   create their scalars with `device='cuda'` (megatron/core/optimizer/optimizer.py, distrib_optimizer.py,
   clip_grads.py, megatron/core/pipeline_parallel/schedules.py `total_num_tokens`, the gradient norm of
@@ -31,9 +33,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from executor.cpu.megatron_compat import DIST, _MegatronCpuPatch
-from executor.npu_opt.base import Availability, Optimization, PatchTarget, WorkerPatchResult
-from executor.npu_opt.host import HostEnv
+from executor.cpu.megatron_compat import DIST, _current_device_cpu, _host_torch, _MegatronCpuPatch
+from executor.npu_opt.base import Optimization, PatchTarget
 
 MBRIDGE = "mbridge"
 RNG_ADD = PatchTarget(module="megatron.core.tensor_parallel.random", attribute="CudaRNGStatesTracker.add", dist=DIST)
@@ -75,74 +76,18 @@ def _cpu_rng_add(_original: Callable) -> Callable:
 
 def _built_on_cpu(original: Callable) -> Callable:
     """`original` with `torch.cuda.current_device()` answering "cpu" and `Module.cuda()` a no-op while it runs."""
-
-    @functools.wraps(original)
-    def on_cpu(*args: object, **kwargs: object) -> object:
-        import torch
-
-        current, to_cuda = torch.cuda.current_device, torch.nn.Module.cuda
-        torch.cuda.current_device = lambda: "cpu"
-        torch.nn.Module.cuda = lambda module, *_a, **_k: module
-        try:
-            return original(*args, **kwargs)
-        finally:
-            torch.cuda.current_device, torch.nn.Module.cuda = current, to_cuda
-
-    return on_cpu
+    return _current_device_cpu(original, modules_stay=True)
 
 
 def _te_named(original: Callable) -> Callable:
     """A Bridge method whose first argument is a Megatron parameter name, called with mbridge's spelling of it."""
-    from executor.reshard.megatron_blocks import te_name
+    from executor.reshard.megatron_blocks import mbridge_name
 
     @functools.wraps(original)
     def translated(self: object, name: str, *args: object, **kwargs: object) -> object:
-        return original(self, te_name(name), *args, **kwargs)
+        return original(self, mbridge_name(self, name), *args, **kwargs)
 
     return translated
-
-
-class _HostCuda:
-    """`torch.cuda` as a CPU module sees it: the current device is the host; the cache has nothing to free."""
-
-    def __init__(self, cuda: object) -> None:
-        self._cuda = cuda
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._cuda, name)
-
-    @staticmethod
-    def current_device() -> str:
-        return "cpu"
-
-    @staticmethod
-    def empty_cache() -> None:
-        return None
-
-
-class _HostTorch:
-    """`torch` for one Megatron module on CPU: tensors asked for on 'cuda' are made on the host."""
-
-    def __init__(self, torch: object) -> None:
-        self._torch = torch
-        self.cuda = _HostCuda(torch.cuda)
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._torch, name)
-
-    def tensor(self, *args: object, device: object = None, **kwargs: object) -> object:
-        return self._torch.tensor(*args, device=_host(device), **kwargs)
-
-    def zeros(self, *args: object, device: object = None, **kwargs: object) -> object:
-        return self._torch.zeros(*args, device=_host(device), **kwargs)
-
-
-def _host(device: object) -> object:
-    return "cpu" if device is not None and str(device).startswith("cuda") else device
-
-
-def _host_torch(original: object) -> object:
-    return _HostTorch(original)
 
 
 def _cuda_type_names(original: Callable) -> Callable:
@@ -188,63 +133,40 @@ def _local_layer_spec(original: Callable) -> Callable:
 
 class MegatronCpuRngSeed(_MegatronCpuPatch):
     id = "megatron_cpu_rng_seed"
-    target = RNG_ADD
-    factory = staticmethod(_cpu_rng_add)
+    patches = ((RNG_ADD, _cpu_rng_add),)
     what = "RNG tracker states seeded on the CPU generator"
 
 
 class MbridgeCpuModelPlacement(_MegatronCpuPatch):
     id = "mbridge_cpu_model_placement"
     worker_dists = (DIST, MBRIDGE)
-    target = GET_MODEL
-    factory = staticmethod(_built_on_cpu)
+    patches = ((GET_MODEL, _built_on_cpu),)
     what = "model chunks and DDP buffers stay on CPU"
 
 
 class MbridgeCpuLayerSpec(_MegatronCpuPatch):
     id = "mbridge_cpu_layer_spec"
     worker_dists = (DIST, MBRIDGE)
-    target = LAYER_SPEC
-    factory = staticmethod(_local_layer_spec)
+    patches = ((LAYER_SPEC, _local_layer_spec),)
     what = "megatron-core's local layer spec instead of Transformer Engine's"
 
 
 class MbridgeCpuNormNames(_MegatronCpuPatch):
     id = "mbridge_cpu_norm_names"
     worker_dists = (DIST, MBRIDGE)
-    target = NAME_TARGETS[0]
-    factory = staticmethod(_te_named)
+    patches = tuple((t, _te_named) for t in NAME_TARGETS)
     what = "the local spec's norm modules under mbridge's fused-norm names"
-
-    def detect(self, host: HostEnv) -> Availability:
-        return self.detect_patch(host, NAME_TARGETS)
-
-    def apply_in_worker(self) -> WorkerPatchResult:
-        from executor.npu_opt.patching import install
-
-        return install(self.id, [(t, _te_named) for t in NAME_TARGETS])
 
 
 class MegatronCpuHostTensors(_MegatronCpuPatch):
     id = "megatron_cpu_host_tensors"
-    target = TORCH_TARGETS[0]
-    factory = staticmethod(_host_torch)
+    patches = (*((t, _host_torch) for t in TORCH_TARGETS), *((t, _cuda_type_names) for t in TYPE_CHECKED))
     what = "optimizer and schedule scalars on the host; the optimizer's CUDA type checks pass CPU tensors"
-
-    def detect(self, host: HostEnv) -> Availability:
-        return self.detect_patch(host, [*TORCH_TARGETS, *TYPE_CHECKED])
-
-    def apply_in_worker(self) -> WorkerPatchResult:
-        from executor.npu_opt.patching import install
-
-        return install(self.id, [*((t, _host_torch) for t in TORCH_TARGETS),
-                                 *((t, _cuda_type_names) for t in TYPE_CHECKED)])
 
 
 class MegatronCpuPaddingMask(_MegatronCpuPatch):
     id = "megatron_cpu_padding_mask"
-    target = SOFTMAX
-    factory = staticmethod(_causal_over_padding)
+    patches = ((SOFTMAX, _causal_over_padding),)
     what = "verl's left-packed padding mask read as the causal mask by the local softmax"
 
 

@@ -47,7 +47,7 @@ from verl.utils.ray_utils import auto_await
 from executor.errors import ExecutorError
 from executor.npu_opt.directed_reshard_transfer import RolloutShards, Shards, run_transfer
 from executor.reshard.schedule import Schedule, build_schedule
-from twin.catalog.inventory import TensorSpec
+from twin.catalog.inventory import Block, TensorSpec
 from twin.catalog.registry import load_model
 from twin.cost_models.placement import Placement
 from twin.layout.models import Layout
@@ -220,10 +220,11 @@ def rollout_named_tensors(pl: Placement, rollout: RolloutShards) -> Iterator[tup
     for t in pl.tensors:
         for block, x in rollout.get(t.name, []):
             whole = tuple((0, n) for n in t.shape)
+            experts = _experts(t, block, x) if t.shard.ep_dim == 0 else None
             if block == whole and t.shard.ep_dim is None:
                 yield t.name, x
-            elif t.shard.ep_dim == 0 and block[1:] == whole[1:]:
-                yield from _experts(t, block[0][0], x)
+            elif experts is not None:
+                yield from experts
             elif t.shard.ep_dim is None:
                 yield block_name(t.name, block), x
             else:
@@ -236,16 +237,16 @@ def rollout_named_tensors(pl: Placement, rollout: RolloutShards) -> Iterator[tup
         yield from ((head.name, x) for b, x in rollout.get(embedding.name, []) if b == whole)
 
 
-def _experts(t: TensorSpec, first: int, x: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
-    """A fused expert tensor's experts under their checkpoint names (as verl's unfuse_moe_params, by global id)."""
-    base, _, proj = t.name.rpartition(".")
-    if proj == "gate_up_proj":
-        gate, up = x.chunk(2, dim=1)
-        for i in range(x.shape[0]):
-            yield f"{base}.{first + i}.gate_proj.weight", gate[i].contiguous()
-            yield f"{base}.{first + i}.up_proj.weight", up[i].contiguous()
-    elif proj == "down_proj":
-        for i in range(x.shape[0]):
-            yield f"{base}.{first + i}.down_proj.weight", x[i]
-    else:
-        raise ExecutorError(f"directed reshard: no checkpoint names known for the experts of {t.name}")
+def _experts(t: TensorSpec, block: Block, x: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]] | None:
+    """The one-expert projections a block of a fused expert tensor holds, under their checkpoint names (as verl's
+    unfuse_moe_params, by global id); None when the block cuts a projection (expert TP)."""
+    from executor.reshard.experts import expert_parts
+
+    (e0, e1), (r0, r1), *rest = block
+    if list(rest) != [(0, n) for n in t.shape[2:]]:
+        return None
+    parts = [(hf, e, start, stop) for hf, e, start, stop in expert_parts(t.name, t.shape)
+             if e0 <= e < e1 and r0 <= start and stop <= r1]
+    if not parts or sum(stop - start for *_, start, stop in parts) != (e1 - e0) * (r1 - r0):
+        return None
+    return ((hf, x[e - e0, start - r0:stop - r0].contiguous()) for hf, e, start, stop in parts)

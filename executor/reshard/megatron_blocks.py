@@ -43,42 +43,40 @@ class HfSlice:
     mask: torch.Tensor  # bool, local parameter shape; its True elements in row-major order are the block's
 
 
-def te_name(name: str, first_expert: int = 0) -> str:
+def te_name(name: str, first_expert: int = 0, fused_pre_mlp_norm: bool = True) -> str:
     """A Megatron parameter name as mbridge's mappings spell it (Transformer Engine's fused norms and grouped
-    experts); a local expert's index is shifted by `first_expert`, this EP rank's first global expert."""
+    experts); a local expert's index is shifted by `first_expert`, this EP rank's first global expert. The pre-MLP
+    norm is fused into the MLP's first linear only in dense layers (`fused_pre_mlp_norm`): mbridge's MoE bridges
+    name it as its own module."""
     expert = LOCAL_EXPERT.search(name)
     if expert:
         return f"{name[: expert.start()]}.mlp.experts.{expert[2]}.weight{int(expert[1]) + first_expert}"
     for local, te in LOCAL_TO_TE.items():
-        if name.endswith(local):
+        if name.endswith(local) and (fused_pre_mlp_norm or local != "pre_mlp_layernorm.weight"):
             return name[: -len(local)] + te
     return name
 
 
-def hf_sources(bridge: Any, model: Any) -> dict[str, list[str]]:
-    """Local parameter name -> the HF tensors mbridge builds it from, in order (one model chunk).
-
-    mbridge numbers experts globally only in its grouped-MLP names, so a local expert's index is shifted here
-    by the experts of the EP ranks before this one (mbridge's rule: num_experts / EP per rank, in EP order)."""
+def mbridge_name(bridge: Any, name: str) -> str:
+    """`te_name` for this bridge's model and EP rank. mbridge numbers experts globally only in its grouped-MLP
+    names (its local-to-global mapping leaves the local spec's `local_experts.i` alone), so a local expert's index is
+    shifted by the experts of the EP ranks before this one (mbridge's rule: num_experts / EP per rank, in EP
+    order); its MoE bridges (all layers MoE) keep the pre-MLP norm a module of its own."""
     experts = getattr(bridge.config, "num_moe_experts", None) or 0
     first = experts // bridge.mpu.ep_size * bridge.mpu.ep_rank
-    return {name: _hf_names(bridge, global_name, first)
+    return te_name(name, first, fused_pre_mlp_norm=not experts)
+
+
+def hf_sources(bridge: Any, model: Any) -> dict[str, list[str]]:
+    """Local parameter name -> the HF tensors mbridge builds it from, in order (one model chunk)."""
+    return {name: bridge._weight_name_mapping_mcore_to_hf(mbridge_name(bridge, global_name))
             for name, global_name in bridge._weight_name_mapping_mcore_local_to_global(model).items()}
-
-
-def _hf_names(bridge: Any, name: str, first_expert: int) -> list[str]:
-    """mbridge's HF names for `name`; a MoE layer's pre-MLP norm is its own module in mbridge's mapping too (no
-    dense linear_fc1 to fuse it into), so the local name is tried when the Transformer Engine one is unknown."""
-    try:
-        return bridge._weight_name_mapping_mcore_to_hf(te_name(name, first_expert))
-    except NotImplementedError:
-        return bridge._weight_name_mapping_mcore_to_hf(name)
 
 
 def local_part(bridge: Any, name: str, hf: list[torch.Tensor], param: torch.Tensor) -> torch.Tensor:
     """mbridge's conversion of the HF tensors `hf` into this rank's part of Megatron parameter `name`
     (experts are split over the expert-TP group, everything else over the TP group)."""
-    te = te_name(name)
+    te = mbridge_name(bridge, name)
     merged = bridge._weight_to_mcore_format(te, hf)
     mpu = bridge.mpu
     size, rank = (mpu.etp_size, mpu.etp_rank) if ".mlp.experts.linear_fc" in te else (mpu.tp_size, mpu.tp_rank)

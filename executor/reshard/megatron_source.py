@@ -16,14 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from executor.versions import installed_version
 from twin.cost_models.placement import Placement
+from twin.optimizations import EXECUTOR_SUPPORT
 
 if TYPE_CHECKING:
     from executor.npu_opt.directed_reshard_transfer import Shards
 
 TRAIN_DIST = "megatron-core"
 BRIDGE_DIST = "mbridge"
-SUPPORTED = ("qwen2", "qwen3", "llama", "qwen3_moe")  # families with an mbridge bridge and a twin inventory that
-# Megatron's local spec builds (Qwen2-MoE's shared expert and its gate are named unlike the twin's shared_experts)
+SUPPORTED = EXECUTOR_SUPPORT["directed_reshard"].megatron_model_types  # families with an mbridge bridge and a twin
+# inventory that Megatron's local spec builds (Qwen2-MoE's shared expert and its gate are named unlike the twin's
+# shared_experts; DeepSeek-V3's bridge overrides the name mappings)
 RECORD = "engine_train"  # the `method` of the rank record that carries Megatron's blocks
 
 

@@ -10,6 +10,7 @@ from twin.plan import PlanOptimization
 WHERE = f"enforced in {EXECUTOR_SUPPORT['directed_reshard'].where}"
 TINY = load_config("tiny")  # dense, 512 vocabulary rows
 MOE = load_config("qwen3-30b-a3b")
+MLA = load_config("deepseek-r1")
 
 
 def _layout(engine: str, rollout_tp: int, tp: int = 1) -> Layout:
@@ -23,10 +24,12 @@ def test_directed_reshard_runs_from_fsdp_and_dense_megatron_into_any_rollout_tp(
     assert executor_refusals("directed_reshard", _layout("fsdp", 2), MOE) == []
 
 
-def test_directed_reshard_refuses_moe_models_trained_with_megatron() -> None:
-    assert executor_refusals("directed_reshard", _layout("megatron", 2), MOE) == [
-        "its Megatron MoE reader is checked only on megatron-core's local expert modules (Qwen3-MoE, expert TP1, "
-        "executor check-reshard); verl's Megatron MoE trainer has not run", WHERE]
+def test_directed_reshard_reads_qwen3_moe_from_megatron_and_refuses_deepseeks_bridge() -> None:
+    assert executor_refusals("directed_reshard", _layout("megatron", 2), MOE) == []
+    assert executor_refusals("directed_reshard", _layout("megatron", 2), MLA) == [
+        "its Megatron reader traces mbridge's bridges of qwen2, qwen3, llama, qwen3_moe models only, not deepseek_v3 "
+        "(ran: dense and Qwen3-MoE experts in the CPU loop and executor check-reshard)", WHERE]
+    assert executor_refusals("directed_reshard", _layout("fsdp", 2), MLA) == []
 
 
 def test_directed_reshard_runs_from_megatron_whatever_the_vocabulary_multiple() -> None:
@@ -39,11 +42,11 @@ def test_directed_reshard_runs_from_megatron_whatever_the_vocabulary_multiple() 
 
 
 def test_optimizations_without_limits_are_never_refused() -> None:
-    assert executor_refusals("graph_mode", _layout("megatron", 2), MOE) == []
+    assert executor_refusals("graph_mode", _layout("megatron", 2), MLA) == []
 
 
 def test_a_plan_marks_an_enabled_optimization_its_layout_cannot_run() -> None:
     bad = _layout("megatron", 2)
-    assert PlanOptimization.of("directed_reshard", True, bad, MOE).executor_refusals == executor_refusals(
-        "directed_reshard", bad, MOE)
-    assert PlanOptimization.of("directed_reshard", False, bad, MOE).executor_refusals == []
+    assert PlanOptimization.of("directed_reshard", True, bad, MLA).executor_refusals == executor_refusals(
+        "directed_reshard", bad, MLA) != []
+    assert PlanOptimization.of("directed_reshard", False, bad, MLA).executor_refusals == []

@@ -159,7 +159,8 @@ def _parse_qwen3_moe(raw: dict[str, Any], name: str) -> dict[str, Any]:
     mlp_only = set(raw.get("mlp_only_layers") or [])
     dense = tuple(i for i in range(layers) if i in mlp_only or (i + 1) % step != 0)
     out["moe"] = {
-        "num_experts": _field(raw, "num_experts"),
+        # transformers 5 writes Qwen3-MoE's expert count as num_local_experts (its Qwen3MoeConfig attribute map)
+        "num_experts": _field(raw, "num_experts", "num_local_experts"),
         "experts_per_token": _field(raw, "num_experts_per_tok"),
         "expert_intermediate_size": _field(raw, "moe_intermediate_size"),
         "dense_layers": dense,
@@ -218,6 +219,7 @@ INT_DOMAINS = {
     "hidden_size": (1, 1 << 20), "num_hidden_layers": (1, 4096), "vocab_size": (1, 1 << 24),
     "num_attention_heads": (1, 4096), "num_key_value_heads": (1, 4096), "head_dim": (1, 1 << 14),
     "intermediate_size": (1, 1 << 22), "moe_intermediate_size": (1, 1 << 22), "num_experts": (1, 1 << 16),
+    "num_local_experts": (1, 1 << 16),
     "n_routed_experts": (1, 1 << 16), "num_experts_per_tok": (1, 1 << 16), "n_shared_experts": (0, 1 << 10),
     "kv_lora_rank": (1, 1 << 16), "q_lora_rank": (1, 1 << 16), "qk_nope_head_dim": (1, 1 << 14),
     "qk_rope_head_dim": (1, 1 << 14), "v_head_dim": (1, 1 << 14), "first_k_dense_replace": (0, 4096),

@@ -12,7 +12,7 @@ import pytest
 from executor.cpu.assets import DATA_SOURCE, VOCAB_MULTIPLE, make_math_dataset, make_tiny_model
 from executor.cpu.math_problems import KINDS, make_problems
 from executor.reward import PROMPT_INSTRUCTION, compute_score
-from twin.catalog.registry import load_config
+from twin.catalog.registry import load_config, load_model
 
 
 def _digests(directory: Path) -> dict[str, str]:
@@ -36,6 +36,19 @@ def test_model_files_load_as_qwen2_in_transformers_and_the_twin(tiny_model: Path
     assert twin_config.model_type == "qwen2" and twin_config.num_layers == config["num_hidden_layers"]
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
     assert model.config.vocab_size == config["vocab_size"]
+
+
+def test_the_moe_model_is_the_twins_tiny_moe_in_transformers_and_the_twin(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model_dir = make_tiny_model(tmp_path / "moe", seed=0, model="tiny-moe")
+    mine, catalog = load_config(str(model_dir)), load_config("tiny-moe")
+    assert mine.model_dump(exclude={"name"}) == catalog.model_dump(exclude={"name"})
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    assert type(model).__name__ == "Qwen3MoeForCausalLM"
+    assert sum(p.numel() for p in model.parameters()) == load_model("tiny-moe").total_params()
+    with pytest.raises(ValueError, match="unknown tiny model"):
+        make_tiny_model(tmp_path / "x", model="tiny-llama")
 
 
 def test_tokenizer_newline_is_one_token_and_chat_template_is_chatml(tiny_model: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from executor.cpu.launch import METRICS_FILE, ROLLOUTS_DIR, cpu_run_config, reward_function_path
+from executor.cpu.launch import METRICS_FILE, ROLLOUTS_DIR, MegatronSizes, cpu_run_config, reward_function_path
 from executor.cpu.names import PLUGIN_MODULE
 
 
@@ -52,7 +52,7 @@ def test_overrides_compose_and_pass_verls_validation(tmp_path: Path, world: int)
 def test_a_megatron_plan_trains_on_verls_megatron_engine_through_mbridge(tmp_path: Path) -> None:
     from verl.utils.config import omega_conf_to_dataclass
 
-    overrides, _ = _config(tmp_path, world=2, rollout_tp=2, megatron=(2, 1))
+    overrides, _ = _config(tmp_path, world=2, rollout_tp=2, megatron=MegatronSizes(tp=2))
     cfg = _compose(overrides)
     actor = cfg.actor_rollout_ref.actor
     assert actor.strategy == "megatron" and actor.megatron.tensor_model_parallel_size == 2
@@ -62,6 +62,18 @@ def test_a_megatron_plan_trains_on_verls_megatron_engine_through_mbridge(tmp_pat
     engine = omega_conf_to_dataclass(actor.megatron)  # verl's own McoreEngineConfig accepts it (bf16)
     assert engine.dtype == "bfloat16" and not engine.use_remove_padding
     assert not any("fsdp_config" in o for o in overrides)
+
+
+def test_a_megatron_moe_plan_splits_experts_and_runs_the_all_to_all_dispatcher_unfused(tmp_path: Path) -> None:
+    overrides, _ = _config(tmp_path, world=2, megatron=MegatronSizes(tp=1, ep=2, moe=True), rollout_ep=2)
+    cfg = _compose(overrides)
+    megatron, rollout = cfg.actor_rollout_ref.actor.megatron, cfg.actor_rollout_ref.rollout
+    assert megatron.expert_model_parallel_size == 2 and megatron.expert_tensor_parallel_size == 1
+    tf = megatron.override_transformer_config
+    assert tf.moe_grouped_gemm is False and "moe_token_dispatcher_type" not in tf  # verl's all-to-all default
+    assert (rollout.expert_parallel_size, rollout.data_parallel_size, rollout.tensor_model_parallel_size) == (2, 2, 1)
+    dense = _compose(_config(tmp_path, world=2, megatron=MegatronSizes(tp=2))[0])
+    assert "moe_grouped_gemm" not in dense.actor_rollout_ref.actor.megatron.override_transformer_config
 
 
 def test_environment_loads_the_plugin_and_places_the_metrics_file(tmp_path: Path) -> None:
@@ -77,7 +89,9 @@ def test_reward_function_path_defines_compute_score() -> None:
     assert "def compute_score(" in reward_function_path().read_text()
 
 
-@pytest.mark.parametrize("kwargs", [{"n": 1}, {"world": 3}, {"batch_prompts": 0}, {"world": 2, "megatron": (2, 2)}])
+@pytest.mark.parametrize("kwargs", [{"n": 1}, {"world": 3}, {"batch_prompts": 0},
+                                    {"world": 2, "megatron": MegatronSizes(tp=2, pp=2)},
+                                    {"world": 2, "megatron": MegatronSizes(tp=1, ep=4)}, {"world": 2, "rollout_ep": 3}])
 def test_impossible_shapes_are_rejected(tmp_path: Path, kwargs: dict) -> None:
     with pytest.raises(ValueError):
         _config(tmp_path, **kwargs)

@@ -1,8 +1,10 @@
 """Megatron-core on CPU over gloo (executor/cpu/megatron_compat.py, executor/cpu/megatron_model.py).
 
-Two ranks build a TP2 GPTModel of a tiny Qwen2 (its 300 vocabulary rows unpadded, 150 per rank, as verl's Megatron
-engine builds it), load a transformers checkpoint through mbridge's converters, and must give transformers' logits;
-the backward pass reaches every rank's parameters.
+Two ranks build a GPTModel, load a transformers checkpoint through mbridge's converters, and must give
+transformers' logits; the backward pass reaches every rank's parameters. A tiny Qwen2 at TP2 (its 300 vocabulary
+rows unpadded, 150 per rank, as verl's Megatron engine builds it), and a tiny Qwen3-MoE
+at EP2 with each rank on sequences of its own length, so that megatron-core's all-to-all token dispatcher moves
+uneven token counts between the ranks over gloo (the MoE patches of executor/cpu/megatron_compat.py).
 """
 
 from __future__ import annotations
@@ -16,18 +18,26 @@ import pytest
 
 from executor.cpu.megatron_compat import PATCHES
 from executor.npu_opt.host import HostEnv
+from executor.reshard.experts import split_tensors
 
 CONFIG = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "vocab_size": 300, "hidden_size": 64,
           "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
           "max_position_embeddings": 64, "tie_word_embeddings": False, "torch_dtype": "float32"}
+MOE_CONFIG = {"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 256,
+              "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32, "num_experts": 4,
+              "num_experts_per_tok": 2, "norm_topk_prob": True, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 64, "tie_word_embeddings": False,
+              "torch_dtype": "float32"}
 IDS = [[1, 5, 7, 200, 299, 2, 9, 11]]
+MOE_IDS = ([[1, 5, 7, 200, 255, 2, 9, 11]], [[3, 250, 17, 4, 90]])  # rank 0's, rank 1's: uneven token counts
+CASES = {"qwen2-tp2": (CONFIG, {"tp": 2}, (IDS, IDS)), "qwen3-moe-ep2": (MOE_CONFIG, {"tp": 1, "ep": 2}, MOE_IDS)}
 
 
 def test_each_patch_finds_its_target_in_the_installed_megatron_core() -> None:
     pytest.importorskip("megatron.core")
     found = [p.detect(HostEnv()) for p in PATCHES]
     assert [(a.id, a.available) for a in found] == [(p.id, True) for p in PATCHES], [a.reason for a in found]
-    assert len({p.id for p in PATCHES}) == len(PATCHES) == 4
+    assert len({p.id for p in PATCHES}) == len(PATCHES) == 5
 
 
 def test_each_patch_of_verls_megatron_path_finds_its_targets() -> None:
@@ -37,10 +47,10 @@ def test_each_patch_of_verls_megatron_path_finds_its_targets() -> None:
 
     found = [p.detect(HostEnv()) for p in VERL_PATH]
     assert [(a.id, a.available) for a in found] == [(p.id, True) for p in VERL_PATH], [a.reason for a in found]
-    assert len({p.id for p in (*PATCHES, *VERL_PATH)}) == len(PATCHES) + len(VERL_PATH) == 10
+    assert len({p.id for p in (*PATCHES, *VERL_PATH)}) == len(PATCHES) + len(VERL_PATH) == 11
 
 
-def _rank(rank: int, store: str, checkpoint: dict, results: Any) -> None:
+def _rank(rank: int, store: str, checkpoint: dict, results: Any, case: str) -> None:
     import torch
     import torch.distributed as dist
 
@@ -49,37 +59,44 @@ def _rank(rank: int, store: str, checkpoint: dict, results: Any) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
-        m = MegatronCpuModel.build(CONFIG, tp=2, pp=1)
+        config, sizes, ids_per_rank = CASES[case]
+        m = MegatronCpuModel.build(config, pp=1, **sizes)
         m.load(checkpoint)
-        ids = torch.tensor(IDS)
+        ids = torch.tensor(ids_per_rank[rank])
         pos = torch.arange(ids.shape[1]).view(1, -1)
-        logits = m.model(ids, pos, attention_mask=None)
-        parts = [torch.empty_like(logits) for _ in range(2)]
-        dist.all_gather(parts, logits.detach().contiguous())
+        logits = m.model(ids, pos, attention_mask=None).detach().contiguous()
+        if sizes["tp"] > 1:  # the vocabulary is split over the TP ranks
+            parts = [torch.empty_like(logits) for _ in range(sizes["tp"])]
+            dist.all_gather(parts, logits)
+            logits = torch.cat(parts, dim=-1)
         m.model(ids, pos, attention_mask=None, labels=ids).sum().backward()
         grad = sum(float(p.grad.norm()) for p in m.model.parameters() if p.grad is not None)
-        results.put((rank, torch.cat(parts, dim=-1), grad, list(m.sources)))
+        results.put((rank, logits, grad, list(m.sources)))
     except BaseException as exc:
         results.put((rank, f"{type(exc).__name__}: {exc}", 0.0, []))
     finally:
         dist.destroy_process_group()
 
 
-def test_tp2_megatron_loaded_through_mbridge_gives_transformers_logits() -> None:
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_megatron_loaded_through_mbridge_gives_transformers_logits(case: str) -> None:
     pytest.importorskip("megatron.core")
     pytest.importorskip("mbridge")
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    config, _, ids_per_rank = CASES[case]
     torch.manual_seed(0)
-    hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(**CONFIG))
-    checkpoint = {k: v.detach().clone() for k, v in hf.state_dict().items()}
+    hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
+    # experts one by one, as a checkpoint on disk names them (transformers 5 fuses them in memory)
+    checkpoint = split_tensors({k: v.detach().clone() for k, v in hf.state_dict().items()})
     with torch.no_grad():
-        want = hf(torch.tensor(IDS)).logits
+        wants = [hf(torch.tensor(ids)).logits for ids in ids_per_rank]
     ctx = multiprocessing.get_context("fork")
     results = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
-        procs = [ctx.Process(target=_rank, args=(r, str(Path(tmp) / "store"), checkpoint, results)) for r in (0, 1)]
+        procs = [ctx.Process(target=_rank, args=(r, str(Path(tmp) / "store"), checkpoint, results, case))
+                 for r in (0, 1)]
         for p in procs:
             p.start()
         got = sorted(results.get(timeout=120) for _ in procs)
@@ -87,7 +104,7 @@ def test_tp2_megatron_loaded_through_mbridge_gives_transformers_logits() -> None
             p.join(timeout=30)
     for rank, logits, grad, names in got:
         assert not isinstance(logits, str), f"rank {rank}: {logits}"
-        assert logits.shape == want.shape  # 2 x 150 columns: no padding rows to cut off
-        assert (logits - want).abs().max().item() < 1e-5
+        assert logits.shape == wants[rank].shape  # at TP2, 2 x 150 columns: no padding rows to cut off
+        assert (logits - wants[rank]).abs().max().item() < 1e-5
         assert grad > 0
         assert "decoder.layers.0.self_attention.linear_qkv.weight" in names

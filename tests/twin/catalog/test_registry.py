@@ -23,14 +23,22 @@ PUBLISHED = {
 }
 
 
-def test_catalog_lists_every_published_model_and_the_tiny_cpu_model():
-    assert sorted([*PUBLISHED, "tiny"]) == catalog_names()
+def test_catalog_lists_every_published_model_and_the_tiny_cpu_models():
+    assert sorted([*PUBLISHED, "tiny", "tiny-moe"]) == catalog_names()
 
 
 def test_tiny_model_count_by_hand():
     layer = (128 * 128 + 128) + 2 * (64 * 128 + 64) + 128 * 128 + 3 * 256 * 128 + 2 * 128  # q/k/v biases, MLP, norms
     # untied embedding and head; 512 rows: the tokenizer's 359 tokens and 153 reserved ones
     assert load_model("tiny").total_params() == 2 * 512 * 128 + 2 * layer + 128
+
+
+def test_tiny_moe_model_count_by_hand():
+    attention = 128 * 128 + 2 * 64 * 128 + 128 * 128 + 2 * 32  # q, k, v (2 heads of 32), o; q/k norms over head_dim
+    experts = 4 * (2 * 128 * 128 + 128 * 128)  # 4 experts: gate and up [128, 128] each, down [128, 128]
+    layer = attention + 4 * 128 + experts + 2 * 128  # router [4, 128], two norms
+    assert layer == 246_592
+    assert load_model("tiny-moe").total_params() == 2 * 512 * 128 + 2 * layer + 128 == 624_384
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
