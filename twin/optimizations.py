@@ -127,19 +127,18 @@ class ExecutorSupport(BaseModel):
     train_engines: tuple[Literal["megatron", "fsdp"], ...] | None = None
     rollout_tp_max: int | None = None
     megatron_model_types: tuple[str, ...] | None = None  # the model types whose Megatron shards it reads; None: any
-    megatron_padded_vocab: bool = True  # False: the Megatron engine keeps the vocabulary unpadded
     where: str  # the executor code that enforces the limit at run time
 
 
 EXECUTOR_SUPPORT: dict[str, ExecutorSupport] = {
     # executor/npu_opt/directed_reshard_backend.py: verl's FSDP2 trainer and verl's Megatron trainer (both ran in the
     # CPU loop into vLLM TP2, TP-split blocks loaded by executor/reshard/vllm_blocks.py; the Megatron MoE trainer with
-    # EP2 into vLLM replicas holding every expert), and only where the plan's vocabulary padding is none (below).
+    # EP2 into vLLM replicas holding every expert).
     # From Megatron it reads the model types whose mbridge bridges executor/reshard/megatron_blocks.py traces
     # (executor/reshard/megatron_source.py SUPPORTED, the same list); DeepSeek-V3's bridge (MLA, shared experts, MTP)
     # names and converts weights its own way and is not traced
     "directed_reshard": ExecutorSupport(
-        train_engines=("fsdp", "megatron"), rollout_tp_max=None, megatron_padded_vocab=False,
+        train_engines=("fsdp", "megatron"), rollout_tp_max=None,
         megatron_model_types=("qwen2", "qwen3", "llama", "qwen3_moe"),
         where="executor/npu_opt/directed_reshard_backend.py (DirectedCheckpointEngine)"),
 }
@@ -147,8 +146,6 @@ EXECUTOR_SUPPORT: dict[str, ExecutorSupport] = {
 
 def executor_refusals(opt_id: str, layout: Layout, config: ModelConfig) -> list[str]:
     """Why the executor cannot run optimization `opt_id` with `layout` on model `config` (empty when it can)."""
-    from twin.cost_models.placement import MEGATRON_VOCAB_MULTIPLE
-
     support = EXECUTOR_SUPPORT.get(opt_id)
     if support is None:
         return []
@@ -165,10 +162,4 @@ def executor_refusals(opt_id: str, layout: Layout, config: ModelConfig) -> list[
         reasons.append(f"its Megatron reader traces mbridge's bridges of {', '.join(types)} models only, not "
                        f"{config.model_type} (ran: dense and Qwen3-MoE experts in the CPU loop and executor "
                        "check-reshard)")
-    multiple = MEGATRON_VOCAB_MULTIPLE * train.tp
-    if train.engine == "megatron" and not support.megatron_padded_vocab and config.vocab_size % multiple:
-        reasons.append(f"verl's Megatron engine builds mbridge without vocabulary padding (verl 0.9.1 "
-                       f"workers/engine/megatron/transformer_impl.py, AutoBridge.from_config), the plan pads the "
-                       f"{config.vocab_size} rows to a multiple of 128 x TP{train.tp} = {multiple}: the embedding's "
-                       "and head's TP blocks would disagree")
     return [*reasons, f"enforced in {support.where}"] if reasons else []

@@ -33,10 +33,10 @@ SPLIT_PATTERN = (
 VOCAB_SIZE = 512
 VOCAB_MULTIPLE = 256
 """The tokenizer is filled up with reserved special tokens to a multiple of this (as Qwen reserves extra tokens),
-and the model has one row per token. verl's Megatron engine builds mbridge without vocabulary padding and
-Megatron asserts the rows divide by TP; 256 = Megatron's padding multiple 128 x TP2, so that the plan's placement
-(which pads to 128 x TP) and the engine agree up to TP2 (twin/optimizations.py EXECUTOR_SUPPORT). Rows beyond the
-tokenizer instead would not do: vLLM samples and scores the tokenizer's ids only, and the rollout's and the
+and the model has one row per token (512). verl's Megatron engine splits the rows over TP unpadded, as the plan's
+placement holds them (twin/cost_models/placement.py TRAIN_VOCAB_MULTIPLE), and Megatron asserts that TP divides
+them: a multiple of 256 lets every power-of-two TP up to 256 do so, the CPU loop's TP2 with room. Rows beyond
+the tokenizer instead would not do: vLLM samples and scores the tokenizer's ids only, and the rollout's and the
 trainer's log-probs then differ by about 4e-3 (measured on the FSDP2 loop; 2e-6 with every row a token)."""
 RESERVED_TOKEN = "<|reserved_{}|>"
 TOKENIZER_CORPUS = (2000, 1234)

@@ -4,7 +4,7 @@
 process group, builds this rank's pipeline stage of a GPTModel with Megatron's local (non-Transformer-Engine)
 layer spec and CPU initialisation, and `load(checkpoint)` fills it: for every local parameter, mbridge names
 the HF tensors it comes from (`_weight_name_mapping_mcore_to_hf`), merges them into Megatron's layout
-(`_weight_to_mcore_format`: fused QKV in query groups, gate/up stacked, vocabulary padded) and cuts this TP
+(`_weight_to_mcore_format`: fused QKV in query groups, gate/up stacked) and cuts this TP
 rank's part (`_weight_split_across_tp`), the path mbridge's own `load_weights` takes, without its scatter.
 `hf_blocks()` and `hf_shards()` say which HF blocks each local parameter holds and cut them out
 (executor/reshard/megatron_blocks.py, shared with verl's Megatron engine).
@@ -14,7 +14,8 @@ built with expert parallelism `ep` and expert TP `etp` (Megatron's default: the 
 SequentialMLP, one module per local expert (mbridge's grouped-GEMM default needs Transformer Engine), with the
 settings of executor/cpu/megatron_compat.py `MOE_ON_CPU`, which verl's Megatron engine runs with on CPU. Sequence
 parallelism is off (torch's RMSNorm refuses it; it does not change where weights live).
-The vocabulary is padded to 128 x TP, Megatron's default.
+The vocabulary is not padded: the bridge is built as verl's Megatron engine builds it, without
+make_vocab_size_divisible_by (twin/cost_models/placement.py TRAIN_VOCAB_MULTIPLE says where), so TP must divide it.
 """
 
 from __future__ import annotations
@@ -28,9 +29,6 @@ if TYPE_CHECKING:
     import torch
 
     from twin.catalog.inventory import Block
-
-VOCAB_DIVISOR = 128  # x TP: Megatron's --make-vocab-size-divisible-by default
-
 
 EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts")  # config.json's names of the expert count
 
@@ -67,25 +65,25 @@ class MegatronCpuModel:
         config = AutoConfig.for_model(hf_config["model_type"], **fields)
         if config.num_hidden_layers % pp:
             raise MegatronModelError(f"{config.num_hidden_layers} layers cannot be split into PP{pp} even stages")
+        if config.vocab_size % tp:
+            raise MegatronModelError(f"{config.vocab_size} vocabulary rows cannot be split over TP{tp} (unpadded, as "
+                                     "verl's Megatron engine builds it)")
         mpu.destroy_model_parallel()
         mpu.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
                                       expert_model_parallel_size=ep, expert_tensor_parallel_size=etp)
         torch.manual_seed(seed)
         try:
             bridge = AutoBridge.from_config(config, dtype=dtype or torch.float32,
-                                            parallel_states=ParallelStates.get_parallel_state(),
-                                            make_vocab_size_divisible_by=VOCAB_DIVISOR * tp)
+                                            parallel_states=ParallelStates.get_parallel_state())
         except ValueError as exc:
             raise MegatronModelError(f"mbridge has no bridge for model type {hf_config['model_type']!r}") from exc
         bridge.set_extra_args(use_cpu_initialization=True, masked_softmax_fusion=False, sequence_parallel=False,
                               gradient_accumulation_fusion=False, bias_dropout_fusion=False, apply_rope_fusion=False,
                               **MOE_ON_CPU if any(hf_config.get(k) for k in EXPERT_COUNTS) else {})
-        vocab = -(-config.vocab_size // (VOCAB_DIVISOR * tp)) * VOCAB_DIVISOR * tp
-        bridge.vocab_size, bridge.padded_vocab_size = config.vocab_size, vocab
         rope = (getattr(config, "rope_parameters", None) or {}).get("rope_theta") or config.rope_theta
         model = GPTModel(config=bridge.config,
                          transformer_layer_spec=get_gpt_decoder_block_spec(bridge.config, use_transformer_engine=False),
-                         vocab_size=vocab, max_sequence_length=config.max_position_embeddings,
+                         vocab_size=config.vocab_size, max_sequence_length=config.max_position_embeddings,
                          pre_process=mpu.is_pipeline_first_stage(), post_process=mpu.is_pipeline_last_stage(),
                          share_embeddings_and_output_weights=bool(getattr(config, "tie_word_embeddings", False)),
                          position_embedding_type="rope", rotary_base=rope)

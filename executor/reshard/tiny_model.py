@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from twin.catalog.config import parse_config
 from twin.catalog.inventory import TensorSpec, block_slices
 from twin.catalog.registry import raw_config as registry_raw_config
-from twin.cost_models.placement import Placement
+from twin.cost_models.placement import VLLM_VOCAB_MULTIPLE, Placement
 from twin.errors import TwinError
 from twin.layout.models import Layout, TrainLayout
 from twin.layout.rules import check_layout
@@ -28,7 +28,11 @@ if TYPE_CHECKING:
     from executor.npu_opt.directed_reshard_transfer import RolloutShards, Shards
 
 HEAD_DIM = 16
-VOCAB = 500  # not a multiple of Megatron's 128 x TP nor vLLM's 64: both paddings are exercised
+VOCAB = 500
+"""The shrunk vocabulary before `shrunk_vocab` fits it to the layouts: 500 = 4 x 125 rows, which TP1, 2 and 4 split
+unpadded (verl's Megatron engine pads nothing, twin/cost_models/placement.py TRAIN_VOCAB_MULTIPLE) and which vLLM pads
+to 512, a multiple of its 64, so that its last TP rank holds fewer rows than the others and the training and rollout
+vocabulary blocks differ (500 / TP2: rows 0-250 and 250-500 in training, 0-256 and 256-500 in the rollout)."""
 MLA_DIMS = {"q_lora_rank": 16, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8}
 KEPT = ("model_type", "n_routed_experts", "num_experts", "num_experts_per_tok", "n_shared_experts",
         "tie_word_embeddings", "torch_dtype")
@@ -57,7 +61,7 @@ def shrink_config(raw: dict[str, Any], layout: Layout) -> dict[str, Any]:
     heads = 2 * unit
     hidden = heads * HEAD_DIM
     small = {**raw, "hidden_size": hidden, "num_attention_heads": heads, "intermediate_size": 2 * hidden,
-             "vocab_size": VOCAB, "num_hidden_layers": 2 * (train.vpp or 1) * train.pp,
+             "vocab_size": shrunk_vocab(unit), "num_hidden_layers": 2 * (train.vpp or 1) * train.pp,
              "max_position_embeddings": 256}
     if raw.get("model_type") == "deepseek_v3":
         small.update({k: v for k, v in MLA_DIMS.items() if k != "q_lora_rank" or raw.get(k)})
@@ -73,6 +77,13 @@ def shrink_config(raw: dict[str, Any], layout: Layout) -> dict[str, Any]:
     if raw.get("mlp_only_layers"):
         small["mlp_only_layers"] = []
     return small
+
+
+def shrunk_vocab(unit: int) -> int:
+    """`VOCAB` rounded up to a multiple of `unit` (every TP size of both layouts), one `unit` more where that lands on
+    a multiple of vLLM's padding (unavoidable only from a unit of 64 on): 500 up to TP4, 504 at 8, 528 at 16."""
+    vocab = -(-VOCAB // unit) * unit
+    return vocab + unit if vocab % VLLM_VOCAB_MULTIPLE == 0 and unit < VLLM_VOCAB_MULTIPLE else vocab
 
 
 def describe_shrink(raw: dict[str, Any], small: dict[str, Any]) -> tuple[list[str], list[str]]:

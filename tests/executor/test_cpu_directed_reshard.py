@@ -36,9 +36,10 @@ def test_a_cpu_plan_with_directed_reshard_syncs_through_the_backend_at_rollout_t
 
 @pytest.mark.skipif(installed_version(CPU_DIST) is None or installed_version("mbridge") is None,
                     reason=f"{CPU_DIST} and mbridge are needed")
-def test_a_megatron_plan_the_backend_would_refuse_is_refused_before_launch(tmp_path: Path) -> None:
-    """A dense model whose 384 vocabulary rows are no multiple of 128 x TP2: the plan's placement pads them to 512,
-    verl's Megatron engine does not; the CPU target marks directed_reshard refused (executor run then stops)."""
+def test_a_megatron_plan_whose_vocabulary_megatron_never_padded_is_applied(tmp_path: Path) -> None:
+    """A dense model of 384 vocabulary rows, no multiple of 128 x TP2 = 256: refused while the plan's placement padded
+    them to 512 (verl's Megatron engine does not pad); the plan now splits them 192 / 192 as the engine does, so the
+    CPU target applies directed_reshard."""
     import json
 
     from twin.catalog.registry import load_config
@@ -49,10 +50,11 @@ def test_a_megatron_plan_the_backend_would_refuse_is_refused_before_launch(tmp_p
     scenario = load_scenario(REPO / "scenarios" / "cpu-tiny-grpo-megatron.yaml")
     assert "directed_reshard" in scenario.optimizations and load_config("tiny").vocab_size == 512
     plan = fixed_plan(scenario.model_copy(update={"model": str(tmp_path / "config.json")}))
+    assert (plan.layout.train.engine, plan.layout.train.tp) == ("megatron", 2) and plan.executor_refusals() == {}
     options = LaunchOptions(workdir=tmp_path / "run", model_path=str(tmp_path / "model"), data_dir=tmp_path)
     (report,) = [r for r in target_for("cpu").build(plan, options, HostEnv()).optimizations
                  if r.id == "directed_reshard"]
-    assert report.state == "refused" and "pads the 384 rows to a multiple of 128 x TP2 = 256" in report.detail
+    assert report.state == "applied", report.detail
 
 
 @pytest.mark.skipif(installed_version(CPU_DIST) is None or installed_version("mbridge") is None,

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from executor.cli import app
 from executor.errors import ExecutorError
 from executor.reshard.spawn import run_ranks
-from executor.reshard.tiny_model import raw_config, reshard_layout, shrink_config
+from executor.reshard.tiny_model import checked_placement, raw_config, reshard_layout, shrink_config, shrunk_vocab
 from twin.catalog.config import parse_config
 from twin.catalog.inventory import build_inventory
 from twin.cost_models.placement import Placement
@@ -394,6 +394,19 @@ def test_a_tp2_rollout_gets_its_blocks_named_with_the_block() -> None:
     split = {p[0]: p[1] for p in parsed.values() if p is not None}
     assert split == {t.name: pl.rollout_blocks(t, 1)[0] for t in pl.tensors if t.shard.tp_dim is not None}
     assert split["model.embed_tokens.weight"] == ((256, 500), (0, 64))  # 500 padded to 512 (64s): rows 256-511
+
+
+def test_the_shrunk_vocabulary_splits_unpadded_over_every_tp_and_is_padded_by_vllm() -> None:
+    # 500 = 4 x 125 up to a unit of 4; 504 = 8 x 63; 16 x 32 = 512 is a multiple of vLLM's 64, so 16 x 33 = 528;
+    # 32 x 16 = 512 likewise, so 32 x 17 = 544; a unit of 64 cannot avoid 64's multiples: 512
+    assert [shrunk_vocab(u) for u in (1, 2, 4, 8, 16, 32, 64)] == [500, 500, 500, 504, 528, 544, 512]
+    layout = reshard_layout(Layout(train=TrainLayout(tp=8), rollout=RolloutLayout(tp=2, dp=4)))
+    config = shrink_config(raw_config("qwen2.5-7b"), layout)
+    assert config["vocab_size"] == 504
+    pl = checked_placement(config, "qwen2.5-7b", layout, 8)  # the layout rules pass: TP8 divides 504
+    head = next(t for t in pl.tensors if t.name == "lm_head.weight")
+    assert [pl.train_blocks(head, d)[0][0] for d in range(8)] == [(63 * d, 63 * (d + 1)) for d in range(8)]
+    assert [pl.rollout_blocks(head, d)[0][0] for d in range(2)] == [(0, 256), (256, 504)]  # 504 padded to 512
 
 
 def test_the_v1_trainers_naive_sync_goes_through_the_backend_in_workers_configured_with_it(monkeypatch) -> None:

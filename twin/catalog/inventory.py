@@ -84,8 +84,8 @@ class TensorSpec(BaseModel):
     def _tp_range(self, tp: int, tp_rank: int, vocab_multiple: int) -> tuple[int, int, int]:
         """(start, stop, allocated) of the rank's part of one fused chunk of `tp_dim`.
 
-        `allocated` counts padding rows too: Megatron pads the vocabulary to a multiple of 128 x TP and
-        vLLM to a multiple of 64 before splitting it, so the last ranks may hold padding only.
+        `allocated` counts padding rows too: vLLM pads the vocabulary to a multiple of 64 before splitting it,
+        so its last ranks may hold padding only (the training engines pad nothing: placement.TRAIN_VOCAB_MULTIPLE).
         """
         rule = self.shard
         assert rule.tp_dim is not None
@@ -93,7 +93,8 @@ class TensorSpec(BaseModel):
         if rule.tp_style == "vocab":
             padded = -(-chunk // vocab_multiple) * vocab_multiple
             if padded % tp:
-                raise ValueError(f"{self.name}: padded vocabulary {padded} cannot be split over TP={tp}")
+                raise ValueError(f"{self.name}: {padded} vocabulary rows (padding included) cannot be split over "
+                                 f"TP={tp}")
             per = padded // tp
             start = min(tp_rank * per, chunk)
             return start, min(start + per, chunk) if tp_rank * per < chunk else start, per

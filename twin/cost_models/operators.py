@@ -17,7 +17,7 @@ from numpy.typing import ArrayLike
 from twin.catalog.config import ModelConfig
 from twin.catalog.inventory import Inventory
 from twin.cost_models.efficiency import efficiency, memory_seconds, peak_flops
-from twin.cost_models.placement import MEGATRON_VOCAB_MULTIPLE
+from twin.cost_models.placement import TRAIN_VOCAB_MULTIPLE
 from twin.cost_models.static import tensor_table
 from twin.profile import Profile
 from twin.topology.clusters import ClusterKind
@@ -72,7 +72,7 @@ class LayerOperators:
     @cached_property
     def _table_numel(self) -> tuple[np.ndarray, np.ndarray]:
         table = tensor_table(self.inv)
-        dense = table._split_numel(self.tp, MEGATRON_VOCAB_MULTIPLE * self.tp, ~table.expert)
+        dense = table._split_numel(self.tp, TRAIN_VOCAB_MULTIPLE, ~table.expert)
         expert = table._split_numel(self.etp, 1, table.expert)
         return dense, expert
 

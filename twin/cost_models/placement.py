@@ -2,9 +2,9 @@
 
 Training (Megatron/MindSpeed): a tensor lives on the pipeline stage of its layer (embedding on the first,
 final norm and head on the last); TP-split tensors by TP rank, routed experts by expert partition and
-expert-TP rank, replicated over DP/CP (experts over expert-DP). The vocabulary is padded to a multiple of
-128 x TP (Megatron's make-vocab-size-divisible-by). FSDP: every tensor split along dimension 0 over all
-ranks (FSDP2 Shard(0), torch.chunk sizes).
+expert-TP rank, replicated over DP/CP (experts over expert-DP). The vocabulary is not padded
+(`TRAIN_VOCAB_MULTIPLE`): the TP size divides it (a layout rule). FSDP: every tensor split along dimension 0
+over all ranks (FSDP2 Shard(0), torch.chunk sizes).
 Rollout (vLLM): every rank holds every layer; TP splits as in training, the vocabulary padded to a
 multiple of 64; with expert parallelism each EP rank holds whole experts, otherwise experts are TP-split.
 DeepSeek's MTP layer is neither trained nor loaded by the rollout here, and a tied head is stored once.
@@ -20,7 +20,15 @@ from twin.catalog.inventory import Block, Inventory, TensorSpec
 from twin.layout.models import RolloutLayout, TrainLayout
 from twin.layout.ranks import RolloutCoord, TrainCoord, rollout_coord, train_coord
 
-MEGATRON_VOCAB_MULTIPLE = 128  # times TP: Megatron's make_vocab_size_divisible_by default
+TRAIN_VOCAB_MULTIPLE = 1
+"""The training engines pad the vocabulary to a multiple of this: 1, no padding. verl's FSDP engine trains the
+HuggingFace model as it is. verl's Megatron engine builds the model with mbridge as
+`AutoBridge.from_config(hf_config, dtype=...)` (verl 0.9.1 verl/workers/engine/megatron/transformer_impl.py:331,
+the vanilla_mbridge path executor/cpu/launch.py selects), leaving make_vocab_size_divisible_by None, so mbridge
+keeps padded_vocab_size = vocab_size (mbridge 0.15.1 mbridge/core/llm_bridge.py:180-187), not Megatron-LM's
+128 x TP default. Megatron-core then splits the rows over TP and asserts that TP divides them (0.16.1
+megatron/core/tensor_parallel/utils.py:118, VocabUtility; layers.py:842, the output layer): twin/layout/rules.py
+rejects the other layouts."""
 VLLM_VOCAB_MULTIPLE = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE
 
 
@@ -76,11 +84,7 @@ class Placement:
         c = self.train_coords[d]
         if t.shard.ep_dim is not None:
             return t.shard_blocks(tp=lay.expert_tp, tp_rank=c.etp, ep=lay.expert_partition, ep_rank=c.ep)
-        return t.shard_blocks(tp=lay.tp, tp_rank=c.tp, vocab_multiple=self.train_vocab_multiple)
-
-    @property
-    def train_vocab_multiple(self) -> int:
-        return MEGATRON_VOCAB_MULTIPLE * self.train.tp if self.train.engine == "megatron" else 1
+        return t.shard_blocks(tp=lay.tp, tp_rank=c.tp, vocab_multiple=TRAIN_VOCAB_MULTIPLE)
 
     def rollout_blocks(self, t: TensorSpec, d: int) -> list[Block]:
         """Blocks of `t` device `d` needs in the rollout layout."""

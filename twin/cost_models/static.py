@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from twin.catalog.inventory import Inventory
-from twin.cost_models.placement import MEGATRON_VOCAB_MULTIPLE, VLLM_VOCAB_MULTIPLE
+from twin.cost_models.placement import TRAIN_VOCAB_MULTIPLE, VLLM_VOCAB_MULTIPLE
 from twin.layout.models import RolloutLayout, TrainLayout
 
 
@@ -97,7 +97,7 @@ class TensorTable:
             n_stages = 1
             layers = np.array([num_layers])
         else:
-            numel = self._split_numel(lay.tp, MEGATRON_VOCAB_MULTIPLE * lay.tp, ~self.expert)
+            numel = self._split_numel(lay.tp, TRAIN_VOCAB_MULTIPLE, ~self.expert)
             experts = self._split_numel(lay.expert_tp, 1, self.expert) / lay.expert_partition
             numel = np.where(self.expert, experts, numel)
             stage = self.stage_of(lay)

@@ -57,6 +57,10 @@ def check_train(lay: TrainLayout, cfg: ModelConfig, devices: int,
                                     f"{cfg.num_attention_heads} heads % SP{lay.cp} != 0"))
         return errs
     errs += _tp_rules(lay.tp, cfg, kind)
+    if cfg.vocab_size % lay.tp:  # unpadded: twin/cost_models/placement.py TRAIN_VOCAB_MULTIPLE says why
+        errs.append(LayoutError("vocabulary divisible by TP (Megatron, unpadded)",
+                                f"{cfg.vocab_size} vocabulary rows % TP{lay.tp} != 0: verl's Megatron engine does "
+                                "not pad the vocabulary and Megatron asserts that TP divides it"))
     if cfg.attention == "gqa" and cfg.num_kv_heads % lay.tp:
         errs.append(LayoutError("KV heads divisible by TP (Megatron num_query_groups)",
                                 f"{cfg.num_kv_heads} KV heads % TP{lay.tp} != 0"))

@@ -82,12 +82,17 @@ def test_kv_heads_are_replicated_when_tp_exceeds_them():
     assert k.shard_bytes(tp=4) == 32 * 64 * 2
 
 
-def test_vocab_padding_megatron_style():
+def test_vocab_padding_vllm_style_and_unpadded():
     inv = build_inventory(parse_config({**TINY["llama"], "vocab_size": 250}, "l"))
     head = inv.by_name["lm_head.weight"]
-    # padded to a multiple of 128 x TP2 = 256 rows, 128 per rank; rank 1 holds 122 real rows
-    assert head.shard_bytes(tp=2, vocab_multiple=256) == 128 * 64 * 2
-    assert head.shard_blocks(tp=2, tp_rank=1, vocab_multiple=256) == [((128, 250), (0, 64))]
+    # vLLM: padded to a multiple of 64 = 256 rows, 64 per rank at TP4; rank 3 holds rows 192-249, 58 real rows
+    assert head.shard_bytes(tp=4, vocab_multiple=64) == 64 * 64 * 2
+    assert head.shard_blocks(tp=4, tp_rank=3, vocab_multiple=64) == [((192, 250), (0, 64))]
+    # unpadded (the training engines): 250 / TP2 = 125 rows per rank; TP4 does not divide 250
+    assert head.shard_bytes(tp=2) == 125 * 64 * 2
+    assert head.shard_blocks(tp=2, tp_rank=1) == [((125, 250), (0, 64))]
+    with pytest.raises(ValueError, match=r"250 vocabulary rows \(padding included\) cannot be split over TP=4"):
+        head.shard_blocks(tp=4, tp_rank=0)
 
 
 def test_fused_gate_up_gives_one_block_per_chunk():

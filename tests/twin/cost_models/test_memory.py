@@ -16,7 +16,7 @@ def _scenario(model: str) -> Scenario:
 # Qwen3-8B, one decoder layer: q 4096x4096, k and v 1024x4096, o 4096x4096, MLP 3 x 12288x4096 (TP-split);
 # q_norm and k_norm (128 each) and two RMSNorms (4096 each) replicated.
 LAYER_TP2 = (4096 * 4096 * 2 + 1024 * 4096 * 2 + 3 * 12288 * 4096) // 2 + 2 * 128 + 2 * 4096
-VOCAB_TP2 = 152_064 // 2 * 4096  # 151,936 padded to a multiple of 128 x TP = 256, halved
+VOCAB_TP2 = 151_936 // 2 * 4096  # 151,936 rows unpadded (verl's Megatron engine), halved: 75,968 per rank
 
 
 def test_qwen3_8b_tp2_pp2_static_bytes():

@@ -3,7 +3,7 @@
 import pytest
 
 from twin.catalog.registry import load_model
-from twin.cost_models.placement import MEGATRON_VOCAB_MULTIPLE, VLLM_VOCAB_MULTIPLE, Placement
+from twin.cost_models.placement import TRAIN_VOCAB_MULTIPLE, VLLM_VOCAB_MULTIPLE, Placement
 from twin.cost_models.static import tensor_table
 from twin.layout import RolloutLayout, enumerate_rollout, enumerate_train
 from twin.topology import cluster_kind
@@ -19,10 +19,10 @@ def _per_tensor_train(pl: Placement) -> list[int]:
         elif t.shard.ep_dim is not None:
             out[pl.stage(t)] += t.shard_bytes(tp=lay.expert_tp, ep=lay.expert_partition)
         else:
-            out[pl.stage(t)] += t.shard_bytes(tp=lay.tp, vocab_multiple=MEGATRON_VOCAB_MULTIPLE * lay.tp)
+            out[pl.stage(t)] += t.shard_bytes(tp=lay.tp, vocab_multiple=TRAIN_VOCAB_MULTIPLE)
     if pl.inv.tied_head and lay.engine == "megatron" and lay.pp > 1:
         emb = next(t for t in pl.tensors if t.group == "embedding")
-        out[-1] += emb.shard_bytes(tp=lay.tp, vocab_multiple=MEGATRON_VOCAB_MULTIPLE * lay.tp)
+        out[-1] += emb.shard_bytes(tp=lay.tp, vocab_multiple=TRAIN_VOCAB_MULTIPLE)
     return out
 
 

@@ -30,3 +30,19 @@ def test_dense_models_get_fsdp_layouts():
     cfg = load_config("qwen2.5-1.5b")
     assert any(t.engine == "fsdp" for t in enumerate_train(cfg, 8, cluster_kind("a2")))
     assert not any(t.engine == "fsdp" for t in enumerate_train(load_config("qwen3-30b-a3b"), 16, cluster_kind("a3")))
+
+
+def test_the_planner_proposes_no_megatron_tp_that_leaves_part_of_a_vocabulary_row(tmp_path):
+    import json
+
+    from twin.catalog.registry import raw_config
+    from twin.planner import Planner, default_scenario
+
+    cfg, kind = load_config("qwen3-8b"), cluster_kind("a2")  # 32 heads, 8 KV heads: TP1-8 on one 8-NPU node
+    assert {t.tp for t in enumerate_train(cfg, 8, kind) if t.engine == "megatron"} == {1, 2, 4, 8}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw_config("qwen3-8b")[0] | {"vocab_size": 500}))  # 500 = 4 x 125
+    planner = Planner(default_scenario(str(path), "a2", 8))
+    structures = planner.train_structures()
+    assert {t.tp for t in structures if t.engine == "megatron"} == {1, 2, 4}
+    assert all(check_train(t, planner.cfg, 8, kind) == [] for t in structures)

@@ -2,9 +2,9 @@
 
 import pytest
 
-from twin.catalog.registry import load_config
+from twin.catalog.registry import catalog_names, load_config
 from twin.errors import LayoutError
-from twin.layout import Layout, RolloutLayout, TrainLayout, check_layout, validate_layout
+from twin.layout import Layout, RolloutLayout, TrainLayout, check_layout, check_train, validate_layout
 from twin.topology import cluster_kind
 
 C1 = Layout(train=TrainLayout(tp=4, pp=8, ep=8, moe_tp_extend_ep=True, pp_layers=(7, 7, 8, 8, 8, 8, 8, 7)),
@@ -63,3 +63,27 @@ def test_layout_model_rejects_inconsistent_fields():
         TrainLayout(pp=4, pp_layers=(30, 31))
     with pytest.raises(ValueError, match="etp must be unset"):
         TrainLayout(tp=4, ep=8, moe_tp_extend_ep=True, etp=2)
+
+
+def test_megatron_tp_must_divide_the_unpadded_vocabulary():
+    cfg = load_config("qwen3-8b").model_copy(update={"vocab_size": 500})  # 500 = 4 x 125: TP8 leaves 62.5 rows
+    rule = "vocabulary divisible by TP (Megatron, unpadded)"
+    assert rule in [e.rule for e in check_layout(Layout(train=TrainLayout(tp=8), rollout=RolloutLayout(tp=8, dp=1)),
+                                                 cfg, 8)]
+    (err,) = [e for e in check_layout(Layout(train=TrainLayout(tp=8), rollout=RolloutLayout(tp=1, dp=8)), cfg, 8)
+              if e.rule == rule]
+    assert err.detail.startswith("500 vocabulary rows % TP8 != 0: verl's Megatron engine does not pad")
+    ok = Layout(train=TrainLayout(tp=4, pp=2), rollout=RolloutLayout(tp=8, dp=1))  # vLLM pads 500 to 512 for TP8
+    assert check_layout(ok, cfg, 8) == []
+    fsdp = Layout(train=TrainLayout(engine="fsdp"), rollout=RolloutLayout(tp=1, dp=8))  # FSDP2 cuts dimension 0
+    assert check_layout(fsdp, cfg, 8) == []
+
+
+@pytest.mark.parametrize("model", catalog_names())
+def test_the_catalog_vocabularies_admit_every_tp_of_a_node(model):
+    # 129280 = 2^8 x 505, 32000 = 2^8 x 125, 151936 = 2^7 x 1187, 152064 = 2^9 x 297, 512 = 2^9: TP1-16 divide
+    # them all, so the rule takes no TP the catalog models had (the A3 node's 16 dies is the largest TP)
+    cfg = load_config(model)
+    for tp in (1, 2, 4, 8, 16):
+        errs = check_train(TrainLayout(tp=tp), cfg, 16)
+        assert not [e for e in errs if e.rule.startswith("vocabulary")], (model, tp)
