@@ -271,11 +271,14 @@ def test_megatron_moe_expert_tp2_to_vllm_tp2_ep4_bytes_from_the_engines_equal_th
         make_plan, tmp_path: Path) -> None:
     # expert TP2 inside EP2 over the four ranks: each Megatron rank holds half of each projection of its EP half's
     # four experts, each vLLM rank two whole experts; so each rank holds half of the experts it needs and receives
-    # the other half: 2 layers x 2 experts x (gate/up 32 x 64 + down 64 x 16) x 2 B / 2 = 12,288 B each (the twin)
+    # the other half: 2 layers x 2 experts x (gate/up 32 x 64 + down 64 x 16) x 2 B / 2 = 12,288 B each (the twin);
+    # vLLM's TP rank 0 also takes rows 250-256 of the embedding and the head (Megatron splits the 500 rows 250 / 250,
+    # vLLM pads them to 512, 256 / 244): 2 x 6 x 64 x 2 B = 1,536 B more
     (tmp_path / "config.json").write_text(json.dumps(MOE_CONFIG))
     layout = Layout(train=TrainLayout(tp=2, pp=1, ep=2, etp=2), rollout=RolloutLayout(tp=2, dp=4, ep=4))
     report = _check_reshard(make_plan, tmp_path, "qwen3-30b-a3b", layout, "--model-config",
                             str(tmp_path / "config.json"))
     assert report["layouts"]["train"]["etp"] == 2
     eng = _assert_engines_agree_with_the_twin(report)
-    assert [r["received_bytes"] for r in eng["ranks"]] == [2 * 2 * (32 * 64 + 64 * 16) * 2 // 2] * 4 == [12_288] * 4
+    experts, vocab_rows = 2 * 2 * (32 * 64 + 64 * 16) * 2 // 2, 2 * 6 * 64 * 2
+    assert [r["received_bytes"] for r in eng["ranks"]] == [experts + vocab_rows, experts] * 2 == [13_824, 12_288] * 2
