@@ -28,10 +28,12 @@ from executor.verl_config.trainer import runtime_env_overrides, trainer_override
 from executor.verl_config.workload import workload_overrides
 from twin.catalog.registry import load_config
 from twin.optimizations import executor_refusals
+from twin.plan import Plan
 
 if TYPE_CHECKING:
     from executor.cpu.launch import MegatronSizes
-from twin.plan import Plan
+    from twin.catalog.config import ModelConfig
+    from twin.layout.models import TrainLayout
 
 
 class Target(ABC):
@@ -131,11 +133,11 @@ class CpuTarget(Target):
         if options.model_path is None or options.data_dir is None:
             raise ExecutorError("cluster kind cpu needs --model-path (a small checkpoint) and --data-dir")
         reports, patches, engines = self._rollout_engine(plan, host)
-        train = plan.layout.train
+        train, config = plan.layout.train, load_config(plan.scenario.model)
         if train.engine == "megatron":
-            trainer_reports, trainer_patches, engines["train"] = self._megatron_engine(plan, host)
+            trainer_reports, trainer_patches, engines["train"] = self._megatron_engine(plan, host, config)
             reports, patches = [*reports, *trainer_reports], [*patches, *trainer_patches]
-        sync_reports, sync_overrides = self._directed_reshard(plan, host, patches)
+        sync_reports, sync_overrides = self._directed_reshard(plan, host, patches, config)
         w, r = plan.scenario.workload, plan.layout.rollout
         try:
             overrides, env = launch.cpu_run_config(
@@ -145,7 +147,7 @@ class CpuTarget(Target):
                 seed=plan.scenario.seed, metrics_path=RunPaths(workdir=options.workdir).metrics,
                 rollout_tp=plan.layout.rollout.tp,
                 rollout_batching=(r.max_num_seqs, r.max_num_batched_tokens, r.enable_chunked_prefill),
-                megatron=self._megatron_sizes(plan) if train.engine == "megatron" else None,
+                megatron=self._megatron_sizes(train, config) if train.engine == "megatron" else None,
                 rollout_ep=plan.layout.rollout.ep)
         except ValueError as exc:
             raise ExecutorError(f"cluster kind cpu: {exc}") from None
@@ -157,7 +159,8 @@ class CpuTarget(Target):
                           optimizations=[*reports, *sync_reports], engines=engines)
 
     @staticmethod
-    def _directed_reshard(plan: Plan, host: HostEnv, patches: list[str]) -> tuple[list, list[str]]:
+    def _directed_reshard(plan: Plan, host: HostEnv, patches: list[str], config: ModelConfig,
+                          ) -> tuple[list, list[str]]:
         """The weight sync through the directed reshard when the plan enables it, applied as on the clusters
         (its backend's refusals stop `executor run` before launch)."""
         from executor.npu_opt.base import OptReport
@@ -169,7 +172,7 @@ class CpuTarget(Target):
         found = opt.detect(host)
         if not found.available:
             raise ExecutorError(f"cluster kind cpu: directed_reshard is unavailable here ({found.reason})")
-        refusals = executor_refusals(opt.id, plan.layout, load_config(plan.scenario.model))
+        refusals = executor_refusals(opt.id, plan.layout, config)
         if refusals:  # `executor run` stops before launch on a refused optimization (executor/cli.py)
             return [OptReport(id=opt.id, mechanism=found.mechanism, state="refused", targets=found.targets,
                               detail="cannot run this plan's layout: " + "; ".join(refusals))], []
@@ -180,7 +183,7 @@ class CpuTarget(Target):
                           overrides=overrides, targets=found.targets)], overrides
 
     @staticmethod
-    def _megatron_engine(plan: Plan, host: HostEnv) -> tuple[list, list[str], str]:
+    def _megatron_engine(plan: Plan, host: HostEnv, config: ModelConfig) -> tuple[list, list[str], str]:
         """(status reports, worker patches, engine) of verl's Megatron trainer on CPU; refuses a host without
         megatron-core and mbridge, or a layout the CPU patches do not cover."""
         from executor.cpu import megatron_compat, megatron_verl_compat
@@ -190,7 +193,7 @@ class CpuTarget(Target):
             raise ExecutorError(f"cluster kind cpu: verl's Megatron trainer runs TP x PP x EP layouts here, not "
                                 f"{train.short()}: context parallelism, virtual stages and MindSpeed's "
                                 "moe_tp_extend_ep have no CPU path (executor/cpu/megatron_compat.py)")
-        if load_config(plan.scenario.model).moe is not None and train.tp > 1:
+        if config.moe is not None and train.tp > 1:
             raise ExecutorError(f"cluster kind cpu: the MoE model trains with TP{train.tp}: megatron-core's MoE layer "
                                 "refuses tensor parallelism without sequence parallelism in training "
                                 "(megatron/core/transformer/moe/moe_layer.py:380), and its local spec's norms refuse "
@@ -200,13 +203,11 @@ class CpuTarget(Target):
                 f"megatron-core {host.version('megatron-core')} (mbridge {host.version('mbridge')})")
 
     @staticmethod
-    def _megatron_sizes(plan: Plan) -> MegatronSizes:
+    def _megatron_sizes(t: TrainLayout, config: ModelConfig) -> MegatronSizes:
         """The plan's Megatron sizes as executor/cpu/launch.py takes them."""
         from executor.cpu.launch import MegatronSizes
 
-        t = plan.layout.train
-        return MegatronSizes(tp=t.tp, pp=t.pp, ep=t.ep, etp=t.expert_tp,
-                             moe=load_config(plan.scenario.model).moe is not None)
+        return MegatronSizes(tp=t.tp, pp=t.pp, ep=t.ep, etp=t.expert_tp, moe=config.moe is not None)
 
     @staticmethod
     def _patches(patches: list, plan: Plan, host: HostEnv, engine: str, install: str) -> tuple[list, list[str]]:
