@@ -39,7 +39,8 @@ NOT_YET = {
     # and 0.30 s on a loaded one; a local run saw 0.13 / 0.36 / 0.14 s in three steps. The job predicts its typical
     # value; the occasional 2-3x step is not modelled. Not strict, like old_log_prob
     "advantage": pytest.mark.xfail(strict=False, reason="advantage 0.241 s measured, 0.120 s predicted (-50 %) in "
-                                                        "one CI run of six (-5 % to -17 % in four)"),
+                                                        "two CI runs of six, one of them loaded (-5 % to -17 % in the "
+                                                        "other four)"),
     # a 0.05-0.2 s stage of TransferQueue reads and DataProto conversion through Ray: the job predicts its typical
     # value, but one run in three took three times as long (the colocated vLLM workers' busy loop, as for the
     # rollout below, most likely); not strict until a job times it beside a busy engine
