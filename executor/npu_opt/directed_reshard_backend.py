@@ -218,8 +218,8 @@ def rollout_named_tensors(pl: Placement, rollout: RolloutShards) -> Iterator[tup
     from executor.reshard.vllm_blocks import block_name
 
     for t in pl.tensors:
+        whole = tuple((0, n) for n in t.shape)
         for block, x in rollout.get(t.name, []):
-            whole = tuple((0, n) for n in t.shape)
             experts = _experts(t, block, x) if t.shard.ep_dim == 0 else None
             if block == whole and t.shard.ep_dim is None:
                 yield t.name, x
