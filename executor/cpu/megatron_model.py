@@ -30,9 +30,6 @@ if TYPE_CHECKING:
 
     from twin.catalog.inventory import Block
 
-EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts")  # config.json's names of the expert count
-
-
 class MegatronModelError(Exception):
     """The model cannot be built or loaded as asked; the message says why."""
 
@@ -59,6 +56,7 @@ class MegatronCpuModel:
         from transformers import AutoConfig
 
         from executor.cpu.megatron_compat import MOE_ON_CPU, apply_all
+        from twin.catalog.config import parse_config
 
         apply_all()
         fields = {k: v for k, v in hf_config.items() if k != "model_type"}
@@ -79,7 +77,7 @@ class MegatronCpuModel:
             raise MegatronModelError(f"mbridge has no bridge for model type {hf_config['model_type']!r}") from exc
         bridge.set_extra_args(use_cpu_initialization=True, masked_softmax_fusion=False, sequence_parallel=False,
                               gradient_accumulation_fusion=False, bias_dropout_fusion=False, apply_rope_fusion=False,
-                              **MOE_ON_CPU if any(hf_config.get(k) for k in EXPERT_COUNTS) else {})
+                              **MOE_ON_CPU if parse_config(hf_config, "the check's model").moe else {})
         rope = (getattr(config, "rope_parameters", None) or {}).get("rope_theta") or config.rope_theta
         model = GPTModel(config=bridge.config,
                          transformer_layer_spec=get_gpt_decoder_block_spec(bridge.config, use_transformer_engine=False),
