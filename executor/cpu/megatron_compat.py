@@ -30,6 +30,19 @@ forward pass does:
   batches have, go through the all-to-all with uneven splits over gloo.
 
 MoE layers run on CPU with `MOE_ON_CPU` (below).
+
+- `megatron_cpu_mla`: multi-latent attention (DeepSeek-V3) builds its rotary embeddings on
+  `torch.cuda.current_device()` (megatron/core/models/common/embeddings/rotary_pos_embedding.py:78
+  `RotaryEmbedding.__init__`, yarn_rotary_pos_embedding.py:76 and `get_emb`), and its constructor asks
+  `isinstance(self.linear_proj, TELinear)` (multi_latent_attention.py:185), where without Transformer Engine
+  `TELinear` is a MagicMock instance, not a type (megatron/core/extensions/transformer_engine.py:76 mocks the
+  package): a TypeError on any host without Transformer Engine. On CPU the embeddings stay on the host and MLA's
+  `TELinear` is a class no module is an instance of.
+- `mbridge_deepseek_v3_config`: mbridge 0.15.1's DeepSeek-V3 bridge reads `hf_config.rope_theta` and, when
+  `"rope_scaling" in hf_config`, its yarn settings (mbridge/models/deepseek_v3.py:120,157), which transformers 5
+  keeps in `rope_parameters` (and `in` no longer finds), and passes `max_position_embeddings` to megatron-core's
+  MLATransformerConfig, which 0.16.1 names `original_max_position_embeddings` (deepseek_v3.py:162). The bridge
+  gets those three from `rope_parameters` and the field under its megatron-core name.
 """
 
 from __future__ import annotations
@@ -42,11 +55,14 @@ from executor.npu_opt.base import ApplyContext, Availability, Optimization, Patc
 from executor.npu_opt.host import HostEnv
 
 DIST = "megatron-core"
-MOE_ON_CPU = {"moe_grouped_gemm": False, "bias_activation_fusion": False, "persist_layer_norm": False}
+MOE_ON_CPU = {"moe_grouped_gemm": False, "bias_activation_fusion": False, "persist_layer_norm": False,
+              "moe_shared_expert_overlap": False}
 """What megatron-core's MoE layers run with on CPU, beyond the patches: one SequentialMLP module per local expert
 (mbridge asks for grouped GEMM, which needs Transformer Engine) and unfused activation and norm kernels. The token
-dispatcher is the all-to-all one that verl and mbridge choose (`megatron_cpu_moe` makes it run on CPU). None of them
-changes where a weight lives or what it computes."""
+dispatcher is the all-to-all one that verl and mbridge choose (`megatron_cpu_moe` makes it run on CPU). Shared experts
+(DeepSeek-V3) run after the routed ones, not overlapped with the dispatch on a CUDA stream of their own
+(megatron/core/transformer/moe/shared_experts.py:123). None of them changes where a weight lives or what it
+computes."""
 
 RNG_FORK = PatchTarget(module="megatron.core.tensor_parallel.random", attribute="CudaRNGStatesTracker.fork",
                        dist=DIST)
@@ -65,6 +81,21 @@ ALLTOALL_INIT = PatchTarget(module=DISPATCHER, attribute="MoEAlltoAllTokenDispat
 ALLTOALL_DTOH = PatchTarget(module=DISPATCHER, attribute="MoEAlltoAllTokenDispatcher._maybe_dtoh_and_synchronize",
                             dist=DIST)
 HOST_STREAM = "host (no CUDA stream)"
+ROTARY = "megatron.core.models.common.embeddings.rotary_pos_embedding"
+YARN = "megatron.core.models.common.embeddings.yarn_rotary_pos_embedding"
+MLA_TARGETS = (PatchTarget(module=ROTARY, attribute="RotaryEmbedding.__init__", dist=DIST),
+               PatchTarget(module=YARN, attribute="YarnRotaryEmbedding.__init__", dist=DIST),
+               PatchTarget(module=YARN, attribute="YarnRotaryEmbedding.get_emb", dist=DIST))
+MLA_TE_LINEAR = PatchTarget(module="megatron.core.transformer.multi_latent_attention", attribute="TELinear",
+                            dist=DIST)
+MBRIDGE = "mbridge"
+DSV3_CONFIG = PatchTarget(module="mbridge.models.deepseek_v3", attribute="DeepseekV3Bridge._build_config",
+                          dist=MBRIDGE)
+YARN_FIELDS = {"rotary_scaling_factor": ("factor", 1), "mscale": ("mscale", 1.0),
+               "mscale_all_dim": ("mscale_all_dim", 1.0), "beta_fast": ("beta_fast", 32),
+               "beta_slow": ("beta_slow", 1), "original_max_position_embeddings": ("original_max_position_embeddings",
+                                                                                   4096)}
+"""megatron-core's yarn fields of MLATransformerConfig: (the HF rope parameter, mbridge's default)."""
 
 
 def _cpu_fork(_original: Callable) -> Callable:
@@ -140,6 +171,49 @@ def _cpu_causal_mask(_original: Callable) -> Callable:
         return torch.triu(torch.ones(sq, sq, dtype=torch.bool), diagonal=1)
 
     return get_default_causal_mask
+
+
+def _no_te_linear(_original: object) -> type:
+    class AbsentTELinear:
+        """Transformer Engine's Linear where Transformer Engine is not installed: nothing is one."""
+
+    return AbsentTELinear
+
+
+def _transformers5_rope(original: Callable) -> Callable:
+    """mbridge's DeepSeek-V3 `_build_config` with the rope settings read from transformers 5's `rope_parameters`
+    and `max_position_embeddings` passed under megatron-core 0.16's name."""
+
+    @functools.wraps(original)
+    def _build_config(self: object) -> object:
+        hf = self.hf_config
+        rope = dict(getattr(hf, "rope_parameters", None) or {})
+        if not hasattr(hf, "rope_theta"):
+            hf.rope_theta = rope["rope_theta"]
+        build_base = self._build_base_config
+
+        def base(**kwargs: object) -> object:
+            if "max_position_embeddings" in kwargs and not _has_field(self.TransformerConfigClass,
+                                                                      "max_position_embeddings"):
+                kwargs["original_max_position_embeddings"] = kwargs.pop("max_position_embeddings")
+            if rope.get("rope_type", "default") not in ("default", "rope") and "rope_scaling" not in hf:
+                kwargs["rope_type"] = rope["rope_type"]
+                kwargs.update({field: rope.get(key, default) for field, (key, default) in YARN_FIELDS.items()})
+            return build_base(**kwargs)
+
+        self._build_base_config = base
+        try:
+            return original(self)
+        finally:
+            del self._build_base_config
+
+    return _build_config
+
+
+def _has_field(config_class: type, name: str) -> bool:
+    import dataclasses
+
+    return any(f.name == name for f in dataclasses.fields(config_class))
 
 
 class _HostCuda:
@@ -238,8 +312,22 @@ class MegatronCpuMoe(_MegatronCpuPatch):
     what = "the MoE router and the all-to-all token dispatcher on CPU; the gating GEMM is torch's"
 
 
+class MegatronCpuMla(_MegatronCpuPatch):
+    id = "megatron_cpu_mla"
+    patches = (*((t, _current_device_cpu) for t in MLA_TARGETS), (MLA_TE_LINEAR, _no_te_linear))
+    what = "MLA's rotary embeddings on CPU; no Transformer Engine Linear to check against"
+
+
+class MbridgeDeepseekV3Config(_MegatronCpuPatch):
+    id = "mbridge_deepseek_v3_config"
+    worker_dists = (DIST, MBRIDGE)
+    patches = ((DSV3_CONFIG, _transformers5_rope),)
+    what = "DeepSeek-V3's rope settings from transformers 5's rope_parameters, megatron-core 0.16's field names"
+
+
 PATCHES: tuple[Optimization, ...] = (MegatronCpuRngTracker(), MegatronCpuRotary(), MegatronCpuMemoryBuffer(),
-                                     MegatronCpuCausalMask(), MegatronCpuMoe())
+                                     MegatronCpuCausalMask(), MegatronCpuMoe(), MegatronCpuMla(),
+                                     MbridgeDeepseekV3Config())
 
 
 def apply_all() -> list[WorkerPatchResult]:

@@ -51,11 +51,11 @@ class MegatronCpuModel:
         from mbridge import AutoBridge
         from mbridge.core.parallel_states import ParallelStates
         from megatron.core import parallel_state as mpu
-        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
         from megatron.core.models.gpt.gpt_model import GPTModel
         from transformers import AutoConfig
 
         from executor.cpu.megatron_compat import MOE_ON_CPU, apply_all
+        from executor.cpu.megatron_mla import cpu_block_spec
         from twin.catalog.config import parse_config
 
         apply_all()
@@ -80,7 +80,7 @@ class MegatronCpuModel:
                               **MOE_ON_CPU if parse_config(hf_config, "the check's model").moe else {})
         rope = (getattr(config, "rope_parameters", None) or {}).get("rope_theta") or config.rope_theta
         model = GPTModel(config=bridge.config,
-                         transformer_layer_spec=get_gpt_decoder_block_spec(bridge.config, use_transformer_engine=False),
+                         transformer_layer_spec=cpu_block_spec(bridge.config),
                          vocab_size=config.vocab_size, max_sequence_length=config.max_position_embeddings,
                          pre_process=mpu.is_pipeline_first_stage(), post_process=mpu.is_pipeline_last_stage(),
                          share_embeddings_and_output_weights=bool(getattr(config, "tie_word_embeddings", False)),

@@ -33,10 +33,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from executor.cpu.megatron_compat import DIST, _current_device_cpu, _host_torch, _MegatronCpuPatch
+from executor.cpu.megatron_compat import DIST, MBRIDGE, _current_device_cpu, _host_torch, _MegatronCpuPatch
 from executor.npu_opt.base import Optimization, PatchTarget
 
-MBRIDGE = "mbridge"
 RNG_ADD = PatchTarget(module="megatron.core.tensor_parallel.random", attribute="CudaRNGStatesTracker.add", dist=DIST)
 GET_MODEL = PatchTarget(module="mbridge.core.bridge", attribute="get_model", dist=MBRIDGE)
 LAYER_SPEC = PatchTarget(module="mbridge.core.llm_bridge", attribute="get_gpt_decoder_block_spec", dist=MBRIDGE)
@@ -126,7 +125,9 @@ def _causal_over_padding(original: Callable) -> Callable:
 
 def _local_layer_spec(original: Callable) -> Callable:
     def get_gpt_decoder_block_spec(config: object, use_transformer_engine: bool, **kwargs: object) -> object:
-        return original(config, use_transformer_engine=False, **kwargs)
+        from executor.cpu.megatron_mla import adapt_block_spec
+
+        return adapt_block_spec(original(config, use_transformer_engine=False, **kwargs))
 
     return get_gpt_decoder_block_spec
 

@@ -25,6 +25,11 @@ if TYPE_CHECKING:
 LOCAL_TO_TE = {"input_layernorm.weight": "self_attention.linear_qkv.layer_norm_weight",
                "pre_mlp_layernorm.weight": "mlp.linear_fc1.layer_norm_weight"}
 """Megatron's local layer spec keeps the norms as modules; mbridge names them as Transformer Engine fuses them."""
+MLA_LOCAL_TO_TE = {"self_attention.q_layernorm.weight": "self_attention.linear_q_up_proj.layer_norm_weight",
+                   "self_attention.kv_layernorm.weight": "self_attention.linear_kv_up_proj.layer_norm_weight"}
+"""Multi-latent attention keeps its input norm a module in both specs (mbridge's DeepSeek-V3 bridge names it
+`input_layernorm`, and its pre-MLP norm `pre_mlp_layernorm` in every layer); Transformer Engine fuses the norms of
+the compressed query and key-value into their up projections."""
 LOCAL_EXPERT = re.compile(r"\.mlp\.experts\.local_experts\.(\d+)\.(linear_fc[12])\.weight$")
 """The local spec's SequentialMLP holds expert i as `local_experts.i.linear_fcK.weight`; mbridge names it as
 Transformer Engine's grouped MLP does, `linear_fcK.weight<i>`."""
@@ -43,15 +48,16 @@ class HfSlice:
     mask: torch.Tensor  # bool, local parameter shape; its True elements in row-major order are the block's
 
 
-def te_name(name: str, first_expert: int = 0, fused_pre_mlp_norm: bool = True) -> str:
+def te_name(name: str, first_expert: int = 0, fused_pre_mlp_norm: bool = True, mla: bool = False) -> str:
     """A Megatron parameter name as mbridge's mappings spell it (Transformer Engine's fused norms and grouped
     experts); a local expert's index is shifted by `first_expert`, this EP rank's first global expert. The pre-MLP
-    norm is fused into the MLP's first linear only in dense layers (`fused_pre_mlp_norm`): mbridge's MoE bridges
-    name it as its own module."""
+    norm is fused into the MLP's first linear only in dense models (`fused_pre_mlp_norm`): mbridge's MoE bridges
+    name it as its own module. `mla`: multi-latent attention's norms (`MLA_LOCAL_TO_TE`)."""
     expert = LOCAL_EXPERT.search(name)
     if expert:
         return f"{name[: expert.start()]}.mlp.experts.{expert[2]}.weight{int(expert[1]) + first_expert}"
-    for local, te in LOCAL_TO_TE.items():
+    norms = MLA_LOCAL_TO_TE if mla else LOCAL_TO_TE
+    for local, te in norms.items():
         if name.endswith(local) and (fused_pre_mlp_norm or local != "pre_mlp_layernorm.weight"):
             return name[: -len(local)] + te
     return name
@@ -61,10 +67,12 @@ def mbridge_name(bridge: Any, name: str) -> str:
     """`te_name` for this bridge's model and EP rank. mbridge numbers experts globally only in its grouped-MLP
     names (its local-to-global mapping leaves the local spec's `local_experts.i` alone), so a local expert's index is
     shifted by the experts of the EP ranks before this one (mbridge's rule: num_experts / EP per rank, in EP
-    order); its MoE bridges (all layers MoE) keep the pre-MLP norm a module of its own."""
+    order); its MoE bridges keep the pre-MLP norm a module of its own (Qwen MoE: all layers MoE; DeepSeek-V3: its
+    dense first layers too)."""
     experts = getattr(bridge.config, "num_moe_experts", None) or 0
     first = experts // bridge.mpu.ep_size * bridge.mpu.ep_rank
-    return te_name(name, first, fused_pre_mlp_norm=not experts)
+    return te_name(name, first, fused_pre_mlp_norm=not experts,
+                   mla=bool(getattr(bridge.config, "multi_latent_attention", False)))
 
 
 def hf_sources(bridge: Any, model: Any) -> dict[str, list[str]]:

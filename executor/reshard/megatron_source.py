@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 
 TRAIN_DIST = "megatron-core"
 BRIDGE_DIST = "mbridge"
-SUPPORTED = EXECUTOR_SUPPORT["directed_reshard"].megatron_model_types  # families with an mbridge bridge and a twin
-# inventory that Megatron's local spec builds (Qwen2-MoE's shared expert and its gate are named unlike the twin's
-# shared_experts; DeepSeek-V3's bridge overrides the name mappings)
+SUPPORTED = (*(EXECUTOR_SUPPORT["directed_reshard"].megatron_model_types or ()), "deepseek_v3")
+"""Families with an mbridge bridge whose names executor/reshard/megatron_blocks.py translates and whose twin inventory
+Megatron's local spec builds (Qwen2-MoE's shared expert and its gate are named unlike the twin's shared_experts)."""
 RECORD = "engine_train"  # the `method` of the rank record that carries Megatron's blocks
 
 

@@ -4,7 +4,10 @@ Two ranks build a GPTModel, load a transformers checkpoint through mbridge's con
 transformers' logits; the backward pass reaches every rank's parameters. A tiny Qwen2 at TP2 (its 300 vocabulary
 rows unpadded, 150 per rank, as verl's Megatron engine builds it), and a tiny Qwen3-MoE
 at EP2 with each rank on sequences of its own length, so that megatron-core's all-to-all token dispatcher moves
-uneven token counts between the ranks over gloo (the MoE patches of executor/cpu/megatron_compat.py).
+uneven token counts between the ranks over gloo (the MoE patches of executor/cpu/megatron_compat.py); and a tiny
+DeepSeek-V3 at EP2 the same way: multi-latent attention with yarn rotary embeddings (DeepSeek-R1's rope settings),
+a dense first layer, then a sigmoid router with expert bias, a shared expert and routed experts
+(executor/cpu/megatron_mla.py and the MLA patches).
 """
 
 from __future__ import annotations
@@ -23,21 +26,32 @@ from executor.reshard.experts import split_tensors
 CONFIG = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "vocab_size": 300, "hidden_size": 64,
           "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
           "max_position_embeddings": 64, "tie_word_embeddings": False, "torch_dtype": "float32"}
+DEEPSEEK_YARN = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32,
+                 "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}  # DeepSeek-R1's config.json
 MOE_CONFIG = {"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 256,
               "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32, "num_experts": 4,
               "num_experts_per_tok": 2, "norm_topk_prob": True, "num_hidden_layers": 2, "num_attention_heads": 4,
               "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 64, "tie_word_embeddings": False,
               "torch_dtype": "float32"}
+DEEPSEEK_CONFIG = {"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"], "vocab_size": 300,
+                   "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32, "n_routed_experts": 4,
+                   "num_experts_per_tok": 2, "n_shared_experts": 1, "n_group": 1, "topk_group": 1,
+                   "first_k_dense_replace": 1, "routed_scaling_factor": 2.5, "norm_topk_prob": True,
+                   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "q_lora_rank": 16,
+                   "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8,
+                   "max_position_embeddings": 64, "rope_scaling": DEEPSEEK_YARN, "tie_word_embeddings": False,
+                   "torch_dtype": "float32"}
 IDS = [[1, 5, 7, 200, 299, 2, 9, 11]]
 MOE_IDS = ([[1, 5, 7, 200, 255, 2, 9, 11]], [[3, 250, 17, 4, 90]])  # rank 0's, rank 1's: uneven token counts
-CASES = {"qwen2-tp2": (CONFIG, {"tp": 2}, (IDS, IDS)), "qwen3-moe-ep2": (MOE_CONFIG, {"tp": 1, "ep": 2}, MOE_IDS)}
+CASES = {"qwen2-tp2": (CONFIG, {"tp": 2}, (IDS, IDS)), "qwen3-moe-ep2": (MOE_CONFIG, {"tp": 1, "ep": 2}, MOE_IDS),
+         "deepseek-v3-ep2": (DEEPSEEK_CONFIG, {"tp": 1, "ep": 2}, MOE_IDS)}
 
 
 def test_each_patch_finds_its_target_in_the_installed_megatron_core() -> None:
     pytest.importorskip("megatron.core")
     found = [p.detect(HostEnv()) for p in PATCHES]
     assert [(a.id, a.available) for a in found] == [(p.id, True) for p in PATCHES], [a.reason for a in found]
-    assert len({p.id for p in PATCHES}) == len(PATCHES) == 5
+    assert len({p.id for p in PATCHES}) == len(PATCHES) == 7
 
 
 def test_each_patch_of_verls_megatron_path_finds_its_targets() -> None:
@@ -47,7 +61,7 @@ def test_each_patch_of_verls_megatron_path_finds_its_targets() -> None:
 
     found = [p.detect(HostEnv()) for p in VERL_PATH]
     assert [(a.id, a.available) for a in found] == [(p.id, True) for p in VERL_PATH], [a.reason for a in found]
-    assert len({p.id for p in (*PATCHES, *VERL_PATH)}) == len(PATCHES) + len(VERL_PATH) == 11
+    assert len({p.id for p in (*PATCHES, *VERL_PATH)}) == len(PATCHES) + len(VERL_PATH) == 13
 
 
 def _rank(rank: int, store: str, checkpoint: dict, results: Any, case: str) -> None:
@@ -107,4 +121,5 @@ def test_megatron_loaded_through_mbridge_gives_transformers_logits(case: str) ->
         assert logits.shape == wants[rank].shape  # at TP2, 2 x 150 columns: no padding rows to cut off
         assert (logits - wants[rank]).abs().max().item() < 1e-5
         assert grad > 0
-        assert "decoder.layers.0.self_attention.linear_qkv.weight" in names
+        attention = "linear_kv_up_proj" if config["model_type"] == "deepseek_v3" else "linear_qkv"  # MLA's, GQA's
+        assert f"decoder.layers.0.self_attention.{attention}.weight" in names
