@@ -9,7 +9,8 @@ rank's part (`_weight_split_across_tp`), the path mbridge's own `load_weights` t
 `hf_blocks()` and `hf_shards()` say which HF blocks each local parameter holds and cut them out
 (executor/reshard/megatron_blocks.py, shared with verl's Megatron engine).
 
-Dense and MoE models of the families mbridge knows (Qwen2/Qwen3/Llama, Qwen3-MoE). MoE layers are
+Dense and MoE models of the families mbridge knows (Qwen2/Qwen3/Llama, Qwen3-MoE, DeepSeek-V3 with multi-latent
+attention built as executor/cpu/megatron_mla.py says). MoE layers are
 built with expert parallelism `ep` and expert TP `etp` (Megatron's default: the TP size) as Megatron's local
 SequentialMLP, one module per local expert (mbridge's grouped-GEMM default needs Transformer Engine), with the
 settings of executor/cpu/megatron_compat.py `MOE_ON_CPU`, which verl's Megatron engine runs with on CPU. Sequence

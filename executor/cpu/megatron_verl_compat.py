@@ -16,8 +16,8 @@ worker like the others.
   `_weight_split_across_tp`, `_weight_merge_across_tp`) know only under Transformer Engine's fused names; the
   names are translated on the way in (executor/reshard/megatron_blocks.py `mbridge_name`), and so are the local
   experts of MoE layers (`local_experts.i`, which mbridge knows only as Transformer Engine's grouped `weight<g>`,
-  with g the global expert index of this EP rank's expert i). Models whose bridge overrides these methods
-  (DeepSeek-V3, GLM) are not covered.
+  with g the global expert index of this EP rank's expert i), and the norms of multi-latent attention
+  (DeepSeek-V3, whose bridge overrides two of these methods, patched as well). GLM's bridge is not covered.
 - `megatron_cpu_host_tensors`: Megatron's mixed-precision optimizer, gradient clipping and pipeline schedules
   create their scalars with `device='cuda'` (megatron/core/optimizer/optimizer.py, distrib_optimizer.py,
   clip_grads.py, megatron/core/pipeline_parallel/schedules.py `total_num_tokens`, the gradient norm of
@@ -53,7 +53,12 @@ SOFTMAX = PatchTarget(module="megatron.core.fusions.fused_softmax", attribute="F
                       dist=DIST)
 NAMED_METHODS = ("_weight_name_mapping_mcore_to_hf", "_weight_to_mcore_format", "_weight_to_hf_format",
                  "_weight_split_across_tp", "_weight_merge_across_tp")
-NAME_TARGETS = [PatchTarget(module="mbridge.core.bridge", attribute=f"Bridge.{m}", dist=MBRIDGE) for m in NAMED_METHODS]
+NAME_TARGETS = [*(PatchTarget(module="mbridge.core.bridge", attribute=f"Bridge.{m}", dist=MBRIDGE)
+                  for m in NAMED_METHODS),
+                *(PatchTarget(module="mbridge.models.deepseek_v3", attribute=f"DeepseekV3Bridge.{m}", dist=MBRIDGE)
+                  for m in ("_weight_name_mapping_mcore_to_hf", "_weight_to_hf_format"))]
+"""The methods that take a Megatron name: the base bridge's, and DeepSeek-V3's overrides of them (which call the base
+ones: `mbridge_name` gives a name already in mbridge's spelling back unchanged)."""
 
 
 def _cpu_rng_add(_original: Callable) -> Callable:
