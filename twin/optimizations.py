@@ -135,11 +135,11 @@ EXECUTOR_SUPPORT: dict[str, ExecutorSupport] = {
     # CPU loop into vLLM TP2, TP-split blocks loaded by executor/reshard/vllm_blocks.py; the Megatron MoE trainer with
     # EP2 into vLLM replicas holding every expert).
     # From Megatron it reads the model types whose mbridge bridges executor/reshard/megatron_blocks.py traces
-    # (executor/reshard/megatron_source.py SUPPORTED, the same list); DeepSeek-V3's bridge (MLA, shared experts, MTP)
-    # names and converts weights its own way and is not traced
+    # (executor/reshard/megatron_source.py SUPPORTED, the same list), DeepSeek-V3's included (MLA, shared experts,
+    # dense first layers; its MTP layer is not moved: vLLM without speculative decoding loads none)
     "directed_reshard": ExecutorSupport(
         train_engines=("fsdp", "megatron"), rollout_tp_max=None,
-        megatron_model_types=("qwen2", "qwen3", "llama", "qwen3_moe"),
+        megatron_model_types=("qwen2", "qwen3", "llama", "qwen3_moe", "deepseek_v3"),
         where="executor/npu_opt/directed_reshard_backend.py (DirectedCheckpointEngine)"),
 }
 

@@ -3,7 +3,8 @@
 `make_tiny_model` writes a Qwen2-architecture model (config.json, random float32 weights as
 safetensors, generation_config.json) with a small byte-level BPE tokenizer trained here with the
 `tokenizers` library: Qwen's pre-tokenizer split (digits one by one, "\\n" alone, so "\\n" is exactly
-one token, as verl's Qwen token builder requires), ChatML special tokens and chat template.
+one token, as verl's Qwen token builder requires), ChatML special tokens and chat template (DeepSeek's for the
+DeepSeek-V3 variant).
 `make_math_dataset` writes verl-format parquet files of `math_problems` whose prompts ask for the
 format the MATH reward (`executor.reward`) scores.
 """
@@ -11,6 +12,7 @@ format the MATH reward (`executor.reward`) scores.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from executor.cpu.math_problems import KINDS, Problem, make_problems
@@ -19,12 +21,32 @@ from executor.reward import PROMPT_INSTRUCTION
 DATA_SOURCE = "ascend-rl-twin/tiny-math"
 """data_source of every row: unknown to verl's built-in scorers, so only the custom reward can score it."""
 
-SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-EOS_TOKEN, PAD_TOKEN = "<|im_end|>", "<|endoftext|>"
-CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """A model family's special tokens and chat template."""
+
+    special: tuple[str, ...]
+    eos: str
+    pad: str
+    template: str
+
+
+CHATML = ChatFormat(
+    special=("<|endoftext|>", "<|im_start|>", "<|im_end|>"), eos="<|im_end|>", pad="<|endoftext|>",
+    template="{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+             "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+"""Qwen's."""
+DEEPSEEK_CHAT = ChatFormat(
+    special=("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<｜▁pad▁｜>"),
+    eos="<｜end▁of▁sentence｜>", pad="<｜▁pad▁｜>",
+    template="<｜begin▁of▁sentence｜>{% for message in messages %}{% if message['role'] == 'user' %}<｜User｜>"
+             "{{ message['content'] }}{% else %}<｜Assistant｜>{{ message['content'] }}<｜end▁of▁sentence｜>{% endif %}"
+             "{% endfor %}{% if add_generation_prompt %}<｜Assistant｜>{% endif %}")
+"""DeepSeek-V3's tokens (fullwidth bars, lower one-eighth blocks) and turn layout, without R1's thinking prefix: verl
+picks its rollout token builder by config.json model_type, and its DeepSeek builder requires DeepSeek's
+end-of-sentence token (verl/utils/tokenizer/continuous_token.py `DeepSeekContinuousTokenBuilder`)."""
 # Qwen2's pre-tokenizer split: words, single digits, punctuation runs, newlines apart.
 SPLIT_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -61,7 +83,34 @@ MOE_SHAPE = {
 }
 """The MoE variant (`tiny-moe`, Qwen3-MoE architecture): every layer's MLP is 4 routed experts, top-2, as the
 recipes' MoE models route; the same attention, vocabulary and tokenizer as the dense one."""
-TINY_MODELS = ("tiny", "tiny-moe")  # the twin's catalog names of what make_tiny_model writes
+DEEPSEEK_SHAPE = {
+    "num_key_value_heads": 4,  # MLA: every head has its keys and values (transformers repeats them by heads / this)
+    "moe_intermediate_size": 128,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "n_shared_experts": 1,
+    "n_group": 1,
+    "topk_group": 1,
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 1.0,
+    "first_k_dense_replace": 1,
+    "q_lora_rank": 32,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+}
+"""The DeepSeek-V3 variant (`tiny-deepseek`): multi-latent attention with a compressed query, a dense first layer,
+then a sigmoid router with expert-score correction bias (DeepSeek-R1's `noaux_tc`) over 4 routed experts, top-2,
+beside one shared expert. The latent is DeepSeek-V3's own size, 512 + 64 = 576: vLLM's CPU MLA kernel is built for
+that size only (vllm/v1/attention/backends/mla/cpu_mla.py `get_supported_head_sizes`). The head dims are DeepSeek-V3's
+too (128 nope + 64 rope for queries and keys, 128 for values); only the heads (4) and the hidden size are small."""
+TINY_MODELS = {"tiny": ("Qwen2", {}, CHATML), "tiny-moe": ("Qwen3Moe", MOE_SHAPE, CHATML),
+               "tiny-deepseek": ("DeepseekV3", DEEPSEEK_SHAPE, DEEPSEEK_CHAT)}
+"""The twin's catalog names of what make_tiny_model writes: (transformers' architecture prefix, the shape beyond
+MODEL_SHAPE, the chat format of its tokenizer)."""
 
 
 def _tokenizer_corpus() -> list[str]:
@@ -70,8 +119,8 @@ def _tokenizer_corpus() -> list[str]:
     return [roles, *(f"{p.question} {PROMPT_INSTRUCTION}\n{p.solution}\n" for p in problems)]
 
 
-def build_tokenizer():
-    """A byte-level BPE `PreTrainedTokenizerFast` with ChatML specials (deterministic)."""
+def build_tokenizer(chat: ChatFormat = CHATML):
+    """A byte-level BPE `PreTrainedTokenizerFast` with the special tokens and template of `chat` (deterministic)."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -85,45 +134,45 @@ def build_tokenizer():
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=list(chat.special),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     backend.train_from_iterator(_tokenizer_corpus(), trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=chat.eos, pad_token=chat.pad)
     reserved = -len(tokenizer) % VOCAB_MULTIPLE
     tokenizer.add_special_tokens({"additional_special_tokens": [RESERVED_TOKEN.format(i) for i in range(reserved)]})
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.chat_template = chat.template
     return tokenizer
 
 
 def make_tiny_model(out_dir: Path, seed: int = 0, model: str = "tiny") -> Path:
-    """Write the tiny model `model` (one of TINY_MODELS: Qwen2, or Qwen3-MoE) and its tokenizer to `out_dir`
-    (same bytes for the same seed)."""
+    """Write the tiny model `model` (one of TINY_MODELS: Qwen2, Qwen3-MoE or DeepSeek-V3) and its tokenizer to
+    `out_dir` (same bytes for the same seed)."""
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+    import transformers
+    from transformers import GenerationConfig
 
     if model not in TINY_MODELS:
         raise ValueError(f"unknown tiny model {model!r}; choose one of {', '.join(TINY_MODELS)}")
-    moe = model == "tiny-moe"
+    architecture, shape, chat = TINY_MODELS[model]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(chat)
     tokenizer.save_pretrained(out_dir)
-    eos_id, pad_id = tokenizer.convert_tokens_to_ids([EOS_TOKEN, PAD_TOKEN])
-    config = (Qwen3MoeConfig if moe else Qwen2Config)(
+    eos_id, pad_id = tokenizer.convert_tokens_to_ids([chat.eos, chat.pad])
+    config = getattr(transformers, f"{architecture}Config")(
         vocab_size=len(tokenizer),
         tie_word_embeddings=False,
         bos_token_id=None,
         eos_token_id=eos_id,
         pad_token_id=pad_id,
         dtype="float32",
-        **MODEL_SHAPE,
-        **(MOE_SHAPE if moe else {}),
+        **{**MODEL_SHAPE, **shape},
     )
     torch.manual_seed(seed)
-    model = (Qwen3MoeForCausalLM if moe else Qwen2ForCausalLM)(config)
-    model.save_pretrained(out_dir, safe_serialization=True)
+    weights = getattr(transformers, f"{architecture}ForCausalLM")(config)
+    weights.save_pretrained(out_dir, safe_serialization=True)
     GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id).save_pretrained(out_dir)
     return out_dir
 

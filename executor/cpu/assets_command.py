@@ -20,11 +20,12 @@ def cpu_assets(
     = WARM_START_STEPS,
     train_problems: Annotated[int, typer.Option(min=1)] = 64,
     test_problems: Annotated[int, typer.Option(min=1)] = 8,
-    model: Annotated[str, typer.Option(help="tiny (Qwen2) or tiny-moe (Qwen3-MoE, 4 experts, top-2): the plan's "
+    model: Annotated[str, typer.Option(help="tiny (Qwen2), tiny-moe (Qwen3-MoE, 4 experts, top-2) or tiny-deepseek "
+                                            "(DeepSeek-V3: MLA, shared expert, 4 routed experts): the plan's "
                                             "model")] = "tiny",
 ) -> None:
-    """Write a tiny model (dense Qwen2, or Qwen3-MoE) and a maths dataset in verl's parquet format, offline; then run
-    `executor run PLAN --model-path DIR/model --data-dir DIR/data` on a plan for cluster kind cpu."""
+    """Write a tiny model (dense Qwen2, Qwen3-MoE or DeepSeek-V3) and a maths dataset in verl's parquet format,
+    offline; then run `executor run PLAN --model-path DIR/model --data-dir DIR/data` on a plan for cluster kind cpu."""
     from rich.console import Console
 
     from executor.cpu.assets import TINY_MODELS, make_math_dataset, make_tiny_model

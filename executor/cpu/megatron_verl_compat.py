@@ -18,6 +18,11 @@ worker like the others.
   experts of MoE layers (`local_experts.i`, which mbridge knows only as Transformer Engine's grouped `weight<g>`,
   with g the global expert index of this EP rank's expert i), and the norms of multi-latent attention
   (DeepSeek-V3, whose bridge overrides two of these methods, patched as well). GLM's bridge is not covered.
+- `mbridge_cpu_deepseek_reader`: mbridge's DeepSeek-V3 bridge reads a bf16 checkpoint through its FP8-dequantising
+  reader (mbridge/models/deepseek_v3.py `_get_safetensor_io`), which needs a safetensors index and opens every file
+  on device "cuda" (mbridge/models/ext/deepseek_v3/dequant_fp8_safetensor_io.py:21-33). A checkpoint without FP8
+  weights (no `quantization_config`) is read on CPU by mbridge's plain reader (mbridge/core/safetensor_io.py), as
+  every other bridge reads; an FP8 checkpoint keeps the dequantising one.
 - `megatron_cpu_host_tensors`: Megatron's mixed-precision optimizer, gradient clipping and pipeline schedules
   create their scalars with `device='cuda'` (megatron/core/optimizer/optimizer.py, distrib_optimizer.py,
   clip_grads.py, megatron/core/pipeline_parallel/schedules.py `total_num_tokens`, the gradient norm of
@@ -49,6 +54,8 @@ TYPE_CHECKED = [PatchTarget(module="megatron.core.optimizer.optimizer",
                             attribute="DistributedOptimizer.__init__", dist=DIST),
                 PatchTarget(module="megatron.core.optimizer.clip_grads", attribute="clip_grad_by_total_norm_fp32",
                             dist=DIST)]
+DSV3_READER = PatchTarget(module="mbridge.models.deepseek_v3", attribute="DeepseekV3Bridge._get_safetensor_io",
+                          dist=MBRIDGE)
 SOFTMAX = PatchTarget(module="megatron.core.fusions.fused_softmax", attribute="FusedScaleMaskSoftmax.forward",
                       dist=DIST)
 NAMED_METHODS = ("_weight_name_mapping_mcore_to_hf", "_weight_to_mcore_format", "_weight_to_hf_format",
@@ -92,6 +99,20 @@ def _te_named(original: Callable) -> Callable:
         return original(self, mbridge_name(self, name), *args, **kwargs)
 
     return translated
+
+
+def _plain_reader_unless_fp8(original: Callable) -> Callable:
+    """mbridge's plain safetensors reader for a checkpoint that holds no FP8 weights."""
+
+    @functools.wraps(original)
+    def _get_safetensor_io(self: object, weights_path: str) -> object:
+        if getattr(self.hf_config, "quantization_config", None):
+            return original(self, weights_path)
+        from mbridge.core.safetensor_io import SafeTensorIO
+
+        return SafeTensorIO(self._get_actual_hf_path(weights_path))
+
+    return _get_safetensor_io
 
 
 def _cuda_type_names(original: Callable) -> Callable:
@@ -164,6 +185,13 @@ class MbridgeCpuNormNames(_MegatronCpuPatch):
     what = "the local spec's norm modules under mbridge's fused-norm names"
 
 
+class MbridgeCpuDeepseekReader(_MegatronCpuPatch):
+    id = "mbridge_cpu_deepseek_reader"
+    worker_dists = (DIST, MBRIDGE)
+    patches = ((DSV3_READER, _plain_reader_unless_fp8),)
+    what = "a DeepSeek-V3 checkpoint without FP8 weights read by mbridge's plain reader on CPU"
+
+
 class MegatronCpuHostTensors(_MegatronCpuPatch):
     id = "megatron_cpu_host_tensors"
     patches = (*((t, _host_torch) for t in TORCH_TARGETS), *((t, _cuda_type_names) for t in TYPE_CHECKED))
@@ -177,5 +205,5 @@ class MegatronCpuPaddingMask(_MegatronCpuPatch):
 
 
 PATCHES: tuple[Optimization, ...] = (MegatronCpuRngSeed(), MbridgeCpuModelPlacement(), MbridgeCpuLayerSpec(),
-                                     MbridgeCpuNormNames(), MegatronCpuHostTensors(),
+                                     MbridgeCpuNormNames(), MbridgeCpuDeepseekReader(), MegatronCpuHostTensors(),
                                      MegatronCpuPaddingMask())

@@ -18,6 +18,13 @@ status table and the run record, and applied inside every verl process by the wo
   so a weight sync (or a reload) writes checkpoint slices into a packed buffer. The patch keeps w13 (gate rows
   then up rows) and w2 as loaded and computes the experts with torch matmuls (`CPUUnquantizedExperts.apply`):
   SiLU-gated experts only, each token's top-k outputs weighted and summed.
+- `vllm_cpu_rotary_heads`: the CPU rotary-embedding kernel (vllm/model_executor/layers/rotary_embedding/base.py
+  `RotaryEmbedding.forward_cpu` -> `ops.rotary_embedding`) rotates a query of shape [tokens, heads x dim] right but
+  one of shape [tokens, heads, dim] wrong (every head but the first, measured: up to 4.8 against vLLM's own
+  `forward_native`, either rotary style), and DeepSeek's multi-latent attention hands it the latter
+  (vllm/model_executor/models/deepseek_v2.py, the rope part of q): its log-probs then differ from transformers' on
+  the same weights by up to 4.5 nats from the second position on (exact at the first, where rotation is the
+  identity), 7e-6 with the patch. The patch computes such queries with `forward_native`.
 - sleep mode: the CPU platform refuses vLLM's sleep mode (its CuMem allocator is CUDA-only); the config
   turns it off (`rollout.enable_sleep_mode=False`, `free_cache_engine=False`), which `ROLLOUT_CONFIG` sets.
 """
@@ -40,6 +47,8 @@ MOE_EXPERTS = "vllm.model_executor.layers.fused_moe.experts.cpu_moe"
 MOE_AFTER_LOADING = PatchTarget(module=MOE_EXPERTS, attribute="CPUUnquantizedExperts.process_weights_after_loading",
                                 dist=CPU_DIST)
 MOE_APPLY = PatchTarget(module=MOE_EXPERTS, attribute="CPUUnquantizedExperts.apply", dist=CPU_DIST)
+ROTARY_CPU = PatchTarget(module="vllm.model_executor.layers.rotary_embedding.base",
+                         attribute="RotaryEmbedding.forward_cpu", dist=CPU_DIST)
 VERSION_LOOKUP = "third_party/vllm/__init__.py"
 
 ROLLOUT_CONFIG = ("+actor_rollout_ref.rollout.enable_sleep_mode=False",
@@ -164,4 +173,31 @@ class VllmCpuPlainMoe(Optimization):
         return install(self.id, [(MOE_AFTER_LOADING, _plain_after_loading), (MOE_APPLY, _plain_experts)])
 
 
-PATCHES: tuple[Optimization, ...] = (VllmCpuDistName(), VllmCpuPlainLinear(), VllmCpuPlainMoe())
+def _rotary_by_heads(original: Callable) -> Callable:
+    def forward_cpu(self, positions, query, key=None):
+        if query.dim() > 2:  # [tokens, heads, dim]: the CPU kernel rotates only the 2-D layout right
+            return self.forward_native(positions, query, key)
+        return original(self, positions, query, key)
+
+    return forward_cpu
+
+
+class VllmCpuRotaryHeads(Optimization):
+    id = "vllm_cpu_rotary_heads"
+    mechanism = "patch"
+    worker_dists = (CPU_DIST,)
+
+    def detect(self, host: HostEnv) -> Availability:
+        return self.detect_patch(host, [ROTARY_CPU])
+
+    def apply_config(self, ctx: ApplyContext) -> str:
+        ctx.request_patch(self.id)
+        return f"worker hook patches {ROTARY_CPU.label} (queries laid out by head rotated by torch)"
+
+    def apply_in_worker(self) -> WorkerPatchResult:
+        from executor.npu_opt.patching import install
+
+        return install(self.id, [(ROTARY_CPU, _rotary_by_heads)])
+
+
+PATCHES: tuple[Optimization, ...] = (VllmCpuDistName(), VllmCpuPlainLinear(), VllmCpuPlainMoe(), VllmCpuRotaryHeads())

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 TRAIN_DIST = "megatron-core"
 BRIDGE_DIST = "mbridge"
-SUPPORTED = (*(EXECUTOR_SUPPORT["directed_reshard"].megatron_model_types or ()), "deepseek_v3")
+SUPPORTED = EXECUTOR_SUPPORT["directed_reshard"].megatron_model_types
 """Families with an mbridge bridge whose names executor/reshard/megatron_blocks.py translates and whose twin inventory
 Megatron's local spec builds (Qwen2-MoE's shared expert and its gate are named unlike the twin's shared_experts)."""
 RECORD = "engine_train"  # the `method` of the rank record that carries Megatron's blocks

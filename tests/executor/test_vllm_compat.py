@@ -125,3 +125,30 @@ def test_plain_moe_keeps_expert_weights_as_loaded_and_sums_each_tokens_top_k() -
                 gate, up = w13[e, :inter] @ x[t], w13[e, inter:] @ x[t]
                 want[t] += topk_weights[t, k] * (w2[e] @ (torch.nn.functional.silu(gate) * up))
     assert torch.allclose(out, want, rtol=1e-5, atol=1e-5) and torch.equal(out[4], torch.zeros(hidden))
+
+
+@needs_vllm_cpu
+def test_a_query_laid_out_by_head_is_rotated_as_the_flat_one() -> None:
+    # DeepSeek's MLA hands vLLM's CPU rotary kernel q as [tokens, heads, dim]; the kernel gets only
+    # [tokens, heads x dim] right. With the patch both layouts rotate alike, and as by hand (GPT-J style pairs).
+    import torch
+
+    (rotary,) = [p for p in PATCHES if p.id == "vllm_cpu_rotary_heads"]
+    assert rotary.detect(HostEnv()).available
+    assert rotary.apply_in_worker().error is None
+    from vllm.config import VllmConfig, set_current_vllm_config
+
+    with set_current_vllm_config(VllmConfig()):
+        from vllm.model_executor.layers.rotary_embedding import get_rope
+
+        rope = get_rope(8, max_position=16, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                        is_neox_style=False, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(0)
+    positions, q, k = torch.arange(3), torch.randn(3, 4, 8, generator=gen), torch.randn(3, 1, 8, generator=gen)
+    by_head, _ = rope.forward_cpu(positions, q.clone(), k.clone())
+    flat, _ = rope.forward_cpu(positions, q.clone().reshape(3, 32), k.clone().reshape(3, 8))
+    assert torch.allclose(by_head.reshape(3, 32), flat, atol=1e-6)
+    theta = 2.0 / 10000 ** (2 / 8)  # position 2, pair 1 (dims 2 and 3) of head 3
+    x, y = q[2, 3, 2].item(), q[2, 3, 3].item()
+    want = (x * torch.cos(torch.tensor(theta)) - y * torch.sin(torch.tensor(theta))).item()
+    assert abs(by_head[2, 3, 2].item() - want) < 1e-5

@@ -28,6 +28,7 @@ CATALOG_SOURCES: dict[str, str] = {
     # the project's own CPU test models: executor.cpu.assets.make_tiny_model writes these architectures
     "tiny": "ascend-rl-twin/tiny (executor/cpu/assets.py)",
     "tiny-moe": "ascend-rl-twin/tiny-moe (executor/cpu/assets.py)",
+    "tiny-deepseek": "ascend-rl-twin/tiny-deepseek (executor/cpu/assets.py)",
 }
 
 

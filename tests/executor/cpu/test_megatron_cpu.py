@@ -61,7 +61,7 @@ def test_each_patch_of_verls_megatron_path_finds_its_targets() -> None:
 
     found = [p.detect(HostEnv()) for p in VERL_PATH]
     assert [(a.id, a.available) for a in found] == [(p.id, True) for p in VERL_PATH], [a.reason for a in found]
-    assert len({p.id for p in (*PATCHES, *VERL_PATH)}) == len(PATCHES) + len(VERL_PATH) == 13
+    assert len({p.id for p in (*PATCHES, *VERL_PATH)}) == len(PATCHES) + len(VERL_PATH) == 14
 
 
 def _rank(rank: int, store: str, checkpoint: dict, results: Any, case: str) -> None:

@@ -24,7 +24,7 @@ PUBLISHED = {
 
 
 def test_catalog_lists_every_published_model_and_the_tiny_cpu_models():
-    assert sorted([*PUBLISHED, "tiny", "tiny-moe"]) == catalog_names()
+    assert sorted([*PUBLISHED, "tiny", "tiny-moe", "tiny-deepseek"]) == catalog_names()
 
 
 def test_tiny_model_count_by_hand():
@@ -39,6 +39,17 @@ def test_tiny_moe_model_count_by_hand():
     layer = attention + 4 * 128 + experts + 2 * 128  # router [4, 128], two norms
     assert layer == 246_592
     assert load_model("tiny-moe").total_params() == 2 * 512 * 128 + 2 * layer + 128 == 624_384
+
+
+def test_tiny_deepseek_model_count_by_hand():
+    # MLA, 4 heads: q_a [32, 128] + its norm, q_b [4 x (128 nope + 64 rope), 32], kv_a [512 latent + 64 rope, 128] +
+    # the latent's norm, kv_b [4 x (128 nope + 128 v), 512], o [128, 4 x 128]
+    attention = 32 * 128 + 32 + 4 * 192 * 32 + 576 * 128 + 512 + 4 * 256 * 512 + 128 * 4 * 128
+    assert attention == 692_768
+    dense = 3 * 256 * 128  # layer 0 (first_k_dense_replace 1): gate, up, down
+    moe = 4 * 3 * 128 * 128 + 3 * 128 * 128 + 4 * 128 + 4  # 4 routed experts, 1 shared, router and its score bias
+    total = 2 * 512 * 128 + 128 + 2 * (attention + 2 * 128) + dense + moe
+    assert load_model("tiny-deepseek").total_params() == total == 1_861_828
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
