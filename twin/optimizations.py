@@ -160,6 +160,6 @@ def executor_refusals(opt_id: str, layout: Layout, config: ModelConfig) -> list[
     types = support.megatron_model_types
     if train.engine == "megatron" and types is not None and config.model_type not in types:
         reasons.append(f"its Megatron reader traces mbridge's bridges of {', '.join(types)} models only, not "
-                       f"{config.model_type} (ran: dense and Qwen3-MoE experts in the CPU loop and executor "
-                       "check-reshard)")
+                       f"{config.model_type} (ran: dense, Qwen3-MoE and DeepSeek-V3 models in the CPU loop and "
+                       "executor check-reshard)")
     return [*reasons, f"enforced in {support.where}"] if reasons else []

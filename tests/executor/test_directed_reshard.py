@@ -198,14 +198,21 @@ def test_a_layout_the_backend_cannot_feed_is_refused_before_launch_and_by_the_en
 
     from executor.npu_opt.directed_reshard_backend import BACKEND
 
-    spec = build(make_plan(C4), tmp_path)  # C4 trains DeepSeek-R1 (MLA, shared experts) with Megatron
+    # a Mistral model trained with Megatron: the twin reads it, mbridge has no bridge the reader traces
+    config = tmp_path / "mistral" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps({**raw_config("tiny"), "model_type": "mistral",
+                                  "architectures": ["MistralForCausalLM"]}))
+    layout = Layout(train=TrainLayout(engine="megatron", tp=2), rollout=RolloutLayout(tp=2, dp=4))
+    scenario = load_scenario(C4).model_copy(update={"name": "mistral", "model": str(config), "layout": layout})
+    (tmp_path / "s.yaml").write_text(scenario.dump_yaml())
+    spec = build(make_plan(tmp_path / "s.yaml"), tmp_path)
     (report,) = [r for r in spec.optimizations if r.id == "directed_reshard"]
-    assert report.state == "refused" and "not deepseek_v3" in report.detail
+    assert report.state == "refused" and "not mistral" in report.detail
     assert not any("checkpoint_engine" in o for o in spec.overrides)  # nothing of it reaches verl
     import_external_libs("executor.npu_opt.directed_reshard_backend")
-    layout = load_scenario(C4).layout
-    with pytest.raises(ExecutorError, match="not deepseek_v3"):
-        CheckpointEngineRegistry.new(BACKEND, is_master=True, bucket_size=1 << 20, model="deepseek-r1",
+    with pytest.raises(ExecutorError, match="not mistral"):
+        CheckpointEngineRegistry.new(BACKEND, is_master=True, bucket_size=1 << 20, model=str(config),
                                      layout=layout.model_dump_json(), devices=8)
 
 

@@ -24,12 +24,14 @@ def test_directed_reshard_runs_from_fsdp_and_dense_megatron_into_any_rollout_tp(
     assert executor_refusals("directed_reshard", _layout("fsdp", 2), MOE) == []
 
 
-def test_directed_reshard_reads_qwen3_moe_from_megatron_and_refuses_deepseeks_bridge() -> None:
+def test_directed_reshard_reads_qwen3_moe_and_deepseek_from_megatron_and_refuses_other_bridges() -> None:
     assert executor_refusals("directed_reshard", _layout("megatron", 2), MOE) == []
-    assert executor_refusals("directed_reshard", _layout("megatron", 2), MLA) == [
-        "its Megatron reader traces mbridge's bridges of qwen2, qwen3, llama, qwen3_moe models only, not deepseek_v3 "
-        "(ran: dense and Qwen3-MoE experts in the CPU loop and executor check-reshard)", WHERE]
-    assert executor_refusals("directed_reshard", _layout("fsdp", 2), MLA) == []
+    assert executor_refusals("directed_reshard", _layout("megatron", 2), MLA) == []
+    mistral = TINY.model_copy(update={"model_type": "mistral"})  # the twin reads it; mbridge has no bridge for it
+    assert executor_refusals("directed_reshard", _layout("megatron", 2), mistral) == [
+        "its Megatron reader traces mbridge's bridges of qwen2, qwen3, llama, qwen3_moe, deepseek_v3 models only, "
+        "not mistral (ran: dense, Qwen3-MoE and DeepSeek-V3 models in the CPU loop and executor check-reshard)", WHERE]
+    assert executor_refusals("directed_reshard", _layout("fsdp", 2), mistral) == []
 
 
 def test_directed_reshard_runs_from_megatron_whatever_the_vocabulary_multiple() -> None:
@@ -46,7 +48,7 @@ def test_optimizations_without_limits_are_never_refused() -> None:
 
 
 def test_a_plan_marks_an_enabled_optimization_its_layout_cannot_run() -> None:
-    bad = _layout("megatron", 2)
-    assert PlanOptimization.of("directed_reshard", True, bad, MLA).executor_refusals == executor_refusals(
-        "directed_reshard", bad, MLA) != []
-    assert PlanOptimization.of("directed_reshard", False, bad, MLA).executor_refusals == []
+    bad, mistral = _layout("megatron", 2), TINY.model_copy(update={"model_type": "mistral"})
+    assert PlanOptimization.of("directed_reshard", True, bad, mistral).executor_refusals == executor_refusals(
+        "directed_reshard", bad, mistral) != []
+    assert PlanOptimization.of("directed_reshard", False, bad, mistral).executor_refusals == []

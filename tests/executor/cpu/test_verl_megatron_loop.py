@@ -5,7 +5,10 @@ from Megatron's shards, for two plans:
 - dense (scenarios/cpu-tiny-grpo-megatron.yaml): the tiny Qwen2 model, Megatron TP2 -> vLLM TP2, TP-split blocks;
 - MoE (scenarios/cpu-tiny-moe-grpo-megatron.yaml): the tiny Qwen3-MoE model, Megatron EP2 (megatron-core's
   all-to-all token dispatcher over gloo) -> two vLLM TP1 replicas holding every expert, so each rank sends its
-  experts to the other.
+  experts to the other;
+- DeepSeek (scenarios/cpu-tiny-deepseek-grpo-megatron.yaml): the tiny DeepSeek-V3 model (multi-latent attention,
+  dense first layer, shared and routed experts), Megatron EP2 -> one vLLM TP2 EP2 instance: MLA's TP-split
+  projections and the vocabulary move as blocks.
 
 Each plan comes from `twin plan --keep-layout`; the run must train (a non-zero gradient), keep the rollout's and
 the trainer's log-probs together (the weight sync from Megatron's shards into vLLM's is real), score right answers
@@ -30,17 +33,20 @@ from executor.versions import installed_version
 
 ROOT = Path(__file__).resolve().parents[3]
 SCENARIOS = {"dense": ROOT / "scenarios" / "cpu-tiny-grpo-megatron.yaml",
-             "moe": ROOT / "scenarios" / "cpu-tiny-moe-grpo-megatron.yaml"}
+             "moe": ROOT / "scenarios" / "cpu-tiny-moe-grpo-megatron.yaml",
+             "deepseek": ROOT / "scenarios" / "cpu-tiny-deepseek-grpo-megatron.yaml"}
 STEPS = 2
 # The trainer runs in bf16 (verl's Megatron engine takes bf16 or fp16 only), the rollout in float32. On the dense
 # model the token-level log-prob ratio strays by 1.6e-2 - 8.3e-2 (CI and local runs, 2026-11-30; verl's own naive
 # sync gave the same order on a warm-started model, 1.7e-2 - 2.9e-2); a misplaced weight block moves it by nats
 # (a ratio of e: 1.7), not percent. The FSDP2 loop, float32 on both sides, stays near 2e-6. On the MoE model the
 # worst token can stray further: a token whose two best router logits nearly tie takes another expert in bf16 than
-# in float32 (2.3e-2 - 5.5e-2 in four runs, 0.25 in one step of CI's), so there the token-level bar is not applied.
+# in float32 (2.3e-2 - 5.5e-2 in four runs, 0.25 in one step of CI's), so there the token-level bar is not applied;
+# nor on the DeepSeek model, whose sigmoid router can flip the same way (7.6e-2 in its first local run, |kl| 4e-4;
+# before the patch vllm_cpu_rotary_heads the rollout's own MLA was off by nats: kl 0.35, ratios clipped at 2).
 # Both are held to the mean per-token KL estimate between rollout and trainer (verl's rollout_corr/kl, which can be
 # negative: |kl| 9e-5 - 4.4e-4 in these runs), which a wrong expert or block would raise by orders of magnitude.
-GAP_BAR = {"cpu-tiny-grpo-megatron": 0.3, "cpu-tiny-moe-grpo-megatron": None}
+GAP_BAR = {"cpu-tiny-grpo-megatron": 0.3, "cpu-tiny-moe-grpo-megatron": None, "cpu-tiny-deepseek-grpo-megatron": None}
 KL_BAR = 1e-2
 KL = "actor/rollout_corr/kl"
 
