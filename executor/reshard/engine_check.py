@@ -14,7 +14,8 @@ equals the twin's rollout blocks bit for bit (the ranks check it against the che
 and bit-exact vLLM loads mean the synced rollout holds exactly what vLLM loads from the checkpoint.
 
 Falls back to the twin's list, saying why, where vLLM is not installed or the plan's rollout is not one this
-probe loads (one TP instance, experts whole under expert parallelism over its TP ranks).
+probe loads (an instance of at most `MAX_DP_ENGINES` data-parallel engines of TP ranks, experts whole under expert
+parallelism over whole TP groups). GQA and MLA (DeepSeek-V2/V3) models alike.
 """
 
 from __future__ import annotations
@@ -68,8 +69,6 @@ def vllm_refusal(config: dict[str, Any], pl: Placement) -> str | None:
     if not config.get("architectures"):
         return "the model config names no architecture for vLLM to load"
     ro = pl.rollout
-    if pl.inv.config.attention == "mla":
-        return "the probe reads GQA attention modules (executor/reshard/vllm_blocks.py), not MLA"
     if ro.instance_size // ro.tp > MAX_DP_ENGINES:
         return (f"rollout {ro.short()} is one vLLM instance of {ro.instance_size // ro.tp} data-parallel engines, "
                 f"each a process with its own workers; the probe starts at most {MAX_DP_ENGINES} on CPU")
