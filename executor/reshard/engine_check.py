@@ -140,6 +140,7 @@ def _figures(pl: Placement, probes: list[dict[str, Any]], received_twin: list[in
                 "vllm_loaded_bit_exact": not p["mismatched"], "mismatched": p["mismatched"][:5],
                 "vllm_block_load_bit_exact": not p.get("block_load_mismatched"),
                 "blocks_equal_to_twin": not differ and not missing, "blocks_differing": (differ + missing)[:5],
+                "vllm_derived_weights": len(p.get("derived", {})), "vllm_casts": p.get("casts", [])[:5],
                 "unknown_modules": p["unknown"][:5]}
         if train is not None:
             train_differ = sorted(n for n, t in tensors.items()
