@@ -15,8 +15,11 @@ zeroed, the slices are written back through the block-aware patch of verl's weig
 (executor/reshard/vllm_blocks.py: how a TP > 1 rank takes the directed reshard's blocks), vLLM's
 process_weights_after_loading runs as verl runs it after a sync, and everything is compared again. OUT.json: one
 object per rank {"rank" (in the instance: data-parallel rank x TP + TP rank), "tp_rank", "blocks": {hf name:
-[[start, stop], ...]}, "mismatched", "block_load_mismatched", "derived": {vllm name: its HF source}, "casts",
-"unknown"}. Parameters executor/reshard/vllm_blocks.py does not read are listed under "unknown".
+[[start, stop], ...]}, "mismatched", "block_load_mismatched", "derived": {vllm name: {"from": its HF source,
+"view_of_source": whether it shares the source's storage}}, "casts", "unknown"}. On the CPU MLA path W_UK_T and W_UV
+are views of kv_b_proj's weight (split_kv_b_proj reshapes the unquantized weight without copying, and
+replace_parameter registers those views), so writing kv_b_proj in place updates them with no post-processing.
+Parameters executor/reshard/vllm_blocks.py does not read are listed under "unknown".
 An MLA model loads with vLLM's reference CPU MLA backend (`MLA_BACKEND`).
 
 vLLM imports this module in each worker as its worker extension (`ProbeExtension`) before it builds the
@@ -60,7 +63,8 @@ def probe(model: Any, model_config: Any) -> dict[str, Any]:
     from vllm.distributed import get_tensor_model_parallel_rank
     from vllm.model_executor.model_loader.utils import process_weights_after_loading
 
-    ckpt = fuse_tensors(load_file(str(Path(os.environ["EXECUTOR_PROBE_CKPT"]) / "model.safetensors")))
+    on_disk = load_file(str(Path(os.environ["EXECUTOR_PROBE_CKPT"]) / "model.safetensors"))
+    ckpt = fuse_tensors(on_disk)
     shapes = {n: tuple(x.shape) for n, x in ckpt.items()}
     found, derived, unknown = _read(model, shapes)
     unknown += [hf for hf in found if hf not in ckpt]
@@ -71,14 +75,16 @@ def probe(model: Any, model_config: Any) -> dict[str, Any]:
         for local in [local for _, local in found.values()] + [param for param, _, _ in derived.values()]:
             local.zero_()
     worker = SimpleNamespace(model_runner=SimpleNamespace(model=model))
-    sent = [(hf if list(want[hf].shape) == list(shapes[hf]) else block_name(hf, tuple(tuple(r) for r in block)),
-             want[hf]) for hf, (block, _) in found.items()]
+    sent = [(hf if hf in on_disk and list(want[hf].shape) == list(shapes[hf])  # vLLM's load_weights takes
+             else block_name(hf, tuple(tuple(r) for r in block)), want[hf])  # checkpoint names, not fused experts
+            for hf, (block, _) in found.items()]
     block_aware_update_weights(_vllm_load_weights)(worker, sent)
     process_weights_after_loading(model, model_config, torch.device("cpu"))
     return {"rank": get_tensor_model_parallel_rank(), "blocks": {hf: block for hf, (block, _) in found.items()},
             "mismatched": mismatched,
             "block_load_mismatched": _mismatched(found, want) + _derived_mismatched(derived, want),
-            "derived": {name: source for name, (_, source, _) in derived.items()},
+            "derived": {name: {"from": source, "view_of_source": _shares(param, found.get(source))}
+                        for name, (param, source, _) in derived.items()},
             "casts": sorted(f"{hf} {ckpt[hf].dtype}->{local.dtype}".replace("torch.", "")
                             for hf, (_, local) in found.items() if local.dtype != ckpt[hf].dtype),
             "unknown": unknown, "checkpoint_tensors": sorted(ckpt)}
@@ -119,6 +125,11 @@ def _derived_mismatched(derived: dict[str, tuple[Any, str, Any]], want: dict[str
     """Derived parameters that differ, bit for bit, from their function of the wanted slice of their source."""
     return [f"{name} (from {source})" for name, (param, source, fn) in derived.items()
             if source not in want or not _equal(param, fn(want[source]))]
+
+
+def _shares(param: Any, source: tuple[list[list[int]], Any] | None) -> bool:
+    """Whether a derived parameter is a view of its source's storage (so an in-place sync of the source updates it)."""
+    return source is not None and param.untyped_storage().data_ptr() == source[1].untyped_storage().data_ptr()
 
 
 def _equal(local: Any, wanted: Any) -> bool:

@@ -317,8 +317,9 @@ def test_deepseek_v3_mla_to_vllm_tp2_ep2_bytes_from_vllms_modules_equal_the_twin
     # per MLA layer 7 tensors (q_a, q_a norm, q_b, kv_a, kv_a norm, kv_b, o) + 2 norms; the dense layer's MLP 3, the
     # MoE layer's 2 fused experts + router weight and bias + 3 shared-expert projections; embedding, norm, head
     assert eng["tensors_per_rank"] == 2 * (7 + 2) + 3 + (2 + 2 + 3) + 3 == 31
-    # vLLM derives W_UK_T and W_UV from kv_b_proj in both MLA layers; it keeps the router's correction bias in float32
-    assert all(r["vllm_derived_weights"] == 4 for r in eng["ranks"])
+    # vLLM derives W_UK_T and W_UV from kv_b_proj in both MLA layers, as views of its weight on the CPU MLA path; it
+    # keeps the router's correction bias in float32
+    assert all(r["vllm_derived_weights"] == r["vllm_derived_views"] == 4 for r in eng["ranks"])
     assert all(r["vllm_casts"] == ["model.layers.1.mlp.gate.e_score_correction_bias bfloat16->float32"]
                for r in eng["ranks"])
 
