@@ -190,6 +190,25 @@ def test_a_misplaced_expert_block_fails_the_check() -> None:
     assert not figures["blocks_equal_to_twin"]
 
 
+def test_vllms_one_w13_block_at_tp1_is_the_twins_gate_and_up_chunks() -> None:
+    # at rollout TP1 the twin keeps each fused gate/up expert tensor [8, 32, 64] as two chunks, gate rows 0-15 and up
+    # rows 16-31; vLLM's w13 holds the same rows as one block: the same region, equal. A block missing up's last row
+    # is not.
+    pl = Placement(build_inventory(parse_config(MOE_CONFIG, "tiny-moe")), TrainLayout(engine="fsdp"),
+                   RolloutLayout(tp=1, dp=2), 2)
+    name = "model.layers.0.mlp.experts.gate_up_proj"
+    assert pl.rollout_blocks(next(t for t in pl.tensors if t.name == name), 0) == [((0, 8), (0, 16), (0, 64)),
+                                                                                   ((0, 8), (16, 32), (0, 64))]
+    blocks = {t.name: [list(r) for r in pl.rollout_blocks(t, 0)[0]] for t in pl.tensors}
+    blocks.update({f"model.layers.{i}.mlp.experts.gate_up_proj": [[0, 8], [0, 32], [0, 64]] for i in range(2)})
+    probes = [{"rank": 0, "blocks": blocks, "mismatched": [], "unknown": []}]
+    received = reshard_stats(pl, None, "directed").received.tolist()
+    figures = _figures(pl, probes, received)
+    assert figures["blocks_equal_to_twin"] and figures["received_equal_to_twin"]
+    probes[0]["blocks"] = {**blocks, name: [[0, 8], [0, 31], [0, 64]]}
+    assert _figures(pl, probes, received)["ranks"][0]["blocks_differing"] == [name]
+
+
 @pytest.mark.parametrize(("model", "train", "rollout", "world", "why"), [
     ("qwen3-30b-a3b", TrainLayout(tp=2, pp=2, ep=2, etp=1), RolloutLayout(tp=2, dp=2, ep=4), 4, None),
     ("qwen2.5-7b", TrainLayout(tp=2, pp=2), RolloutLayout(tp=2, dp=2), 4, None),
