@@ -11,7 +11,9 @@ engine (said in the report). Then per rank: the bytes it needs (vLLM's slices), 
 rollout blocks and Megatron's the twin's training blocks, and whether vLLM's modules take those blocks back
 exactly through `load_blocks` (executor/reshard/vllm_blocks.py, the TP > 1 loader). The reshard's output
 equals the twin's rollout blocks bit for bit (the ranks check it against the checkpoint), so equal blocks
-and bit-exact vLLM loads mean the synced rollout holds exactly what vLLM loads from the checkpoint.
+and bit-exact vLLM loads mean the synced rollout holds exactly what vLLM loads from the checkpoint. Per rank the
+figures also count the weights vLLM derives after loading (MLA's W_UK_T and W_UV, checked with the loads, and how
+many are views of kv_b_proj) and list the tensors vLLM keeps in another dtype than the checkpoint's.
 
 Falls back to the twin's list, saying why, where vLLM is not installed or the plan's rollout is not one this
 probe loads (an instance of at most `MAX_DP_ENGINES` data-parallel engines of TP ranks, experts whole under expert
