@@ -11,10 +11,13 @@ engine (said in the report). Then per rank: the bytes it needs (vLLM's slices), 
 rollout blocks and Megatron's the twin's training blocks, and whether vLLM's modules take those blocks back
 exactly through `load_blocks` (executor/reshard/vllm_blocks.py, the TP > 1 loader). The reshard's output
 equals the twin's rollout blocks bit for bit (the ranks check it against the checkpoint), so equal blocks
-and bit-exact vLLM loads mean the synced rollout holds exactly what vLLM loads from the checkpoint.
+and bit-exact vLLM loads mean the synced rollout holds exactly what vLLM loads from the checkpoint. Per rank the
+figures also count the weights vLLM derives after loading (MLA's W_UK_T and W_UV, checked with the loads, and how
+many are views of kv_b_proj) and list the tensors vLLM keeps in another dtype than the checkpoint's.
 
 Falls back to the twin's list, saying why, where vLLM is not installed or the plan's rollout is not one this
-probe loads (one TP instance, experts whole under expert parallelism over its TP ranks).
+probe loads (an instance of at most `MAX_DP_ENGINES` data-parallel engines of TP ranks, experts whole under expert
+parallelism over whole TP groups). GQA and MLA (DeepSeek-V2/V3) models alike.
 """
 
 from __future__ import annotations
@@ -68,8 +71,6 @@ def vllm_refusal(config: dict[str, Any], pl: Placement) -> str | None:
     if not config.get("architectures"):
         return "the model config names no architecture for vLLM to load"
     ro = pl.rollout
-    if pl.inv.config.attention == "mla":
-        return "the probe reads GQA attention modules (executor/reshard/vllm_blocks.py), not MLA"
     if ro.instance_size // ro.tp > MAX_DP_ENGINES:
         return (f"rollout {ro.short()} is one vLLM instance of {ro.instance_size // ro.tp} data-parallel engines, "
                 f"each a process with its own workers; the probe starts at most {MAX_DP_ENGINES} on CPU")
@@ -118,6 +119,14 @@ def _run_probe(command: list[str]) -> tuple[int | None, str]:
     return proc.returncode, lines[-1] if lines else "no output"
 
 
+def _same_region(twin: list[Block], block: Block) -> bool:
+    """Whether the twin's blocks of a tensor on a rank (disjoint: TP chunks of it) make up exactly `block`, the one
+    region vLLM's module holds: at TP1 the twin keeps a fused gate/up expert tensor as its gate and up chunks, vLLM's
+    w13 holds both as one block."""
+    return (sum(block_numel(b) for b in twin) == block_numel(block)
+            and all(block_intersection(b, block) == b for b in twin))
+
+
 def _figures(pl: Placement, probes: list[dict[str, Any]], received_twin: list[int],
              train: list[dict[str, list[Block]]] | None = None) -> dict[str, Any]:
     tensors = {t.name: t for t in pl.tensors}
@@ -134,13 +143,17 @@ def _figures(pl: Placement, probes: list[dict[str, Any]], received_twin: list[in
         needed = sum(_nbytes(b, tensors[n].dtype) for n, b in blocks.items() if n in tensors)
         held = sum(_nbytes(inter, tensors[n].dtype) for n, b in blocks.items() if n in tensors
                    for tb in train_blocks(n, d) if (inter := block_intersection(b, tb)) is not None)
-        differ = sorted(n for n, b in blocks.items() if n in tensors and pl.rollout_blocks(tensors[n], d) != [b])
+        differ = sorted(n for n, b in blocks.items()
+                        if n in tensors and not _same_region(pl.rollout_blocks(tensors[n], d), b))
         rank = {"rank": d, "vllm_rank": p["rank"], "vllm_tp_rank": p.get("tp_rank", p["rank"]),
                 "needed_bytes": needed, "local_bytes": held,
                 "received_bytes": needed - held, "twin_received_bytes": received_twin[d],
                 "vllm_loaded_bit_exact": not p["mismatched"], "mismatched": p["mismatched"][:5],
                 "vllm_block_load_bit_exact": not p.get("block_load_mismatched"),
                 "blocks_equal_to_twin": not differ and not missing, "blocks_differing": (differ + missing)[:5],
+                "vllm_derived_weights": len(p.get("derived", {})),
+                "vllm_derived_views": sum(x["view_of_source"] for x in p.get("derived", {}).values()),
+                "vllm_casts": p.get("casts", [])[:5],
                 "unknown_modules": p["unknown"][:5]}
         if train is not None:
             train_differ = sorted(n for n, t in tensors.items()

