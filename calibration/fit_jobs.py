@@ -34,7 +34,6 @@ from twin.cost_models.comm import collective_time
 from twin.cost_models.efficiency import SCALE, Curve, efficiency, peak_flops
 from twin.cost_models.memory import GB, RolloutMemory, TrainMemory
 from twin.cost_models.rollout import RolloutCost
-from twin.cost_models.scheduling import AGENT_LOOP_WORKERS as AGENT_WORKERS
 from twin.cost_models.scheduling import FRAMEWORK_TERMS
 from twin.cost_models.training import TrainCost
 from twin.layout.models import Layout, RolloutLayout, TrainLayout
@@ -43,6 +42,7 @@ from twin.scenario import ClusterRef, LengthDist, Scenario, Workload
 from twin.topology.clusters import cluster_kind
 from twin.topology.routing import Cluster
 
+AGENT_WORKERS = 1  # the CPU target's agent-loop workers (executor/cpu/launch.py agent.num_workers)
 DRIVER_STAGES = {"old_log_prob_bypass": "old_log_prob", "advantage": "advantage"}  # overhead job op -> stage
 COLLECTIVE_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
                   "all_to_all_single": "all_to_all", "broadcast": "broadcast"}
@@ -156,12 +156,6 @@ class JobFit:
         poll = [r for r in records if r.op == "rollout_poll"]
         if poll:
             self._set("rollout_poll_s", poll[0].stats.median_s, f"calibration overhead job, {poll[0].note}")
-        busy = [r for r in records if r.op == "vllm_busy_poll"]
-        if busy:
-            self._set("vllm_busy_poll_s", busy[0].stats.median_s, f"calibration overhead job, {busy[0].note}")
-            self._set("host_cores", float(busy[0].host.cores),
-                      f"calibration overhead job: the logical cores of the host it ran on ({busy[0].host.hostname}, "
-                      f"{busy[0].host.cpu_model}; os.cpu_count)")
 
     # ---- fitted through the cost models --------------------------------------------------------------
     def _least_squares(self, job: str, names: list[str], records: list[JobMeasurement],

@@ -10,10 +10,6 @@ builds worker groups of the CPU target's workers (the executor's verl platform f
   tensors, split among the workers and sent back as a tiny result: the cost per GB of inputs through Ray;
 - `rollout_poll`: the interval at which verl's synchronous replay buffer polls for finished generation,
   read from verl's code (ReplayBuffer's `poll_interval` default), not timed: the record's note says so;
-- `vllm_busy_poll`: how long a vLLM worker keeps spinning on its shared-memory queue after each read (vLLM's
-  SpinCondition `busy_loop_s` default, shm_broadcast.py), read from vLLM's code, not timed; with the record's
-  host cores it gives the share of the cores verl's agent loop gets beside the rollout's spinning workers
-  (twin.cost_models.scheduling.agent_loop_core_share);
 - `agent_loop`: a batch of prompts (GRPO groups of `GROUP`) through verl's V1 rollout path with an engine that
   answers at once (calibration/jobs/verl_driver.py): the time per response of the agent loop, the routed server
   call, the reward loop and the TransferQueue writes, on `agent_workers` agent-loop workers;
@@ -56,18 +52,6 @@ def poll_interval() -> tuple[float, str]:
     return float(value), where
 
 
-def vllm_busy_poll() -> tuple[float, str]:
-    """vLLM's busy-poll time of a shared-memory queue reader after each read (seconds) and where it was read."""
-    try:
-        from vllm.distributed.device_communicators.shm_broadcast import SpinCondition
-    except ImportError as exc:
-        raise RuntimeError(f"vLLM is not installed here, its busy poll cannot be read: {exc}") from exc
-    value = inspect.signature(SpinCondition.__init__).parameters["busy_loop_s"].default
-    _, line = inspect.getsourcelines(SpinCondition.__init__)
-    where = f"{inspect.getsourcefile(SpinCondition)}:{line}: SpinCondition(busy_loop_s={value}) default"
-    return float(value), where
-
-
 def _worker_class() -> type:
     """A verl Worker with a no-op and a data-parallel echo, registered the way verl's workers are."""
     from verl import DataProto
@@ -96,8 +80,7 @@ class OverheadJob(Job):
         calls = [Point(self.name, "worker_call", {"workers": w}) for w in range(1, ctx.world + 1)]
         data = [Point(self.name, "worker_call_data", {"workers": ctx.world, "payload_mb": mb})
                 for mb in grid["payload_mb"]]
-        return [*calls, *data, Point(self.name, "rollout_poll", {"source": "verl code"}),
-                Point(self.name, "vllm_busy_poll", {"source": "vllm code"}), *self._verl_points(ctx)]
+        return [*calls, *data, Point(self.name, "rollout_poll", {"source": "verl code"}), *self._verl_points(ctx)]
 
     def _verl_points(self, ctx: RunContext) -> list[Point]:
         """Per batch size (ascending, so the first warm-up pays verl's start-up): the rollout path on each
@@ -218,9 +201,6 @@ class OverheadJob(Job):
         if point.op == "rollout_poll":
             value, where = poll_interval()
             return ctx.record(point, [value] * ctx.repeats, note=f"read from verl's code, not timed: {where}")
-        if point.op == "vllm_busy_poll":
-            value, where = vllm_busy_poll()
-            return ctx.record(point, [value] * ctx.repeats, note=f"read from vLLM's code, not timed: {where}")
         workers = int(point.params["workers"])
         group = self._group(groups, workers)
         if point.op == "worker_call":

@@ -201,14 +201,3 @@ def test_job_fit_reads_the_per_call_terms_off_the_overhead_job():
     assert profile["dispatch_ray_s_per_gb"] == pytest.approx(0.02 / 0.1)  # 20 ms more for 0.1 GB more per worker
     assert profile["rollout_poll_s"] == 2.0 and "verl's code" in profile.params["rollout_poll_s"].source
     assert not profile.params["rollout_poll_s"].fitted  # confirmed, not moved
-
-
-def test_job_fit_reads_vllms_busy_poll_and_the_hosts_cores_off_the_overhead_job():
-    note = "read from vLLM's code, not timed: shm_broadcast.py:133: SpinCondition(busy_loop_s=1) default"
-    base = embedded_profile("cpu")
-    assert base["vllm_busy_poll_s"] == 0.0 and base["host_cores"] == 0.0  # placeholders: no share term
-    profile = JobFit(base, [_overhead("vllm_busy_poll", {"source": "vllm code"}, 1.0, note=note)], "fp32").run(
-        "overhead", ["synthetic"]).profile
-    assert profile["vllm_busy_poll_s"] == 1.0 and "SpinCondition(busy_loop_s=1)" in profile.params[
-        "vllm_busy_poll_s"].source
-    assert profile["host_cores"] == 2.0 and "os.cpu_count" in profile.params["host_cores"].source  # the record's

@@ -11,7 +11,7 @@ step. A profile fitted where no such job ran does not carry them, and no stage g
 from __future__ import annotations
 
 from twin.cost_models.memory import GB
-from twin.layout.models import RolloutLayout, TrainLayout
+from twin.layout.models import TrainLayout
 from twin.profile import Profile
 from twin.scenario import Scenario
 
@@ -57,36 +57,6 @@ def framework_seconds(pf: Profile, stage: str, responses: float) -> float:
         return 0.0
     call, per_response = FRAMEWORK_TERMS[stage]
     return (pf[call] if call else 0.0) + responses * pf[per_response]
-
-
-# verl's agent-loop workers in the CPU target's runs and in the overhead job's fitted point (executor/cpu/launch.py:
-# actor_rollout_ref.rollout.agent.num_workers=1)
-AGENT_LOOP_WORKERS = 1
-
-
-def agent_loop_core_share(ro: RolloutLayout, pf: Profile) -> float:
-    """The fraction of a core each agent-loop worker gets while the rollout generates.
-
-    vLLM's multiprocess executor runs one worker process per rollout rank (TP x DP of them); each reads the
-    engine's steps from a shared-memory queue and, for `vllm_busy_poll_s` after every read, spins on it with
-    sched_yield instead of sleeping (vLLM shm_broadcast.py SpinCondition.wait, busy_loop_s = 1 s by default, read
-    from vLLM's code by the overhead job). A decode step takes milliseconds, so through the generation every
-    worker is always runnable (benchmarks/cpu_loop_stage_cpu.py: the two TP workers used about as much CPU as
-    the agent loop). Linux's scheduler shares the host's `host_cores` cores equally among runnable tasks, so
-    the agent-loop workers, which the overhead job timed on a host without them, run at
-    cores / (agent-loop workers + vLLM workers) of a core, at most 1. 1 where the profile carries no busy poll
-    or no core count (no such job ran, or the engine does not spin)."""
-    busy = pf["vllm_busy_poll_s"] if "vllm_busy_poll_s" in pf.params else 0.0
-    cores = pf["host_cores"] if "host_cores" in pf.params else 0.0
-    if busy <= 0 or cores <= 0:
-        return 1.0
-    return min(1.0, cores / (AGENT_LOOP_WORKERS + ro.tp * ro.dp))
-
-
-def agent_loop_seconds(ro: RolloutLayout, pf: Profile, responses: float) -> float:
-    """verl's agent-loop path of `responses` responses beside the rollout's (layout `ro`) busy-polling engine
-    workers: the overhead job's time per response at the agent loop's share of a core (`agent_loop_core_share`)."""
-    return framework_seconds(pf, "rollout", responses) / agent_loop_core_share(ro, pf)
 
 
 def driver_seconds(sc: Scenario, pf: Profile) -> dict[str, float]:

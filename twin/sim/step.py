@@ -25,7 +25,6 @@ import simpy
 from twin.cost_models.scheduling import (
     LOG_PROB_INPUT_BYTES_PER_TOKEN,
     UPDATE_INPUT_BYTES_PER_TOKEN,
-    agent_loop_seconds,
     driver_seconds,
     framework_seconds,
 )
@@ -203,8 +202,7 @@ class StepSimulation:
     def _with_agent_loop(self, outcome: RolloutOutcome) -> float:
         """One round's rollout with verl's agent-loop path of every response added to the engine's time before
         the poll (the outcome's own poll wait replaced); its components gain `agent_loop`."""
-        agent = agent_loop_seconds(self.ev.layout.rollout, self.ev.profile,
-                                   self.ev.rollout_cost.responses_per_round)
+        agent = framework_seconds(self.ev.profile, "rollout", self.ev.rollout_cost.responses_per_round)
         if agent == 0.0:
             return outcome.seconds
         parts = outcome.components_s

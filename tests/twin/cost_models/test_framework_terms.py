@@ -7,15 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from twin.cost_models.scheduling import (
-    agent_loop_core_share,
-    agent_loop_seconds,
-    carries,
-    driver_seconds,
-    framework_seconds,
-)
+from twin.cost_models.scheduling import carries, driver_seconds, framework_seconds
 from twin.evaluate import Evaluation
-from twin.layout.models import RolloutLayout
 from twin.profile import Profile, embedded_profile, reference_profile
 from twin.scenario import load_scenario
 from twin.sim.step import StepSimulation
@@ -76,36 +69,3 @@ def test_bypass_old_log_prob_and_update_gain_their_terms():
     assert zero.stages_s["old_log_prob"] == 0.0
     assert with_terms.stages_s["old_log_prob"] == pytest.approx(0.01 + 384 * 1e-4, rel=1e-12)  # 0.0484 s
     assert with_terms.stages_s["update"] - zero.stages_s["update"] == pytest.approx(0.05 + 384 * 0.002, rel=1e-9)
-
-
-def _layout(tp: int, dp: int) -> RolloutLayout:
-    return _scenario().layout.rollout.model_copy(update={"tp": tp, "dp": dp})
-
-
-def test_the_agent_loop_shares_the_cores_with_the_rollouts_busy_polling_workers():
-    pf = _cpu({**TERMS, "vllm_busy_poll_s": 1.0, "host_cores": 2.0})
-    # 2 cores among 1 agent-loop worker and TP2 x DP1 spinning vLLM workers: 2/3 of a core
-    assert agent_loop_core_share(_layout(2, 1), pf) == pytest.approx(2 / 3, rel=1e-12)
-    assert agent_loop_seconds(_layout(2, 1), pf, 384) == pytest.approx(4.8 * 3 / 2, rel=1e-12)  # 7.2 s
-    assert agent_loop_core_share(_layout(2, 2), pf) == pytest.approx(2 / 5, rel=1e-12)  # 4 workers + the loop
-    assert agent_loop_core_share(_layout(1, 1), pf) == 1.0  # 2 tasks on 2 cores: a core each
-    wide = _cpu({**TERMS, "vllm_busy_poll_s": 1.0, "host_cores": 64.0})
-    assert agent_loop_core_share(_layout(2, 2), wide) == 1.0
-
-
-def test_without_a_measured_busy_poll_or_core_count_the_agent_loop_has_its_core():
-    for extra in ({}, {"vllm_busy_poll_s": 1.0}, {"host_cores": 2.0}):
-        pf = _cpu({**TERMS, **extra})
-        assert agent_loop_core_share(_layout(2, 1), pf) == 1.0
-        assert agent_loop_seconds(_layout(2, 1), pf, 384) == pytest.approx(4.8, rel=1e-12)
-    assert agent_loop_core_share(_layout(2, 1), embedded_profile("a3")) == 1.0  # no such parameters at all
-
-
-def test_the_simulated_rollout_polls_the_shared_agent_loop():
-    shared = _stages(_cpu({**TERMS, "vllm_busy_poll_s": 1.0, "host_cores": 2.0}))
-    zero = _stages(_cpu({}))
-    parts = zero.rollout.components_s
-    engine = zero.stages_s["rollout"] - parts["poll_wait"] - parts["rl_scheduling"]
-    expected = math.ceil((engine + 7.2) / 2.0 - 1e-9) * 2.0 + parts["rl_scheduling"]
-    assert shared.stages_s["rollout"] == pytest.approx(expected, rel=1e-12)
-    assert shared.rollout.components_s["agent_loop"] == pytest.approx(7.2, rel=1e-12)
