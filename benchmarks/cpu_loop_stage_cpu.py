@@ -43,7 +43,7 @@ CLASSES = (
 )
 
 SITECUSTOMIZE = '''
-"""Appends verl's stage windows to $%(env)s (written by benchmarks/cpu_loop_stage_cpu.py)."""
+"""Appends verl's stage windows to $@ENV@ (written by benchmarks/cpu_loop_stage_cpu.py)."""
 import importlib.abc
 import importlib.machinery
 import json
@@ -63,7 +63,7 @@ def _wrap(module):
             yield from original(name, timing_raw)
         finally:
             line = json.dumps({"name": name, "start": start, "end": time.time(), "pid": os.getpid()}) + "\\n"
-            with open(os.environ["%(env)s"], "a") as f:
+            with open(os.environ["@ENV@"], "a") as f:
                 f.write(line)
 
     module._timer = _timer
@@ -86,9 +86,9 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-if os.environ.get("%(env)s"):
+if os.environ.get("@ENV@"):
     sys.meta_path.insert(0, _Finder())
-''' % {"env": MARKS_ENV}
+'''.replace("@ENV@", MARKS_ENV)
 
 
 def classify(title: str) -> str:
