@@ -44,8 +44,8 @@ NOT_YET = {
                                                         "other four)"),
     # a 0.05-0.2 s stage of TransferQueue reads and DataProto conversion through Ray: the job predicts its typical
     # value, but some runs take three times as long. Not vLLM: benchmarks/cpu_loop_stage_cpu.py (2026-11-30/12-01,
-    # steps 2-3 of two local runs at load 6-30 and 8-15) found its window 0.06-0.09 s, the driver and TransferQueue
-    # 0.05-0.06 s of CPU in it, vLLM's TP workers 0.000 s, and programs outside the run using about one of the two
+    # steps 2-3 of two local runs at load 6-30 and 8-15) found its window 0.06-0.10 s, the driver and TransferQueue
+    # 0.05-0.07 s of CPU in it, vLLM's TP workers 0.000 s, and programs outside the run using about one of the two
     # cores in it (0.05-0.11 s of CPU). The load of the host's other programs is not a property of the plan.
     "old_log_prob": pytest.mark.xfail(strict=False, reason="old_log_prob 0.236 s measured, 0.050 s predicted (-79 %) "
                                                            "in one CI run (-12 % to -24 % in three others)"),
@@ -66,14 +66,14 @@ NOT_YET = {
     # fitted for 512 responses in one micro-batch per rank: 1.7 s; CI measured 2.0-2.8 s. Measured per process
     # (benchmarks/cpu_loop_stage_cpu.py, steady steps): the two trainer ranks used 2.6-3.8 s of CPU together
     # (1.3-1.9 s each) in windows of 2.1-6.9 s, vLLM's TP workers 0.05-0.16 s (colocated but idle: not them), the
-    # run's other processes 0.3-0.5 s, and programs outside the run 1.1-8.3 s: the gap tracks the host's other load.
+    # run's other processes 0.3-0.8 s, and programs outside the run 1.1-8.3 s: the gap tracks the host's other load.
     "update": pytest.mark.xfail(strict=False, reason="update 2.82 s measured, 1.70 s predicted (-40 %) on a host "
                                                      "shared with other programs"),
     # verl's colocated weight sync is one update_weights worker-group call that exports the FSDP2 shards, runs the
     # directed all-to-all-v over gloo (11 rounds, 0.11 MB) and loads vLLM's TP2 workers through verl's adapter:
     # 0.029-0.044 s measured in CI (0.20 s in one loaded run) against the twin's transfer rounds, 1.0 ms. Measured
-    # per process: 0.045-0.062 s windows in which the trainer ranks used 0.022-0.049 s of CPU, the driver 0.004-0.011
-    # s and vLLM's TP workers 0.011-0.022 s (0.27 s and a 0.44 s window when they were still polling). The export,
+    # per process in steady steps: 0.045-0.053 s windows in which the trainer ranks used 0.022-0.036 s of CPU, the
+    # driver 0.004-0.009 s and vLLM's TP workers 0.011-0.017 s (0.27 s in a 0.44 s window of a loaded step). The export,
     # vLLM's RPC and its load are timed by no job yet.
     "reshard": pytest.mark.xfail(strict=True, reason="weight sync 0.035 s measured, 0.0010 s predicted (-97 %): "
                                                      "verl's update_weights call and vLLM's load are not in a job"),
