@@ -30,6 +30,11 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 #   run  load   rollout  old_log_prob  advantage  update  reshard  step
 #   A    13-19  -38.7 %  -9.6 %        +7.0 %     -32.3 %  -97.4 %  -36.8 %
 #   B    9-12   -14.7 %  +159.7 %      -39.2 %    +59.1 %  -98.0 %  -2.9 %
+#   C    8      -20.2 %  +6.2 %        -1.9 %     +11.3 %  -97.8 %  -14.6 %   (2026-12-01, this test; others 26 %)
+# Six CI runs of 2026-11-30 (ci20-ci25): rollout -0.5 to -69 %, old_log_prob +28 to -79 %, advantage +27 to -61 %,
+# update -24 to -70 %, reshard -97 to -99.5 %. Where the jobs and the run saw the same load (C), every stage but the
+# weight sync was within 25 %; the spread follows the other programs' load, which moves between the jobs and the run
+# (the table's first line says how much of the host they took in each).
 # In B the jobs ran under a load burst the run did not see (the job's 384-response old_log_prob 0.137 s, 0.040 s at
 # load 5). Three CI runs (unshared host, 512 responses): old_log_prob 0.060 / 0.062 / 0.180 s measured against
 # 0.048 / 0.051 / 0.062 s predicted (-20 %, -17 %, -65 %); advantage -14.7 %, -14.6 %, -4.9 %. Advantage is held to
@@ -100,11 +105,11 @@ def _host_busy_s() -> float:
 
 
 def _run_watched(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, list[int], float]:
-    """Run `python -m ARGS` like `cli`, remembering every descendant it started; returns the completed run, the
-    pids of descendants still alive 30 s after it exited (killed here: only processes this run started), and the
-    share of the host's CPU that programs outside the run used while it ran (host busy time less the run's
-    processes' and this test's, over cores x wall; the run's CPU is each process's last reading, taken every
-    0.5 s)."""
+    """Run `python -m ARGS` like `cli` (within 900 s), remembering every descendant it started; returns the
+    completed run, the pids of descendants still alive 30 s after it exited (killed here: only processes this run
+    started), and the share of the host's CPU that programs outside the run used while it ran (host busy time
+    less the run's processes' and this test's, over cores x wall; the run's CPU is each process's last reading,
+    taken every 0.5 s)."""
     me, host0, wall0 = psutil.Process(), _host_busy_s(), time.monotonic()
     mine0 = sum(me.cpu_times()[:2])
     proc = subprocess.Popen([sys.executable, "-m", *args], cwd=cwd, env=_env(), stdout=subprocess.PIPE,
@@ -138,9 +143,13 @@ def _run_watched(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProces
 @pytest.fixture(scope="module")
 def loop(tmp_path_factory: pytest.TempPathFactory) -> dict:
     w = tmp_path_factory.mktemp("loop")
-    # three timed repeats after one warm-up: the CPU's fp16 GEMMs alone took minutes at the default 5 + 2
-    cli("calibration", "run", "gemm", "attention", "collectives", "copy", "decode", "train", "overhead", "-o",
-        "jobs.jsonl", "--repeats", "3", "--warmup", "1", cwd=w)
+    # three timed repeats after one warm-up: the CPU's fp16 GEMMs alone took minutes at the default 5 + 2. The share
+    # of the host that other programs took while the jobs ran is kept to print beside the run's: the profile
+    # predicts the host as the jobs found it (benchmarks/cpu_loop_stage_cpu.py: the run's stage windows kept both
+    # cores busy, other programs' share included)
+    _, _, others_jobs = _run_watched(["calibration", "run", "gemm", "attention", "collectives", "copy", "decode",
+                                      "train", "overhead", "-o", "jobs.jsonl", "--repeats", "3", "--warmup", "1"],
+                                     cwd=w)
     cli("calibration", "fit", "jobs.jsonl", "--kind", "cpu", "-o", "cpu-fit.yaml", cwd=w)
     cli("twin", "plan", "--scenario", str(SCENARIO), "--keep-layout", "--profile", "cpu-fit.yaml", "-o", "plan.json",
         cwd=w)
@@ -156,8 +165,9 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> dict:
     reshard = json.loads(cli("executor", "check-reshard", "plan.json", "--method", "directed", "--model-config",
                              "assets/model/config.json", "--json", cwd=w).stdout)
     profile = yaml.safe_load((w / "cpu-fit.yaml").read_text())
-    return {"dir": w, "run_log": run.stdout, "leftovers": leftovers, "others_cpu": others, "report_table": table,
-            "report": report, "reshard": reshard, "profile": profile}
+    return {"dir": w, "run_log": run.stdout, "leftovers": leftovers, "others_cpu": others,
+            "others_cpu_jobs": others_jobs, "report_table": table, "report": report, "reshard": reshard,
+            "profile": profile}
 
 
 def _metrics(path: Path) -> dict[int, dict[str, float]]:
@@ -228,8 +238,9 @@ def _stage_rows(loop) -> dict[str, dict]:
 def test_per_stage_error_table_of_the_held_out_run(loop, capsys):
     rows = _stage_rows(loop)
     with capsys.disabled():  # the per-stage error table goes to the CI log whatever the outcome
-        print(f"\nprograms outside the run used {loop['others_cpu'] * 100:.0f} % of the host's {os.cpu_count()} cores "
-              f"while it ran (load average now {os.getloadavg()[0]:.1f})")
+        print(f"\nother programs used {loop['others_cpu_jobs'] * 100:.0f} % of the host's {os.cpu_count()} cores while "
+              f"the calibration jobs ran, {loop['others_cpu'] * 100:.0f} % while the loop ran (load average now "
+              f"{os.getloadavg()[0]:.1f})")
         print(f"{'stage':<14}{'measured s':>12}{'predicted s':>13}{'error':>10}")
         for stage, r in rows.items():
             print(f"{stage:<14}{r['measured']:>12.4f}{r['predicted']:>13.4f}{r['error'] * 100:>+9.1f}%")
