@@ -127,6 +127,7 @@ class ExecutorSupport(BaseModel):
     train_engines: tuple[Literal["megatron", "fsdp"], ...] | None = None
     rollout_tp_max: int | None = None
     megatron_model_types: tuple[str, ...] | None = None  # the model types whose Megatron shards it reads; None: any
+    moe_tp_extend_ep: bool = True  # whether it reads MindSpeed's moe_tp_extend_ep expert split
     where: str  # the executor code that enforces the limit at run time
 
 
@@ -140,6 +141,7 @@ EXECUTOR_SUPPORT: dict[str, ExecutorSupport] = {
     "directed_reshard": ExecutorSupport(
         train_engines=("fsdp", "megatron"), rollout_tp_max=None,
         megatron_model_types=("qwen2", "qwen3", "llama", "qwen3_moe", "deepseek_v3"),
+        moe_tp_extend_ep=False,  # it numbers experts as mbridge does (experts / EP per rank, split over expert TP)
         where="executor/npu_opt/directed_reshard_backend.py (DirectedCheckpointEngine)"),
 }
 
@@ -162,4 +164,8 @@ def executor_refusals(opt_id: str, layout: Layout, config: ModelConfig) -> list[
         reasons.append(f"its Megatron reader traces mbridge's bridges of {', '.join(types)} models only, not "
                        f"{config.model_type} (ran: dense, Qwen3-MoE and DeepSeek-V3 models in the CPU loop and "
                        "executor check-reshard)")
+    if train.engine == "megatron" and train.moe_tp_extend_ep and not support.moe_tp_extend_ep:
+        reasons.append("its Megatron reader numbers each rank's experts as mbridge does (experts / EP per rank, "
+                       "split over expert TP), not as MindSpeed's moe_tp_extend_ep places them (experts / (TP x EP) "
+                       "per rank, whole)")
     return [*reasons, f"enforced in {support.where}"] if reasons else []

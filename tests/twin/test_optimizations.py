@@ -34,6 +34,16 @@ def test_directed_reshard_reads_qwen3_moe_and_deepseek_from_megatron_and_refuses
     assert executor_refusals("directed_reshard", _layout("fsdp", 2), mistral) == []
 
 
+def test_directed_reshard_refuses_mindspeeds_moe_tp_extend_ep_split() -> None:
+    layout = Layout(train=TrainLayout(engine="megatron", tp=2, ep=4, moe_tp_extend_ep=True),
+                    rollout=RolloutLayout(tp=2, dp=4, ep=8))
+    assert executor_refusals("directed_reshard", layout, MLA) == [
+        "its Megatron reader numbers each rank's experts as mbridge does (experts / EP per rank, split over expert "
+        "TP), not as MindSpeed's moe_tp_extend_ep places them (experts / (TP x EP) per rank, whole)", WHERE]
+    plain = layout.model_copy(update={"train": layout.train.model_copy(update={"moe_tp_extend_ep": False})})
+    assert executor_refusals("directed_reshard", plain, MLA) == []
+
+
 def test_directed_reshard_runs_from_megatron_whatever_the_vocabulary_multiple() -> None:
     # refused before the plan held the vocabulary unpadded as verl's Megatron engine does: 512 rows are no multiple
     # of 128 x TP8 = 1024, 500 rows none of 128 x TP2 = 256 (and 500 % 64 = 52: vLLM pads the rollout's to 512)
