@@ -148,7 +148,7 @@ class CpuTarget(Target):
                 rollout_tp=plan.layout.rollout.tp,
                 rollout_batching=(r.max_num_seqs, r.max_num_batched_tokens, r.enable_chunked_prefill),
                 megatron=self._megatron_sizes(train, config) if train.engine == "megatron" else None,
-                rollout_ep=plan.layout.rollout.ep)
+                rollout_ep=plan.layout.rollout.ep, mla=config.attention == "mla")
         except ValueError as exc:
             raise ExecutorError(f"cluster kind cpu: {exc}") from None
         env = {**env, **run_env.hook_env(patches, RunPaths(workdir=options.workdir).patch_reports,

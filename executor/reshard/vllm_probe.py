@@ -35,18 +35,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from executor.cpu.vllm_compat import MLA_BACKEND
 from executor.reshard.blocks import as_bytes
 from executor.reshard.experts import fuse_tensors
 from executor.reshard.vllm_blocks import block_aware_update_weights, block_name, derived_weights, module_blocks
 
 ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 PROBE_TIMEOUT_S = 600
-MLA_BACKEND = "CPU_MLA"
-"""The attention backend the probe asks for an MLA model: vLLM's reference CPU MLA. On a CPU with AMX tiles vLLM
-would otherwise pick AMX_MLA (vllm/platforms/cpu.py CpuPlatform.get_attn_backend_cls), whose weight processing
-packs its own copies of W_UK/W_UV and then replaces kv_b_proj's weight with an empty tensor
-(vllm/model_executor/layers/attention/mla_attention.py MLAAttention.process_weights_after_loading, the
-`is_amx_bmm_enabled` branch): nothing left for a weight sync to write kv_b_proj into, nor for this probe to read."""
 
 
 def probe(model: Any, model_config: Any) -> dict[str, Any]:

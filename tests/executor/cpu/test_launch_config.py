@@ -74,6 +74,12 @@ def test_a_megatron_moe_plan_splits_experts_and_runs_the_all_to_all_dispatcher_u
     assert (rollout.expert_parallel_size, rollout.data_parallel_size, rollout.tensor_model_parallel_size) == (2, 2, 1)
     dense = _compose(_config(tmp_path, world=2, megatron=MegatronSizes(tp=2))[0])
     assert "moe_grouped_gemm" not in dense.actor_rollout_ref.actor.megatron.override_transformer_config
+    assert "attention_backend" not in rollout.engine_kwargs.vllm
+
+
+def test_an_mla_model_asks_vllm_for_its_reference_cpu_mla_backend(tmp_path: Path) -> None:
+    overrides, _ = _config(tmp_path, world=2, megatron=MegatronSizes(tp=1, ep=2, moe=True), rollout_ep=2, mla=True)
+    assert _compose(overrides).actor_rollout_ref.rollout.engine_kwargs.vllm.attention_backend == "CPU_MLA"
 
 
 def test_environment_loads_the_plugin_and_places_the_metrics_file(tmp_path: Path) -> None:
