@@ -22,7 +22,6 @@ DATA_SOURCE = "ascend-rl-twin/tiny-math"
 """data_source of every row: unknown to verl's built-in scorers, so only the custom reward can score it."""
 
 
-
 @dataclass(frozen=True)
 class ChatFormat:
     """A model family's special tokens and chat template."""

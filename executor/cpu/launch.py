@@ -102,8 +102,7 @@ def cpu_run_config(
 
     `rollout_batching` is the plan's (max_num_seqs, max_num_batched_tokens, enable_chunked_prefill), which
     the vLLM rollout runs with, `rollout_ep` its expert parallelism (1: none), `mla` whether the model's attention
-    is multi-latent. `megatron` is the trainer's sizes on
-    verl's Megatron engine; None trains with FSDP2.
+    is multi-latent. `megatron` is the trainer's sizes on verl's Megatron engine; None trains with FSDP2.
     """
     if steps < 1 or world < 1 or n < 2 or batch_prompts < 1:
         raise ValueError(

@@ -91,11 +91,11 @@ MLA_TE_LINEAR = PatchTarget(module="megatron.core.transformer.multi_latent_atten
 MBRIDGE = "mbridge"
 DSV3_CONFIG = PatchTarget(module="mbridge.models.deepseek_v3", attribute="DeepseekV3Bridge._build_config",
                           dist=MBRIDGE)
-YARN_FIELDS = {"rotary_scaling_factor": ("factor", 1), "mscale": ("mscale", 1.0),
-               "mscale_all_dim": ("mscale_all_dim", 1.0), "beta_fast": ("beta_fast", 32),
-               "beta_slow": ("beta_slow", 1), "original_max_position_embeddings": ("original_max_position_embeddings",
-                                                                                   4096)}
-"""megatron-core's yarn fields of MLATransformerConfig: (the HF rope parameter, mbridge's default)."""
+YARN_FIELDS = {"rotary_scaling_factor": "factor", "mscale": "mscale", "mscale_all_dim": "mscale_all_dim",
+               "beta_fast": "beta_fast", "beta_slow": "beta_slow",
+               "max_position_embeddings": "original_max_position_embeddings"}
+"""The yarn arguments mbridge's DeepSeek-V3 bridge passes to megatron-core's MLATransformerConfig -> the HF rope
+parameter each comes from; mbridge's own value (its default) stays where the config has none."""
 
 
 def _cpu_fork(_original: Callable) -> Callable:
@@ -193,12 +193,12 @@ def _transformers5_rope(original: Callable) -> Callable:
         build_base = self._build_base_config
 
         def base(**kwargs: object) -> object:
+            if rope.get("rope_type", "default") not in ("default", "rope") and "rope_scaling" not in hf:
+                kwargs["rope_type"] = rope["rope_type"]
+                kwargs.update({field: rope[key] for field, key in YARN_FIELDS.items() if key in rope})
             if "max_position_embeddings" in kwargs and not _has_field(self.TransformerConfigClass,
                                                                       "max_position_embeddings"):
                 kwargs["original_max_position_embeddings"] = kwargs.pop("max_position_embeddings")
-            if rope.get("rope_type", "default") not in ("default", "rope") and "rope_scaling" not in hf:
-                kwargs["rope_type"] = rope["rope_type"]
-                kwargs.update({field: rope.get(key, default) for field, (key, default) in YARN_FIELDS.items()})
             return build_base(**kwargs)
 
         self._build_base_config = base

@@ -23,14 +23,6 @@ DOWN_PROJECTIONS = ("linear_q_down_proj", "linear_kv_down_proj")
 
 
 @functools.cache
-def duplicated_linear() -> type:
-    """megatron-core's plain Linear: every TP rank holds the whole weight (Transformer Engine's duplicated mode)."""
-    from megatron.core.post_training.modelopt.layers import Linear
-
-    return Linear
-
-
-@functools.cache
 def mla_core_attention() -> type:
     """Megatron's local DotProductAttention whose context has the value head dim (`v_channels`)."""
     from megatron.core.transformer.dot_product_attention import DotProductAttention
@@ -48,14 +40,16 @@ def mla_core_attention() -> type:
 
 
 def adapt_block_spec(block_spec: Any) -> Any:
-    """The local block spec with each MLA layer's down projections duplicated and its core attention MLA's."""
+    """The local block spec with each MLA layer's down projections duplicated (megatron-core's plain Linear: every
+    TP rank holds the whole weight) and its core attention MLA's."""
+    from megatron.core.post_training.modelopt.layers import Linear
     from megatron.core.transformer.multi_latent_attention import MLASelfAttention
 
     for layer in getattr(block_spec, "layer_specs", []):
         attention = layer.submodules.self_attention
         if attention.module is MLASelfAttention:
             for name in DOWN_PROJECTIONS:
-                setattr(attention.submodules, name, duplicated_linear())
+                setattr(attention.submodules, name, Linear)
             attention.submodules.core_attention = mla_core_attention()
     return block_spec
 

@@ -65,7 +65,7 @@ def probe(model: Any, model_config: Any) -> dict[str, Any]:
     unknown += [hf for hf in found if hf not in ckpt]
     found = {hf: place for hf, place in found.items() if hf in ckpt}
     want = {hf: ckpt[hf][tuple(slice(a, b) for a, b in block)].contiguous() for hf, (block, _) in found.items()}
-    mismatched = _mismatched(found, want) + _derived_mismatched(derived, want)
+    mismatched = _mismatched(found, derived, want)
     with torch.no_grad():
         for local in [local for _, local in found.values()] + [param for param, _, _ in derived.values()]:
             local.zero_()
@@ -77,7 +77,7 @@ def probe(model: Any, model_config: Any) -> dict[str, Any]:
     process_weights_after_loading(model, model_config, torch.device("cpu"))
     return {"rank": get_tensor_model_parallel_rank(), "blocks": {hf: block for hf, (block, _) in found.items()},
             "mismatched": mismatched,
-            "block_load_mismatched": _mismatched(found, want) + _derived_mismatched(derived, want),
+            "block_load_mismatched": _mismatched(found, derived, want),
             "derived": {name: {"from": source, "view_of_source": _shares(param, found.get(source))}
                         for name, (param, source, _) in derived.items()},
             "casts": sorted(f"{hf} {ckpt[hf].dtype}->{local.dtype}".replace("torch.", "")
@@ -110,16 +110,14 @@ def _vllm_load_weights(worker: Any, weights: list, **_kwargs: Any) -> None:
     worker.model_runner.model.load_weights(weights)
 
 
-def _mismatched(found: dict[str, tuple[list[list[int]], Any]], want: dict[str, Any]) -> list[str]:
+def _mismatched(found: dict[str, tuple[list[list[int]], Any]], derived: dict[str, tuple[Any, str, Any]],
+                want: dict[str, Any]) -> list[str]:
     """HF names whose local view differs, bit for bit, from the wanted slice (in the local dtype where vLLM keeps
-    another one: the cast its loader applies)."""
-    return [hf for hf, (_, local) in found.items() if not _equal(local, want[hf])]
-
-
-def _derived_mismatched(derived: dict[str, tuple[Any, str, Any]], want: dict[str, Any]) -> list[str]:
-    """Derived parameters that differ, bit for bit, from their function of the wanted slice of their source."""
-    return [f"{name} (from {source})" for name, (param, source, fn) in derived.items()
-            if source not in want or not _equal(param, fn(want[source]))]
+    another one: the cast its loader applies), then derived parameters that differ from their function of the
+    wanted slice of their source."""
+    return ([hf for hf, (_, local) in found.items() if not _equal(local, want[hf])]
+            + [f"{name} (from {source})" for name, (param, source, fn) in derived.items()
+               if source not in want or not _equal(param, fn(want[source]))])
 
 
 def _shares(param: Any, source: tuple[list[list[int]], Any] | None) -> bool:
@@ -161,7 +159,9 @@ def _instance(ckpt_dir: str, tp: int, dtype: str, expert_parallel: bool, dp_rank
     the whole instance (data-parallel rank x TP + TP rank), "tp_rank" keeps its TP rank."""
     from vllm import LLM
 
-    mla = "kv_lora_rank" in json.loads((Path(ckpt_dir) / "config.json").read_text())
+    from twin.catalog.config import parse_config
+
+    mla = parse_config(json.loads((Path(ckpt_dir) / "config.json").read_text()), ckpt_dir).attention == "mla"
     llm = LLM(model=ckpt_dir, tensor_parallel_size=tp, dtype=dtype, enforce_eager=True, skip_tokenizer_init=True,
               max_model_len=64, max_num_seqs=4, load_format="safetensors", distributed_executor_backend="mp",
               enable_expert_parallel=expert_parallel, attention_backend=MLA_BACKEND if mla else None,

