@@ -6,7 +6,7 @@ job's prefill sequence length, the copy job's bytes), the median over the points
 host link efficiency. No job measures grouped expert GEMMs, so that scale keeps its base value. The rest
 are fitted by least squares through the twin's own cost models: the collectives job through
 `collective_time` on the cluster (tier efficiency, per-step latency, all-to-all latencies), the decode
-job through the rollout's decode-step model (per-step host cost, per-layer launch cost), the train job
+job through the rollout's decode-step model (the per-step host cost of the mode it ran in), the train job
 through the training pass and optimizer-step models (per-pass and per-step overheads, the forward-only
 pass's efficiency). The overhead job's verl points give verl's framework time per call and per response
 (twin.cost_models.scheduling FRAMEWORK_TERMS): the agent-loop path's seconds per response (through the
@@ -203,9 +203,11 @@ class JobFit:
             return
         inv = build_inventory(parse_config(self.model_config, self.model_label))
         cluster, sc = Cluster(self.kind, 1), self._scenario()
-        graph = records[0].params.get("engine") == "vllm"
-        names = ["decode_host_ms_graph" if graph else "decode_host_ms_eager"] + ([] if graph else
-                                                                                 ["eager_op_launch_us"])
+        # records without the flag came from compiled vLLM (graph mode) or transformers (eager)
+        graph = bool(records[0].params.get("graph", records[0].params.get("engine") == "vllm"))
+        # one model's steps cannot tell a per-step host cost from a per-kernel launch cost (its kernel count is
+        # fixed): the per-step term is freed, the eager launch keeps its sourced value
+        names = ["decode_host_ms_graph" if graph else "decode_host_ms_eager"]
         hbm = self.kind.device_spec.hbm_gb.value
 
         def one(profile: Profile, r: JobMeasurement) -> float:

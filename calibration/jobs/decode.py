@@ -1,9 +1,11 @@
 """Decode-step sweep over batch size and context length, on a causal LM with random weights.
 
 The model is built from a HuggingFace config (the built-in tiny Qwen2, or `--model-config`). vLLM is
-used when it is importable (dummy weights; step time from generate() with and without extra decode
-steps), else transformers with a KV cache (one forward of one new token per sequence, the cache cut
-back to the context after each step).
+used when it is importable (dummy weights, eager as the CPU target's rollout runs it; step time from
+generate() with and without extra decode steps), else transformers with a KV cache (one forward of one
+new token per sequence, the cache cut back to the context after each step). Every point records
+`graph: false`: the fit reads it to free the eager host terms (records written before it was recorded
+came from compiled vLLM and are read as graph mode).
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ class DecodeJob(InProcessJob):
         wanted = ("fp32",) if ctx.device.kind == "cpu" else ("bf16",)
         return [
             Point(self.name, "decode_step",
-                  {"model": label, "engine": engine_name(), "batch": b, "ctx": c}, dtype=dtype)
+                  {"model": label, "engine": engine_name(), "graph": False, "batch": b, "ctx": c}, dtype=dtype)
             for dtype in supported_dtypes(ctx.device, wanted)
             for b in grid["batch"]
             for c in grid["ctx"]
@@ -145,6 +147,9 @@ class VllmDecoder:
             max_model_len=max_ctx + VLLM_STEPS + 2,
             max_num_seqs=max_batch,
             enable_prefix_caching=False,
+            # eager, as the CPU target runs its rollout (executor/cpu/launch.py): a compiled engine's step took
+            # 1.0-1.2 ms on this host where the eager one takes 1.9-2.6 ms (tiny Qwen2, batch 1-4, 2026-12-01)
+            enforce_eager=True,
             seed=0,
             # an explicit KV-cache size: on CPU, vLLM otherwise reserves gpu_memory_utilization (0.92) of the host's
             # memory and refuses to start when less is free (vllm/v1/worker/cpu_worker.py)

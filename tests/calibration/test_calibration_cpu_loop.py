@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -259,6 +260,21 @@ def test_per_stage_error_table_of_the_held_out_run(loop, capsys):
 def test_stage_within_the_bar(loop, stage):
     row = _stage_rows(loop)[stage]
     assert abs(row["error"]) < STAGE_ERROR_BAR, row
+
+
+def test_the_decode_job_timed_eager_vllm_steps_and_the_fit_took_their_host_term(loop, assert_sane):
+    """The loop's decode job (its run of calibration/jobs/decode.py on vLLM): eager steps as the rollout runs them,
+    rates that follow from batch and time, and the eager per-step host term fitted from them."""
+    from calibration.measurements import load_measurements
+
+    records = [r for r in load_measurements(loop["dir"] / "jobs.jsonl").records if r.job == "decode"]
+    assert {(r.params["batch"], r.params["ctx"]) for r in records} == {(1, 64), (1, 256), (4, 64), (4, 256)}
+    for r in records:
+        assert_sane(r)
+        assert (r.params["engine"], r.params["graph"]) == ("vllm", False)
+        assert math.isclose(r.derived["tokens_per_s"], r.params["batch"] / r.stats.median_s)
+    host = loop["profile"]["params"]["decode_host_ms_eager"]
+    assert host["fitted"] and "decode job" in host["source"], host
 
 
 def test_predicted_reshard_bytes_equal_the_measured(loop):

@@ -72,6 +72,46 @@ def test_job_fit_recovers_the_collective_parameters():
     assert outcome.profile.params["rollout_poll_s"] == untouched  # the jobs cannot see it: kept as sourced
 
 
+def _decode_records(truth: Profile, graph: bool, params: dict) -> list[JobMeasurement]:
+    """The decode job's points, recorded with `params`, as the twin's decode step prices them under `truth` (tiny
+    Qwen2, TP1, in graph or eager mode)."""
+    from calibration.jobs.decode import TINY_QWEN2
+    from twin.catalog.config import parse_config
+    from twin.catalog.inventory import build_inventory
+    from twin.cost_models.memory import RolloutMemory
+    from twin.cost_models.rollout import RolloutCost
+    from twin.layout.models import RolloutLayout
+
+    inv = build_inventory(parse_config(dict(TINY_QWEN2), "tiny-qwen2"))
+    sc = Scenario(name="t", model="tiny", cluster={"kind": "cpu", "cards": 1})
+    out = []
+    for batch in (1, 4):
+        for ctx in (64, 256):
+            lay = RolloutLayout(tp=1, dp=1, max_num_seqs=batch, max_num_batched_tokens=8192,
+                                graph_mode=graph)
+            rc = RolloutCost(inv, sc, Cluster("cpu", 1), truth, RolloutMemory(inv, lay, truth, 10.0))
+            seconds = float(rc.decode_step(batch, ctx).total)
+            out.append(JobMeasurement(
+                key=f"decode|{batch}|{ctx}", job="decode", timestamp=datetime.now(timezone.utc), op="decode_step",
+                params={"model": "tiny-qwen2", "batch": batch, "ctx": ctx, **params}, dtype="fp32",
+                stats=Stats.from_samples([seconds] * 3, warmup=1),
+                device=DeviceFacts(kind="cpu", name="test-cpu", count=1, threads=1),
+                host=HostFacts(hostname="h", cpu_model="c", cores=2, memory_gb=24.0),
+                versions=Versions(python="3.11")))
+    return out
+
+
+@pytest.mark.parametrize("params", [{"engine": "vllm", "graph": False}, {"engine": "transformers"}])
+def test_job_fit_frees_the_eager_host_term_from_eager_decode_steps(params):
+    base = embedded_profile("cpu")
+    # as the job writes them now, and as it wrote transformers' (eager, without the flag)
+    records = _decode_records(base.with_values({"decode_host_ms_eager": 1.3}, "truth"), False, params)
+    fitted = JobFit(base, records, "fp32").run("eager", ["synthetic"]).profile
+    assert fitted["decode_host_ms_eager"] == pytest.approx(1.3, rel=0.02)
+    # one model's kernel count is fixed: its launch cost cannot be told from the per-step term, and stays sourced
+    assert not fitted.params["eager_op_launch_us"].fitted and not fitted.params["decode_host_ms_graph"].fitted
+
+
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "calibration", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=300)

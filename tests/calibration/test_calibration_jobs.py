@@ -76,11 +76,14 @@ def test_mla_absorbed_equals_explicit_up_projection():
     torch.testing.assert_close(got, expected)
 
 
-def test_decode_sweep(cpu_ctx, assert_sane):
+def test_decode_sweep_on_transformers(cpu_ctx, assert_sane, monkeypatch):
+    """The decode job where vLLM is not installed (its vLLM sweep runs in the CPU loop's fixture,
+    tests/calibration/test_calibration_cpu_loop.py, which checks it)."""
+    monkeypatch.setattr("calibration.jobs.decode.engine_name", lambda: "transformers")
     records = _measure_all("decode", cpu_ctx, assert_sane)
     assert {(r.params["batch"], r.params["ctx"]) for r in records} == {(1, 64), (1, 256), (4, 64), (4, 256)}
     for r in records:
-        assert r.params["engine"] in ("transformers", "vllm")
+        assert (r.params["engine"], r.params["graph"]) == ("transformers", False)
         assert math.isclose(r.derived["tokens_per_s"], r.params["batch"] / r.stats.median_s)
 
 

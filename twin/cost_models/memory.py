@@ -252,19 +252,34 @@ class RolloutMemory:
         return per_layer * c.num_layers
 
     @cached_property
-    def activation_bytes(self) -> float:
-        """vLLM's profiling peak: one layer for max_num_batched_tokens tokens, sampled logits, graph pools."""
+    def profile_peak_bytes(self) -> float:
+        """vLLM's profiling peak beyond the weights: one layer for max_num_batched_tokens tokens, sampled logits."""
         ro, c = self.lay, self.cfg
         inter = max(c.intermediate_size, (c.moe.expert_intermediate_size * c.moe.experts_per_token) if c.moe else 0)
         per_token = BF16 * (4 * c.hidden_size + 3 * inter / ro.tp)
         logits = ro.max_num_seqs * c.vocab_size / ro.tp * FP32
-        graph = self.pf["graph_memory_gb"] * GB if ro.graph_mode else 0.0
-        return ro.max_num_batched_tokens * per_token + logits + graph
+        return ro.max_num_batched_tokens * per_token + logits
+
+    @cached_property
+    def graph_bytes(self) -> float:
+        """The captured graphs' memory pools (graph mode only)."""
+        return self.pf["graph_memory_gb"] * GB if self.lay.graph_mode else 0.0
+
+    @cached_property
+    def activation_bytes(self) -> float:
+        """Activations of the rollout phase: the profiling peak and the graph pools."""
+        return self.profile_peak_bytes + self.graph_bytes
 
     def kv_cache_bytes(self, utilization: float) -> int:
-        """KV cache vLLM allocates: its budget minus weights, activation peak and its own overheads."""
+        """KV cache vLLM allocates: its budget minus weights, profiling peak and its own overheads.
+
+        The graph pools are not taken from the budget: vLLM-Ascend's NPUWorker.determine_available_memory sizes
+        the KV cache as total x utilization less the profile run's peak, and captures its graphs afterwards
+        (compile_or_warm_up_model), so they come out of the memory the utilization leaves; upstream vLLM did
+        the same until its CUDA-graph memory estimate became the default (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS,
+        v0.21, NVIDIA and XPU only: vllm/v1/worker/gpu_worker.py determine_available_memory)."""
         budget = utilization * self.hbm_gb * GB
-        used = self.weight_bytes + self.activation_bytes + self.pf["vllm_overhead_gb"] * GB
+        used = self.weight_bytes + self.profile_peak_bytes + self.pf["vllm_overhead_gb"] * GB
         return max(0, int(budget - used))
 
     def kv_tokens(self, utilization: float) -> int:

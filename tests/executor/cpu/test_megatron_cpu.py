@@ -85,7 +85,8 @@ def _rank(rank: int, store: str, checkpoint: dict, results: Any, case: str) -> N
             logits = torch.cat(parts, dim=-1)
         m.model(ids, pos, attention_mask=None, labels=ids).sum().backward()
         grad = sum(float(p.grad.norm()) for p in m.model.parameters() if p.grad is not None)
-        results.put((rank, logits, grad, list(m.sources)))
+        # by value: a tensor would cross as a file descriptor this process's exit can close before the parent reads
+        results.put((rank, logits.numpy(), grad, list(m.sources)))
     except BaseException as exc:
         results.put((rank, f"{type(exc).__name__}: {exc}", 0.0, []))
     finally:
@@ -119,7 +120,7 @@ def test_megatron_loaded_through_mbridge_gives_transformers_logits(case: str) ->
     for rank, logits, grad, names in got:
         assert not isinstance(logits, str), f"rank {rank}: {logits}"
         assert logits.shape == wants[rank].shape  # at TP2, 2 x 150 columns: no padding rows to cut off
-        assert (logits - wants[rank]).abs().max().item() < 1e-5
+        assert (torch.from_numpy(logits) - wants[rank]).abs().max().item() < 1e-5
         assert grad > 0
         attention = "linear_kv_up_proj" if config["model_type"] == "deepseek_v3" else "linear_qkv"  # MLA's, GQA's
         assert f"decoder.layers.0.self_attention.{attention}.weight" in names

@@ -55,11 +55,28 @@ def test_kv_cache_is_the_budget_left_by_vllm():
     pf = embedded_profile("a3")
     rm = RolloutMemory(load_model("qwen3-8b"), RolloutLayout(tp=2, dp=8, max_num_seqs=64), pf, 64)
     budget = 0.8 * 64e9
-    expected = budget - rm.weight_bytes - rm.activation_bytes - pf["vllm_overhead_gb"] * 1e9
+    expected = budget - rm.weight_bytes - rm.profile_peak_bytes - pf["vllm_overhead_gb"] * 1e9
+    assert rm.activation_bytes == rm.profile_peak_bytes + pf["graph_memory_gb"] * 1e9  # graph mode, the default
     assert rm.kv_cache_bytes(0.8) == int(expected)
     assert rm.kv_tokens(0.8) == int(expected) // rm.kv_bytes_per_token
     vocab = 151_936 // 2 * 4096  # divisible by 64: vLLM pads nothing
     assert rm.weight_bytes == (36 * LAYER_TP2 + 4096 + 2 * vocab) * 2
+
+
+def test_graph_pools_come_from_beyond_the_kv_budget():
+    """vLLM-Ascend captures its graphs after sizing the KV cache: graph mode leaves the KV cache as in eager mode
+    and raises the rollout's peak by the graph pools."""
+    pf = embedded_profile("a3")
+    inv = load_model("qwen2.5-32b")
+    eager = RolloutMemory(inv, RolloutLayout(tp=2, dp=8, max_num_seqs=64, graph_mode=False), pf, 64)
+    graph = RolloutMemory(inv, RolloutLayout(tp=2, dp=8, max_num_seqs=64, graph_mode=True), pf, 64)
+    # one layer at 8192 tokens: residual, norm, attention in and out (4 x 5120) and gate, up, act (3 x 27648 / 2);
+    # sampled logits of 64 sequences over half the 152,064 vocabulary in fp32
+    peak = 8192 * 2 * (4 * 5120 + 3 * 27_648 // 2) + 64 * 152_064 // 2 * 4
+    assert eager.profile_peak_bytes == graph.profile_peak_bytes == peak
+    assert graph.kv_cache_bytes(0.6) == eager.kv_cache_bytes(0.6) == int(
+        0.6 * 64e9 - eager.weight_bytes - peak - pf["vllm_overhead_gb"] * 1e9)
+    assert graph.activation_bytes - eager.activation_bytes == pf["graph_memory_gb"] * 1e9
 
 
 def test_recompute_and_offload_lower_the_update_peak():
