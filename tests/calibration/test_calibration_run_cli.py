@@ -14,7 +14,7 @@ import pytest
 
 from calibration.measurements import load_measurements
 
-GEMM_POINTS = 9  # 3 shapes x (bf16, fp16, fp32) on this CPU
+GEMM_POINTS = 6  # 3 shapes x (fp32, bf16) on a CPU
 
 
 def _wait_for_records(path: Path, count: int, proc, timeout: float = 60) -> None:
@@ -46,7 +46,7 @@ def _alive(pid: int) -> bool:
 def test_ctrl_c_ends_a_run_started_with_sigint_ignored(tmp_path):
     """A parent that ignores SIGINT passes that on across exec; the run still ends cleanly on it."""
     out = tmp_path / "m.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "calibration", "run", "gemm", "-o", str(out), "--repeats", "25",
+    proc = subprocess.Popen([sys.executable, "-m", "calibration", "run", "gemm", "-o", str(out), "--repeats", "200",
                              "--warmup", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     _wait_for_records(out, 1, proc)
@@ -59,7 +59,7 @@ def test_ctrl_c_ends_a_run_started_with_sigint_ignored(tmp_path):
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGKILL, -9)])
 def test_interrupted_run_resumes_without_loss_or_duplicates(tmp_path, sig, code, run_cli, popen_cli):
     out = tmp_path / "m.jsonl"
-    args = ("run", "gemm", "-o", str(out), "--repeats", "25", "--warmup", "1")
+    args = ("run", "gemm", "-o", str(out), "--repeats", "200", "--warmup", "1")
     proc = popen_cli(*args)
     _wait_for_records(out, 2, proc)
     proc.send_signal(sig)
@@ -71,7 +71,7 @@ def test_interrupted_run_resumes_without_loss_or_duplicates(tmp_path, sig, code,
     assert 2 <= len(kept.splitlines()) < GEMM_POINTS
 
     # the interrupted run needs repeats enough to be stopped midway; the resume only the points still missing (a
-    # point is keyed without its repeat count): 3 repeats keep each parametrization at about 16 s, not 30
+    # point is keyed without its repeat count): 3 repeats keep each parametrization at seconds
     resumed = run_cli(*args, "--repeats", "3")
     assert resumed.returncode == 0, resumed.stderr
     assert out.read_bytes().startswith(kept)  # nothing measured before was rewritten
