@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
@@ -46,6 +47,9 @@ def test_simulate_every_scenario(path):
     assert {"method", "bytes_total", "bytes_per_device_max", "extra_memory_gb_per_device_max",
             "alternatives"} <= set(result["reshard"])
     assert result["step_s"] == pytest.approx(sum(result["stages_s"].values()))
+    measured = yaml.safe_load(path.read_text()).get("measured") or {}
+    if {"step_s", "stages_s", "tps_per_card", "tps_per_device", "rollout_tps_per_card"} & set(measured):
+        assert result["fits"], result["memory_peak_gb"]  # a published run ran: the twin must not call it unfit
 
 
 def test_plan_writes_a_schema_valid_plan(tmp_path):
