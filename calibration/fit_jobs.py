@@ -136,16 +136,18 @@ class JobFit:
         """Framework time per call from the overhead job: verl worker-group calls and the rollout poll."""
         records = self.by_job.get("overhead", [])
         calls = [r for r in records if r.op == "worker_call"]
-        if calls:
-            w = np.array([float(r.params["workers"]) for r in calls])
-            t = np.array([r.stats.median_s for r in calls])
-            widest = max(calls, key=lambda r: float(r.params["workers"]))
-            self._set("dispatch_ray_s_per_worker", float(w @ t / (w @ w)),
-                      f"calibration overhead job: verl worker-group no-op calls on {sorted(set(w.astype(int)))} "
-                      "workers, seconds per worker (least squares through the origin)")
-            self._set("dispatch_d2d_s", widest.stats.median_s,
-                      f"calibration overhead job: one verl worker-group call on {widest.params['workers']} workers "
-                      "with the inputs handed over outside it (median)")
+        counts = sorted({int(r.params["workers"]) for r in calls})
+        if len(counts) >= 2:
+            # a no-op call with its inputs handed over outside it: the call's own framework time (worker_call_s,
+            # in every worker-group call the twin books) plus Ray's task to each worker
+            call, per_worker = call_and_slope([float(r.params["workers"]) for r in calls],
+                                              [r.stats.median_s for r in calls])
+            what = f"calibration overhead job: verl worker-group no-op calls on {counts} workers"
+            self._set("worker_call_s", call, f"{what}, intercept (non-negative least squares)")
+            self._set("dispatch_ray_s_per_worker", per_worker, f"{what}, seconds per worker (slope)")
+        elif calls:
+            self.notes.append("overhead job: worker calls on one group size only; the per-call terms keep their base "
+                              "values")
         data = [r for r in records if r.op == "worker_call_data" and r.bytes]
         if len({r.bytes for r in data}) >= 2:
             gb = np.array([r.bytes / float(r.params["workers"]) / GB for r in data])
