@@ -29,7 +29,7 @@ from calibration.jobs.overhead import GROUP
 from calibration.lsq import ParameterSpace
 from calibration.measurements import JobMeasurement
 from twin.catalog.config import parse_config
-from twin.catalog.inventory import build_inventory
+from twin.catalog.inventory import Inventory, build_inventory
 from twin.cost_models.comm import collective_time
 from twin.cost_models.efficiency import SCALE, Curve, efficiency, peak_flops
 from twin.cost_models.memory import GB, RolloutMemory, TrainMemory
@@ -66,6 +66,20 @@ def call_and_slope(x: list[float], y: list[float]) -> tuple[float, float]:
 
     solution, _ = nnls(np.column_stack([np.ones(len(x)), np.asarray(x, dtype=float)]), np.asarray(y, dtype=float))
     return float(solution[0]), float(solution[1])
+
+
+def decode_graph_mode(r: JobMeasurement) -> bool:
+    """Whether a decode job point timed graph mode: its `graph` flag; points written before the flag came from
+    compiled vLLM (graph) or transformers (eager)."""
+    return bool(r.params.get("graph", r.params.get("engine") == "vllm"))
+
+
+def decode_step_seconds(inv: Inventory, sc: Scenario, cluster: Cluster, profile: Profile, batch: int, ctx: int,
+                        graph: bool) -> float:
+    """The twin's decode step of the decode job's point: one TP1 engine running `batch` sequences at `ctx`."""
+    lay = RolloutLayout(tp=1, dp=1, max_num_seqs=batch, max_num_batched_tokens=max(batch, 8192), graph_mode=graph)
+    memory = RolloutMemory(inv, lay, profile, cluster.kind.device_spec.hbm_gb.value)
+    return float(RolloutCost(inv, sc, cluster, profile, memory).decode_step(batch, ctx).total)
 
 
 def per_sample(r: JobMeasurement, figure: str) -> float:
@@ -205,21 +219,17 @@ class JobFit:
             return
         inv = build_inventory(parse_config(self.model_config, self.model_label))
         cluster, sc = Cluster(self.kind, 1), self._scenario()
-        # records without the flag came from compiled vLLM (graph mode) or transformers (eager)
-        graph = bool(records[0].params.get("graph", records[0].params.get("engine") == "vllm"))
-        # one model's steps cannot tell a per-step host cost from a per-kernel launch cost (its kernel count is
-        # fixed): the per-step term is freed, the eager launch keeps its sourced value
-        names = ["decode_host_ms_graph" if graph else "decode_host_ms_eager"]
-        hbm = self.kind.device_spec.hbm_gb.value
+        # each mode's points set its own per-step host term (a file may hold both: the job appends). One model's
+        # steps cannot tell a per-step host cost from a per-kernel launch cost (its kernel count is fixed), so the
+        # eager launch keeps its sourced value
+        for graph in sorted({decode_graph_mode(r) for r in records}):
+            def one(profile: Profile, r: JobMeasurement, graph: bool = graph) -> float:
+                return decode_step_seconds(inv, sc, cluster, profile, int(r.params["batch"]), int(r.params["ctx"]),
+                                           graph)
 
-        def one(profile: Profile, r: JobMeasurement) -> float:
-            batch, ctx = int(r.params["batch"]), int(r.params["ctx"])
-            lay = RolloutLayout(tp=1, dp=1, max_num_seqs=batch, max_num_batched_tokens=max(batch, 8192),
-                                graph_mode=graph)
-            rc = RolloutCost(inv, sc, cluster, profile, RolloutMemory(inv, lay, profile, hbm))
-            return float(rc.decode_step(batch, ctx).total)
-
-        self._least_squares("decode", names, records, one)
+            name = "decode_host_ms_graph" if graph else "decode_host_ms_eager"
+            self._least_squares(f"{'graph' if graph else 'eager'} decode", [name],
+                                [r for r in records if decode_graph_mode(r) == graph], one)
 
     def train(self) -> None:
         records = [r for r in self.by_job.get("train", [])

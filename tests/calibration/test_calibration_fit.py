@@ -74,26 +74,21 @@ def test_job_fit_recovers_the_collective_parameters():
 
 def _decode_records(truth: Profile, graph: bool, params: dict) -> list[JobMeasurement]:
     """The decode job's points, recorded with `params`, as the twin's decode step prices them under `truth` (tiny
-    Qwen2, TP1, in graph or eager mode)."""
+    Qwen2, in graph or eager mode)."""
+    from calibration.fit_jobs import decode_step_seconds
     from calibration.jobs.decode import TINY_QWEN2
     from twin.catalog.config import parse_config
     from twin.catalog.inventory import build_inventory
-    from twin.cost_models.memory import RolloutMemory
-    from twin.cost_models.rollout import RolloutCost
-    from twin.layout.models import RolloutLayout
 
     inv = build_inventory(parse_config(dict(TINY_QWEN2), "tiny-qwen2"))
     sc = Scenario(name="t", model="tiny", cluster={"kind": "cpu", "cards": 1})
     out = []
     for batch in (1, 4):
         for ctx in (64, 256):
-            lay = RolloutLayout(tp=1, dp=1, max_num_seqs=batch, max_num_batched_tokens=8192,
-                                graph_mode=graph)
-            rc = RolloutCost(inv, sc, Cluster("cpu", 1), truth, RolloutMemory(inv, lay, truth, 10.0))
-            seconds = float(rc.decode_step(batch, ctx).total)
+            seconds = decode_step_seconds(inv, sc, Cluster("cpu", 1), truth, batch, ctx, graph)
             out.append(JobMeasurement(
-                key=f"decode|{batch}|{ctx}", job="decode", timestamp=datetime.now(timezone.utc), op="decode_step",
-                params={"model": "tiny-qwen2", "batch": batch, "ctx": ctx, **params}, dtype="fp32",
+                key=f"decode|{params}|{batch}|{ctx}", job="decode", timestamp=datetime.now(timezone.utc),
+                op="decode_step", params={"model": "tiny-qwen2", "batch": batch, "ctx": ctx, **params}, dtype="fp32",
                 stats=Stats.from_samples([seconds] * 3, warmup=1),
                 device=DeviceFacts(kind="cpu", name="test-cpu", count=1, threads=1),
                 host=HostFacts(hostname="h", cpu_model="c", cores=2, memory_gb=24.0),
@@ -110,6 +105,18 @@ def test_job_fit_frees_the_eager_host_term_from_eager_decode_steps(params):
     assert fitted["decode_host_ms_eager"] == pytest.approx(1.3, rel=0.02)
     # one model's kernel count is fixed: its launch cost cannot be told from the per-step term, and stays sourced
     assert not fitted.params["eager_op_launch_us"].fitted and not fitted.params["decode_host_ms_graph"].fitted
+
+
+def test_a_file_with_compiled_points_before_eager_ones_still_fits_the_eager_term():
+    """The job appends: a file may hold an older compiled sweep (no flag) before the eager one; each mode's points
+    set their own term (the cpu profile's graph term is fixed, so it stays)."""
+    base = embedded_profile("cpu")
+    truth = base.with_values({"decode_host_ms_eager": 1.3, "decode_host_ms_graph": 0.4}, "truth")
+    records = (_decode_records(truth, True, {"engine": "vllm"})
+               + _decode_records(truth, False, {"engine": "vllm", "graph": False}))
+    fitted = JobFit(base, records, "fp32").run("mixed", ["synthetic"]).profile
+    assert fitted["decode_host_ms_eager"] == pytest.approx(1.3, rel=0.02)
+    assert fitted["decode_host_ms_graph"] == base["decode_host_ms_graph"]
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
