@@ -22,6 +22,7 @@ from twin.cost_models.stages import train_stage_seconds
 from twin.cost_models.training import TrainCost
 from twin.cost_models.transition import offload_time, reshard_time
 from twin.errors import TwinError
+from twin.layout.engine import as_engine_builds
 from twin.layout.models import Layout
 from twin.layout.rules import validate_layout
 from twin.profile import Profile, resolve_profile
@@ -52,9 +53,9 @@ class Evaluation:
         layout = layout or scenario.layout
         if layout is None:
             raise TwinError(f"scenario {scenario.name} has no layout; use `twin plan --scenario` to search one")
-        self.layout = layout
         self.kind = cluster_kind(scenario.cluster.kind, base_dir)
         self.inv: Inventory = load_model(scenario.model)
+        self.layout = layout = as_engine_builds(layout, self.inv.config, self.kind.rollout_engine)
         self.devices = scenario.cluster.cards * self.kind.devices_per_card
         validate_layout(layout, self.inv.config, self.devices, self.kind, scenario.has("directed_reshard"))
         self.profile = profile or resolve_profile(scenario.profile, self.kind.profile_kind, base_dir)

@@ -11,7 +11,9 @@ Independently of the twin's list (`executor/reshard/engine_check.py`, on CPU whe
 loads the same weights as a HuggingFace checkpoint at the plan's rollout TP; the bytes each rollout rank
 needs and receives are counted from the slices its modules hold, which must be the twin's blocks, and
 vLLM's loaded weights must equal them bit for bit. The report's `bytes_source` says which count it holds
-("engine", or "twin" with the reason the engines could not measure).
+("engine", or "twin" with the reason the engines could not measure). What the rollout engine decides by itself
+(twin/layout/engine.py: vLLM keeps shared experts whole where vLLM-Ascend splits them) is modelled for the engine
+that runs: vLLM when it measures, else the plan's (`rollout_engine_modelled` in the report).
 """
 
 from __future__ import annotations
@@ -97,6 +99,8 @@ def _check(plan_path: Path, world: int | None, method: str, model_config: Path |
     )
     from twin.cost_models.reshard import directed_chunk_bytes, reshard_stats
     from twin.errors import TwinError
+    from twin.hardware.catalog import cluster_kind
+    from twin.layout.models import Layout
     from twin.plan import load_plan
 
     plan = load_plan(plan_path)
@@ -119,10 +123,14 @@ def _check(plan_path: Path, world: int | None, method: str, model_config: Path |
     if shrink and scaled.train.pp_layers:
         shrunk.append(f"pp_layers {list(scaled.train.pp_layers)}->even split")
     name = Path(source).stem if model_config else source
-    pl = checked_placement(config, name, layout, world)
+    target = cluster_kind(plan.scenario.cluster.kind, plan_path.parent).rollout_engine
+    pl = checked_placement(config, name, layout, world, target)
     methods = ("directed", "all_gather") if method == "both" else (method,)
     engines = None if engine_check else "--no-engine-check"
     engines = engines or (None if device == "cpu" else "--device npu") or vllm_refusal(config, pl)
+    modelled = "vllm" if engines is None else target  # vLLM measures the rollout: the twin predicts what it builds
+    pl = checked_placement(config, name, layout, world, modelled)
+    layout = Layout(train=pl.train, rollout=pl.rollout)
     train_why = engines or megatron_refusal(config, pl)
     with tempfile.TemporaryDirectory(prefix="check-reshard-ckpt-") as tmp:
         ckpt = write_checkpoint(config, pl, seed, Path(tmp) / "ckpt") if engines is None else None
@@ -137,6 +145,7 @@ def _check(plan_path: Path, world: int | None, method: str, model_config: Path |
                   "model_source": "plan, shrunk" if shrink else ("model-config" if model_config else "plan"),
                   "model_config": config, "shrunk": shrunk, "kept": kept, "world": world, "plan_devices": devices,
                   "device": device, "backend": "gloo" if device == "cpu" else "hccl", "seed": seed,
+                  "rollout_engine_modelled": modelled,
                   "layouts": {"train": layout.train.model_dump(exclude_none=True),
                               "rollout": layout.rollout.model_dump(exclude_none=True),
                               "train_short": layout.train.short(), "rollout_short": layout.rollout.short()},

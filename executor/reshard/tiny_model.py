@@ -19,6 +19,7 @@ from twin.catalog.inventory import TensorSpec, block_slices
 from twin.catalog.registry import raw_config as registry_raw_config
 from twin.cost_models.placement import VLLM_VOCAB_MULTIPLE, Placement
 from twin.errors import TwinError
+from twin.layout.engine import as_engine_builds
 from twin.layout.models import Layout, TrainLayout
 from twin.layout.rules import check_layout
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     import torch
 
     from executor.npu_opt.directed_reshard_transfer import RolloutShards, Shards
+    from twin.hardware.specs import RolloutEngine
 
 HEAD_DIM = 16
 VOCAB = 500
@@ -93,11 +95,15 @@ def describe_shrink(raw: dict[str, Any], small: dict[str, Any]) -> tuple[list[st
     return shrunk, kept
 
 
-def checked_placement(raw: dict[str, Any], name: str, layout: Layout, world: int) -> Placement:
-    """The placement of config `raw` under `layout` on `world` devices; TwinError on a broken layout rule."""
+def checked_placement(raw: dict[str, Any], name: str, layout: Layout, world: int,
+                      engine: RolloutEngine | None = None) -> Placement:
+    """The placement of config `raw` under `layout` on `world` devices, the rollout as `engine` builds it (None:
+    as `layout` says); TwinError on a broken layout rule."""
     from twin.catalog.inventory import build_inventory
 
     cfg = parse_config(raw, name)
+    if engine is not None:
+        layout = as_engine_builds(layout, cfg, engine)
     errors = check_layout(layout, cfg, world, None, directed_reshard=True)
     if errors:
         raise TwinError(f"layout {layout.train.short()} -> {layout.rollout.short()} on {world} devices: {errors[0]}")

@@ -70,6 +70,9 @@ def test_moe_reshard_is_bit_exact_and_moves_the_twins_bytes(make_plan, tmp_path:
     assert (report["layouts"]["train"]["tp"], report["layouts"]["train"]["pp"], report["layouts"]["train"]["ep"]) \
         == (train.tp, train.pp, train.ep)
     assert report["layouts"]["rollout"]["ep"] == rollout.ep == 8
+    # vLLM cannot measure 4 data-parallel engines here: the plan's A3 engine is modelled, its shared experts TP-split
+    assert report["rollout_engine_modelled"] == "vllm-ascend"
+    assert not report["layouts"]["rollout"]["shared_experts_whole"]
     assert report["model_config"]["n_routed_experts"] == 256  # the expert count is kept, the sizes shrunk
     assert report["model_config"]["num_hidden_layers"] % train.pp == 0
     peaks, totals = {}, {}

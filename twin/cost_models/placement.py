@@ -6,7 +6,8 @@ expert-TP rank, replicated over DP/CP (experts over expert-DP). The vocabulary i
 (`TRAIN_VOCAB_MULTIPLE`): the TP size divides it (a layout rule). FSDP: every tensor split along dimension 0
 over all ranks (FSDP2 Shard(0), torch.chunk sizes).
 Rollout (vLLM): every rank holds every layer; TP splits as in training, the vocabulary padded to a
-multiple of 64; with expert parallelism each EP rank holds whole experts, otherwise experts are TP-split.
+multiple of 64; with expert parallelism each EP rank holds whole experts, otherwise experts are TP-split;
+shared experts are TP-split unless the engine keeps them whole (twin/layout/engine.py).
 DeepSeek's MTP layer is neither trained nor loaded by the rollout here, and a tied head is stored once.
 """
 
@@ -92,6 +93,8 @@ class Placement:
         c = self.rollout_coords[d]
         if t.shard.ep_dim is not None and lay.ep > 1:
             return t.shard_blocks(ep=lay.ep, ep_rank=c.ep)
+        if lay.shared_experts_whole and t.group == "shared_expert":
+            return t.shard_blocks()
         return t.shard_blocks(tp=lay.tp, tp_rank=c.tp, vocab_multiple=VLLM_VOCAB_MULTIPLE)
 
     def replica_key(self, t: TensorSpec, d: int) -> tuple[int, ...]:

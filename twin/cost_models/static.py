@@ -46,6 +46,7 @@ class TensorTable:
         self.layer = np.array([t.layer if t.layer is not None else -1 for t in ts], dtype=np.int64)
         self.embedding = np.array([t.group == "embedding" for t in ts])
         self.head = np.array([t.group == "head" for t in ts])
+        self.shared_expert = np.array([t.group == "shared_expert" for t in ts])
         self.matrix = np.array([len(t.shape) >= 2 for t in ts])
         self.rows = np.array([t.shape[0] for t in ts], dtype=np.int64)  # FSDP2 shards dimension 0
         in_layer = self.layer >= 0
@@ -54,7 +55,7 @@ class TensorTable:
         per_expert = (self.numel // self.experts * self.dtype_bytes)[self.expert]
         self.largest_expert_bytes = int(per_expert.max()) if per_expert.size else 0  # one expert's projection
         self._stage_memo: dict[tuple, StageBytes] = {}
-        self._rollout_memo: dict[tuple[int, int], tuple[int, int, int]] = {}
+        self._rollout_memo: dict[tuple[int, int, bool], tuple[int, int, int]] = {}
         self._stage_of_memo: dict[tuple, np.ndarray] = {}
 
     def _split_numel(self, tp: int, vocab_multiple: int, mask: np.ndarray) -> np.ndarray:
@@ -144,13 +145,14 @@ class TensorTable:
         return dense, expert
 
     def _rollout_shard_bytes(self, lay: RolloutLayout) -> np.ndarray:
-        dense = self._split_numel(lay.tp, VLLM_VOCAB_MULTIPLE, ~self.expert)
+        split = ~self.expert & ~self.shared_expert if lay.shared_experts_whole else ~self.expert
+        dense = self._split_numel(lay.tp, VLLM_VOCAB_MULTIPLE, split)
         experts = self.numel / lay.ep if lay.ep > 1 else self._split_numel(lay.tp, 1, self.expert)
         return np.where(self.expert, experts, dense) * self.dtype_bytes
 
     def _rollout_sums(self, lay: RolloutLayout) -> tuple[int, int, int]:
         """(non-expert, non-expert less the embedding, routed-expert) bytes of one rollout rank, once per TP/EP."""
-        key = (lay.tp, lay.ep)
+        key = (lay.tp, lay.ep, lay.shared_experts_whole)
         hit = self._rollout_memo.get(key)
         if hit is None:
             nbytes = self._rollout_shard_bytes(lay)

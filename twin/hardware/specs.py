@@ -14,6 +14,7 @@ from twin.hardware.figures import Curve, Figure, Source, interp_clamped
 HARDWARE_SCHEMA = 1
 CurveName = Literal["gemm", "grouped_gemm", "attention", "memory"]
 CURVE_NAMES: tuple[str, ...] = ("gemm", "grouped_gemm", "attention", "memory")
+RolloutEngine = Literal["vllm", "vllm-ascend"]
 TierName = Literal["sio", "hccs", "ub", "nvlink", "roce", "ib", "shm", "host"]
 # ep_dispatch / ep_combine: MoE expert-parallel token dispatch and combine (fused all-to-all-v kernels)
 CollectiveName = Literal["any", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "ep_dispatch",
@@ -194,6 +195,11 @@ class ClusterKind(BaseModel):
     # default: its own name. `--profile` / the scenario's `profile` still override it.
     profile: str | None = None
     _key: str = PrivateAttr()
+
+    @property
+    def rollout_engine(self) -> RolloutEngine:
+        """The rollout engine verl runs on this kind's devices: vLLM-Ascend on Huawei NPUs, vLLM elsewhere."""
+        return "vllm-ascend" if self.device.vendor == "huawei" else "vllm"
 
     @field_validator("device", mode="before")
     @classmethod

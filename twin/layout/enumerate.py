@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from twin.catalog.config import ModelConfig
+from twin.layout.engine import shared_experts_whole
 from twin.layout.models import RolloutLayout, TrainLayout
 from twin.layout.rules import check_rollout, check_train
 from twin.topology.clusters import ClusterKind
@@ -63,5 +64,8 @@ def enumerate_rollout(cfg: ModelConfig, devices: int, kind: ClusterKind | None =
             eps += [e for e in divisors(devices) if e > 1 and e % tp == 0 and cfg.moe.num_experts % e == 0]
         for ep in eps:
             lay = RolloutLayout(tp=tp, dp=devices // tp, ep=ep, **knobs)
+            if kind is not None:
+                lay = lay.model_copy(update={"shared_experts_whole": shared_experts_whole(lay, cfg,
+                                                                                          kind.rollout_engine)})
             if not check_rollout(lay, cfg, devices, kind):
                 yield lay

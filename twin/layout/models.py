@@ -127,6 +127,9 @@ class RolloutLayout(BaseModel):
     gpu_memory_utilization: float = Field(default=0.8, gt=0, le=1)
     graph_mode: bool = True
     enable_chunked_prefill: bool = True
+    # the MoE's shared experts whole on every rank instead of split over TP; the engine decides it
+    # (twin/layout/engine.py), not the planner
+    shared_experts_whole: bool = False
 
     @property
     def devices(self) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from twin.catalog.config import ModelConfig
 from twin.errors import LayoutError
+from twin.layout.engine import shared_experts_whole
 from twin.layout.models import Layout, RolloutLayout, TrainLayout
 from twin.topology.clusters import ClusterKind
 
@@ -138,6 +139,10 @@ def check_rollout(lay: RolloutLayout, cfg: ModelConfig, devices: int,
     if lay.max_num_batched_tokens < lay.max_num_seqs:
         errs.append(LayoutError("max_num_batched_tokens >= max_num_seqs (vLLM scheduler)",
                                 f"{lay.max_num_batched_tokens} < {lay.max_num_seqs}"))
+    if kind is not None and lay.shared_experts_whole != shared_experts_whole(lay, cfg, kind.rollout_engine):
+        builds = "whole on every rank" if not lay.shared_experts_whole else "split over TP"
+        errs.append(LayoutError("shared experts as the rollout engine builds them (twin/layout/engine.py)",
+                                f"{kind.rollout_engine} keeps the shared experts of {lay.short()} {builds}"))
     return errs
 
 
