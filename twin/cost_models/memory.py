@@ -79,7 +79,10 @@ class TrainMemory:
 
     @property
     def dp(self) -> int:
-        return self.lay.dp(self.devices) if self.lay.engine == "megatron" else self.devices
+        """Data-parallel replicas: devices over TP x PP x CP; for FSDP, over its Ulysses sequence-parallel size,
+        whose ranks share one replica's sequences (verl fsdp_workers divides the mini-batch by
+        world size // ulysses_sequence_parallel_size)."""
+        return self.lay.dp(self.devices)
 
     @property
     def edp(self) -> int:

@@ -25,7 +25,7 @@ def dispatch_seconds(sc: Scenario, pf: Profile, lay: TrainLayout, devices: int, 
     if sc.has("d2d_tensor_cache"):
         return pf["dispatch_d2d_s"] + pf["worker_call_s"]
     wl = sc.workload
-    dp = lay.dp(devices) if lay.engine == "megatron" else devices
+    dp = lay.dp(devices)  # every rank of a replica (its TP, PP and CP or Ulysses ranks) receives its inputs
     per_worker_gb = wl.responses * (wl.prompt_len.mean + wl.response_len.mean) * bytes_per_token / dp / GB
     ray = devices * (pf["dispatch_ray_s_per_worker"] + per_worker_gb * pf["dispatch_ray_s_per_gb"])
     return ray + pf["worker_call_s"]
