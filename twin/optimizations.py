@@ -127,7 +127,6 @@ class ExecutorSupport(BaseModel):
     train_engines: tuple[Literal["megatron", "fsdp"], ...] | None = None
     rollout_tp_max: int | None = None
     megatron_model_types: tuple[str, ...] | None = None  # the model types whose Megatron shards it reads; None: any
-    moe_tp_extend_ep: bool = True  # whether it reads MindSpeed's moe_tp_extend_ep expert split
     where: str  # the executor code that enforces the limit at run time
 
 
@@ -137,11 +136,12 @@ EXECUTOR_SUPPORT: dict[str, ExecutorSupport] = {
     # EP2 into vLLM replicas holding every expert).
     # From Megatron it reads the model types whose mbridge bridges executor/reshard/megatron_blocks.py traces
     # (executor/reshard/megatron_source.py SUPPORTED, the same list), DeepSeek-V3's included (MLA, shared experts,
-    # dense first layers; its MTP layer is not moved: vLLM without speculative decoding loads none)
+    # dense first layers; its MTP layer is not moved: vLLM without speculative decoding loads none), and MindSpeed's
+    # moe_tp_extend_ep (its grouped-MLP experts read whole and numbered over TP x EP:
+    # executor/reshard/megatron_blocks.py grouped_expert_views; run on CPU as megatron-core's legacy GroupedMLP)
     "directed_reshard": ExecutorSupport(
         train_engines=("fsdp", "megatron"), rollout_tp_max=None,
         megatron_model_types=("qwen2", "qwen3", "llama", "qwen3_moe", "deepseek_v3"),
-        moe_tp_extend_ep=False,  # it numbers experts as mbridge does (experts / EP per rank, split over expert TP)
         where="executor/npu_opt/directed_reshard_backend.py (DirectedCheckpointEngine)"),
 }
 
@@ -164,8 +164,4 @@ def executor_refusals(opt_id: str, layout: Layout, config: ModelConfig) -> list[
         reasons.append(f"its Megatron reader traces mbridge's bridges of {', '.join(types)} models only, not "
                        f"{config.model_type} (ran: dense, Qwen3-MoE and DeepSeek-V3 models in the CPU loop and "
                        "executor check-reshard)")
-    if train.engine == "megatron" and train.moe_tp_extend_ep and not support.moe_tp_extend_ep:
-        reasons.append("its Megatron reader numbers each rank's experts as mbridge does (experts / EP per rank, "
-                       "split over expert TP), not as MindSpeed's moe_tp_extend_ep places them (experts / (TP x EP) "
-                       "per rank, whole)")
     return [*reasons, f"enforced in {support.where}"] if reasons else []

@@ -18,6 +18,11 @@ forward pass does:
   (megatron/core/transformer/utils.py `get_default_causal_mask`, imported by name into
   megatron/core/fusions/fused_softmax.py); on CPU the mask is built on CPU.
 
+- `megatron_cpu_grouped_gemm`: Megatron's legacy GroupedMLP (the expert module of MindSpeed's moe_tp_extend_ep,
+  mindspeed/core/transformer/moe/moe_feature/adaptor.py MindSpeedTpExtendEpGmmExperts) asserts the grouped_gemm
+  CUDA package when built and runs its GEMMs through it (megatron/core/transformer/moe/grouped_gemm_util.py,
+  experts.py GroupedMLP.forward `gg.ops.gmm`); on CPU the grouped GEMM is one torch matmul per local expert over
+  its rows of the permuted tokens, differentiable as torch is.
 - `megatron_cpu_moe`: the MoE router moves its weights and builds its buffers on `torch.cuda.current_device()`
   (megatron/core/transformer/moe/router.py `TopKRouter.__init__`, `Router.gating`); its gating GEMM calls
   Transformer Engine's `te_general_gemm`, a name megatron-core 0.16.1 leaves undefined without Transformer Engine
@@ -88,6 +93,10 @@ MLA_TARGETS = (PatchTarget(module=ROTARY, attribute="RotaryEmbedding.__init__", 
                PatchTarget(module=YARN, attribute="YarnRotaryEmbedding.get_emb", dist=DIST))
 MLA_TE_LINEAR = PatchTarget(module="megatron.core.transformer.multi_latent_attention", attribute="TELinear",
                             dist=DIST)
+GROUPED_GEMM = "megatron.core.transformer.moe.grouped_gemm_util"
+GROUPED_GEMM_TARGETS = (PatchTarget(module=GROUPED_GEMM, attribute="grouped_gemm_is_available", dist=DIST),
+                        PatchTarget(module=GROUPED_GEMM, attribute="assert_grouped_gemm_is_available", dist=DIST),
+                        PatchTarget(module=GROUPED_GEMM, attribute="ops", dist=DIST))
 MBRIDGE = "mbridge"
 DSV3_CONFIG = PatchTarget(module="mbridge.models.deepseek_v3", attribute="DeepseekV3Bridge._build_config",
                           dist=MBRIDGE)
@@ -162,6 +171,29 @@ def _plain_router_gemm(_original: Callable) -> Callable:
                                           None if bias is None else bias.to(router_dtype))
 
     return router_gating_linear
+
+
+def _gmm(a: object, b: object, batch_sizes: object, trans_b: bool = False) -> object:
+    """grouped_gemm's `gmm` in torch: rows of `a` in `batch_sizes` consecutive groups, group i times b[i]
+    (transposed with `trans_b`)."""
+    import torch
+
+    groups = a.split([int(n) for n in batch_sizes.tolist()])
+    return torch.cat([x @ (w.t() if trans_b else w) for x, w in zip(groups, b, strict=True)])
+
+
+def _grouped_gemm_available(_original: Callable) -> Callable:
+    return lambda: True
+
+
+def _grouped_gemm_assert(_original: Callable) -> Callable:
+    return lambda: None
+
+
+def _grouped_gemm_ops(_original: object) -> object:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(gmm=_gmm)
 
 
 def _cpu_causal_mask(_original: Callable) -> Callable:
@@ -312,6 +344,13 @@ class MegatronCpuMoe(_MegatronCpuPatch):
     what = "the MoE router and the all-to-all token dispatcher on CPU; the gating GEMM is torch's"
 
 
+class MegatronCpuGroupedGemm(_MegatronCpuPatch):
+    id = "megatron_cpu_grouped_gemm"
+    patches = tuple(zip(GROUPED_GEMM_TARGETS, (_grouped_gemm_available, _grouped_gemm_assert, _grouped_gemm_ops),
+                        strict=True))
+    what = "legacy GroupedMLP's grouped GEMM as one torch matmul per local expert"
+
+
 class MegatronCpuMla(_MegatronCpuPatch):
     id = "megatron_cpu_mla"
     patches = (*((t, _current_device_cpu) for t in MLA_TARGETS), (MLA_TE_LINEAR, _no_te_linear))
@@ -326,8 +365,8 @@ class MbridgeDeepseekV3Config(_MegatronCpuPatch):
 
 
 PATCHES: tuple[Optimization, ...] = (MegatronCpuRngTracker(), MegatronCpuRotary(), MegatronCpuMemoryBuffer(),
-                                     MegatronCpuCausalMask(), MegatronCpuMoe(), MegatronCpuMla(),
-                                     MbridgeDeepseekV3Config())
+                                     MegatronCpuCausalMask(), MegatronCpuMoe(), MegatronCpuGroupedGemm(),
+                                     MegatronCpuMla(), MbridgeDeepseekV3Config())
 
 
 def apply_all() -> list[WorkerPatchResult]:

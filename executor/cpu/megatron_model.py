@@ -24,7 +24,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from executor.reshard.megatron_blocks import HfSlice, cut_hf_shards, hf_sources, local_part, trace_hf_blocks
+from executor.reshard.megatron_blocks import (
+    HfSlice,
+    cut_hf_shards,
+    grouped_expert_shards,
+    grouped_expert_views,
+    hf_sources,
+    local_part,
+    trace_hf_blocks,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -41,13 +49,15 @@ class MegatronCpuModel:
 
     bridge: Any
     model: Any
-    sources: dict[str, list[str]]  # local parameter -> HF names, in order
+    sources: dict[str, list[str]]  # local parameter -> HF names, in order (mbridge's mapping)
+    grouped: tuple[str, ...] = ()  # local grouped-MLP expert parameters (executor/reshard/megatron_blocks.py)
 
     @classmethod
     def build(cls, hf_config: dict[str, Any], tp: int, pp: int, seed: int = 0, dtype: torch.dtype | None = None,
-              ep: int = 1, etp: int | None = None) -> MegatronCpuModel:
+              ep: int = 1, etp: int | None = None, grouped_experts: bool = False) -> MegatronCpuModel:
         """Build this rank's stage in `dtype` (float32 by default); the default process group must be initialised
-        (gloo)."""
+        (gloo). `grouped_experts`: routed experts as Megatron's legacy GroupedMLP (two tensors per layer, whole
+        experts: expert TP 1), as MindSpeed's moe_tp_extend_ep builds them, instead of one SequentialMLP module each."""
         import torch
         from mbridge import AutoBridge
         from mbridge.core.parallel_states import ParallelStates
@@ -76,9 +86,14 @@ class MegatronCpuModel:
                                             parallel_states=ParallelStates.get_parallel_state())
         except ValueError as exc:
             raise MegatronModelError(f"mbridge has no bridge for model type {hf_config['model_type']!r}") from exc
+        moe = dict(MOE_ON_CPU) if parse_config(hf_config, "the check's model").moe else {}
+        if grouped_experts:
+            if etp not in (None, 1) or (etp is None and tp > 1):
+                raise MegatronModelError("grouped-MLP experts are read whole: expert TP must be 1")
+            moe.update(moe_grouped_gemm=True, moe_use_legacy_grouped_gemm=True)
         bridge.set_extra_args(use_cpu_initialization=True, masked_softmax_fusion=False, sequence_parallel=False,
                               gradient_accumulation_fusion=False, bias_dropout_fusion=False, apply_rope_fusion=False,
-                              **MOE_ON_CPU if parse_config(hf_config, "the check's model").moe else {})
+                              **moe)
         rope = (getattr(config, "rope_parameters", None) or {}).get("rope_theta") or config.rope_theta
         model = GPTModel(config=bridge.config,
                          transformer_layer_spec=cpu_block_spec(bridge.config),
@@ -86,17 +101,31 @@ class MegatronCpuModel:
                          pre_process=mpu.is_pipeline_first_stage(), post_process=mpu.is_pipeline_last_stage(),
                          share_embeddings_and_output_weights=bool(getattr(config, "tie_word_embeddings", False)),
                          position_embedding_type="rope", rotary_base=rope)
-        return cls(bridge, model, hf_sources(bridge, model))
+        params = dict(model.state_dict(keep_vars=True))
+        return cls(bridge, model, hf_sources(bridge, model), tuple(grouped_expert_views(bridge, model, params)))
 
     def parameters(self) -> dict[str, torch.Tensor]:
-        return {n: p for n, p in self.model.state_dict(keep_vars=True).items() if n in self.sources}
+        return {n: p for n, p in self.model.state_dict(keep_vars=True).items()
+                if n in self.sources or n in self.grouped}
+
+    def grouped_views(self) -> dict[str, list[tuple[str, torch.Tensor]]]:
+        """Grouped-MLP parameter -> (HF name, the view of its data holding that tensor)."""
+        params = {n: p.data for n, p in self.parameters().items() if n in self.grouped}
+        return grouped_expert_views(self.bridge, self.model, params)
 
     def load(self, checkpoint: dict[str, torch.Tensor]) -> None:
         """Fill every local parameter from a full HF state dict (every rank reads the checkpoint itself)."""
         import torch
 
         with torch.no_grad():
+            for name, views in self.grouped_views().items():
+                for hf, view in views:
+                    if hf not in checkpoint:
+                        raise MegatronModelError(f"{name}: {hf} is not in the checkpoint")
+                    view.copy_(checkpoint[hf])
             for name, param in self.parameters().items():
+                if name in self.grouped:
+                    continue
                 missing = [n for n in self.sources[name] if n not in checkpoint]
                 if missing:
                     raise MegatronModelError(f"{name}: {missing[0]} is not in the checkpoint")
@@ -107,9 +136,10 @@ class MegatronCpuModel:
                 param.copy_(part)
 
     def hf_blocks(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, list[HfSlice]]:
-        """Local parameter -> the HF blocks it holds."""
-        return trace_hf_blocks(self.bridge, self.parameters(), self.sources, shapes)
+        """Local parameter -> the HF blocks it holds (the grouped-MLP experts' are `grouped_views`)."""
+        params = {n: p for n, p in self.parameters().items() if n not in self.grouped}
+        return trace_hf_blocks(self.bridge, params, self.sources, shapes)
 
     def hf_shards(self, blocks: dict[str, list[HfSlice]]) -> dict[str, dict[Block, torch.Tensor]]:
         """This rank's HF blocks cut from its live parameters: {HF name: {block: tensor}}."""
-        return cut_hf_shards(self.parameters(), blocks)
+        return {**cut_hf_shards(self.parameters(), blocks), **grouped_expert_shards(self.grouped_views())}

@@ -166,13 +166,21 @@ def fsdp_shards(engine: Any, pl: Placement) -> Shards:
 def megatron_shards(engine: Any, pl: Placement) -> Shards:
     """This rank's training blocks from verl's Megatron engine: every local parameter's HF blocks, traced through
     the engine's mbridge bridge (executor/reshard/megatron_blocks.py), in the plan's dtype; routed experts, which
-    mbridge maps one by one, stacked into the blocks of the plan's fused expert tensors
+    mbridge maps one by one (grouped-MLP experts, as MindSpeed's moe_tp_extend_ep builds them, are read whole, its
+    TP x EP numbering when the plan says so), stacked into the blocks of the plan's fused expert tensors
     (executor/reshard/experts.py)."""
     import torch
     from verl.utils.megatron_utils import load_megatron_model_to_gpu, unwrap_model
 
     from executor.reshard.experts import fuse_shards, split_shapes
-    from executor.reshard.megatron_blocks import BlockTraceError, cut_hf_shards, hf_sources, trace_hf_blocks
+    from executor.reshard.megatron_blocks import (
+        BlockTraceError,
+        cut_hf_shards,
+        grouped_expert_shards,
+        grouped_expert_views,
+        hf_sources,
+        trace_hf_blocks,
+    )
 
     if not getattr(engine, "vanilla_bridge", False):
         raise ExecutorError("directed reshard: the Megatron engine must use mbridge (vanilla_mbridge=True); "
@@ -188,10 +196,12 @@ def megatron_shards(engine: Any, pl: Placement) -> Shards:
     for chunk in unwrap_model(engine.module):
         params = {n: p for n, p in chunk.state_dict(keep_vars=True).items() if "_extra_state" not in n}
         try:
+            grouped = grouped_expert_views(engine.bridge, chunk, params, pl.train.moe_tp_extend_ep)
+            params = {n: p for n, p in params.items() if n not in grouped}
             blocks = trace_hf_blocks(engine.bridge, params, hf_sources(engine.bridge, chunk), shapes)
         except BlockTraceError as exc:
             raise ExecutorError(f"directed reshard: {exc}") from None
-        for name, found in cut_hf_shards(params, blocks).items():
+        for name, found in {**cut_hf_shards(params, blocks), **grouped_expert_shards(grouped)}.items():
             out.setdefault(name, {}).update(found)
     out = fuse_shards(out, shapes)
     dtypes = {t.name: getattr(torch, t.dtype) for t in pl.tensors}

@@ -168,7 +168,8 @@ def _engine_figures(report: dict[str, Any], pl: Any, ckpt: Path | None, why: str
                          "rollout": "none: rollout blocks from the twin's placement"}
     if train_records:
         report["engines"]["train"] = train_version()
-        report["train_engine"] = {"ranks": [{k: r[k] for k in ("rank", "parameters", "bit_exact", "mismatched")}
+        keys = ("rank", "parameters", "grouped_expert_parameters", "bit_exact", "mismatched")
+        report["train_engine"] = {"ranks": [{k: r[k] for k in keys}
                                             for r in train_records],
                                   "loaded_bit_exact": all(r["bit_exact"] for r in train_records)}
     if why is None:

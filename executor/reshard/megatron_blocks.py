@@ -35,6 +35,15 @@ LOCAL_EXPERT = re.compile(r"\.mlp\.experts\.local_experts\.(\d+)\.(linear_fc[12]
 Transformer Engine's grouped MLP does, `linear_fcK.weight<i>`."""
 
 
+GROUPED_EXPERTS = re.compile(r"^(?P<layer>.+)\.mlp\.experts\.weight(?P<fc>[12])$")
+"""Megatron's legacy GroupedMLP, which MindSpeed's moe_tp_extend_ep builds its experts as
+(mindspeed/core/transformer/moe/moe_feature/adaptor.py MindSpeedTpExtendEpGmmExperts), keeps a layer's local experts
+in two tensors that mbridge does not name: `weight1` [hidden, experts x 2 x ffn] and `weight2` [experts x ffn,
+hidden], which its forward reads as `weight1.view(experts, hidden, -1)` (expert i's gate columns, then its up
+columns) and `weight2.view(experts, -1, hidden)` (megatron/core/transformer/moe/experts.py GroupedMLP.forward; the
+same in MindSpeed's TpExtendEpGmmExpertsImpl.forward)."""
+
+
 class BlockTraceError(Exception):
     """A local parameter's part of an HF tensor is not one block, or a tensor is unknown; the message says which."""
 
@@ -76,9 +85,60 @@ def mbridge_name(bridge: Any, name: str) -> str:
 
 
 def hf_sources(bridge: Any, model: Any) -> dict[str, list[str]]:
-    """Local parameter name -> the HF tensors mbridge builds it from, in order (one model chunk)."""
+    """Local parameter name -> the HF tensors mbridge builds it from, in order (one model chunk); grouped-MLP
+    experts are mapped by `grouped_expert_views` instead."""
     return {name: bridge._weight_name_mapping_mcore_to_hf(mbridge_name(bridge, global_name))
-            for name, global_name in bridge._weight_name_mapping_mcore_local_to_global(model).items()}
+            for name, global_name in bridge._weight_name_mapping_mcore_local_to_global(model).items()
+            if not GROUPED_EXPERTS.match(global_name)}
+
+
+def first_local_expert(mpu: Any, local: int, tp_extend_ep: bool) -> int:
+    """Global index of this rank's first local expert. Megatron numbers them by EP rank; MindSpeed's
+    moe_tp_extend_ep spreads them over TP x EP, the TP ranks of an EP rank taking consecutive runs
+    (mindspeed/core/transformer/moe/moe_feature/tp_extend_ep/moe_layer.py MSBaseMoELayer: offset
+    ep_rank x local x TP + tp_rank x local)."""
+    return (mpu.ep_rank * mpu.tp_size + mpu.tp_rank) * local if tp_extend_ep else mpu.ep_rank * local
+
+
+def grouped_expert_views(bridge: Any, model: Any, params: dict[str, torch.Tensor], tp_extend_ep: bool = False,
+                         ) -> dict[str, list[tuple[str, torch.Tensor]]]:
+    """Grouped-MLP parameter -> (HF name of one expert's projection, the view of the parameter that holds it, in the
+    HF tensor's shape), for every local expert; whole experts only (expert TP 1, as moe_tp_extend_ep has)."""
+    cfg, mpu = bridge.config, bridge.mpu
+    if not getattr(cfg, "num_moe_experts", None):
+        return {}
+    hidden, ffn = cfg.hidden_size, cfg.moe_ffn_hidden_size
+    local = cfg.num_moe_experts // (mpu.ep_size * (mpu.tp_size if tp_extend_ep else 1))
+    first = first_local_expert(mpu, local, tp_extend_ep)
+    out: dict[str, list[tuple[str, torch.Tensor]]] = {}
+    for name, global_name in bridge._weight_name_mapping_mcore_local_to_global(model, consider_ep=False).items():
+        grouped = GROUPED_EXPERTS.match(global_name)
+        if grouped is None or name not in params:
+            continue
+        param, fc = params[name], grouped["fc"]
+        if param.numel() != local * hidden * ffn * (2 if fc == "1" else 1):
+            raise BlockTraceError(f"{name}: {tuple(param.shape)} is not {local} whole experts of hidden {hidden} and "
+                                  f"ffn {ffn} (grouped experts split over expert TP are not read)")
+        te = f"{grouped['layer']}.mlp.experts.linear_fc{fc}.weight"
+        views: list[tuple[str, torch.Tensor]] = []
+        if fc == "1":
+            experts = param.view(local, hidden, 2 * ffn)
+            for i in range(local):
+                gate, up = bridge._weight_name_mapping_mcore_to_hf(f"{te}{first + i}")
+                views += [(gate, experts[i, :, :ffn].t()), (up, experts[i, :, ffn:].t())]
+        else:
+            experts = param.view(local, ffn, hidden)
+            for i in range(local):
+                (down,) = bridge._weight_name_mapping_mcore_to_hf(f"{te}{first + i}")
+                views.append((down, experts[i].t()))
+        out[name] = views
+    return out
+
+
+def grouped_expert_shards(views: dict[str, list[tuple[str, torch.Tensor]]]) -> dict[str, dict[Block, torch.Tensor]]:
+    """The whole per-expert HF tensors the grouped-MLP parameters hold, cut from them: {HF name: {block: tensor}}."""
+    return {hf: {tuple((0, n) for n in view.shape): view.detach().contiguous()}
+            for pairs in views.values() for hf, view in pairs}
 
 
 def local_part(bridge: Any, name: str, hf: list[torch.Tensor], param: torch.Tensor) -> torch.Tensor:

@@ -3,8 +3,10 @@
 On each rank, `megatron_shards` builds the rank's stage of a Megatron GPTModel (executor/cpu/megatron_model.py,
 gloo, the plan's TP, PP, EP and expert TP), loads the check's HuggingFace checkpoint into it through mbridge's
 converters, traces which HF blocks every local parameter holds, and cuts them out of the live parameters.
-Routed experts, one tensor per expert in the checkpoint and in Megatron, are then stacked into the blocks of
-the twin's fused expert tensors (executor/reshard/experts.py). Those are the reshard's input; the record says
+Routed experts, one tensor per expert in the checkpoint and in Megatron (or, for MindSpeed's moe_tp_extend_ep,
+Megatron's legacy GroupedMLP of whole experts, read by executor/reshard/megatron_blocks.py
+`grouped_expert_views`), are then stacked into the blocks of the twin's fused expert tensors
+(executor/reshard/experts.py). Those are the reshard's input; the record says
 which blocks Megatron holds (the engine-side count of the training side) and whether each equals the
 checkpoint's slice bit for bit.
 """
@@ -37,7 +39,7 @@ def megatron_refusal(config: dict[str, Any], pl: Placement) -> str | None:
     for dist in (TRAIN_DIST, BRIDGE_DIST):
         if installed_version(dist) is None:
             return f"{dist} is not installed here (the `megatron` extra)"
-    if lay.cp > 1 or lay.vpp or lay.moe_tp_extend_ep:
+    if lay.cp > 1 or lay.vpp:
         return f"the CPU builder makes TP x PP x EP models only, not train {lay.short()}"
     if config.get("model_type") not in SUPPORTED:
         return f"the CPU builder makes models of types {', '.join(SUPPORTED)} only"
@@ -61,8 +63,11 @@ def megatron_shards(pl: Placement, rank: int, config: dict[str, Any], checkpoint
 
     lay = pl.train
     hf = load_file(str(checkpoint / "model.safetensors"))
-    model = MegatronCpuModel.build(config, tp=lay.tp, pp=lay.pp, ep=lay.ep, etp=lay.expert_tp,
-                                   dtype=getattr(torch, config.get("torch_dtype", "float32")))
+    # MindSpeed's moe_tp_extend_ep: its GroupedMLP experts, whole, over TP x EP ranks, built as megatron-core's expert
+    # grid of expert TP 1 over EP = TP x EP, which places them alike (tests/executor/test_megatron_blocks.py)
+    model = MegatronCpuModel.build(config, tp=lay.tp, pp=lay.pp, ep=lay.expert_partition, etp=lay.expert_tp,
+                                   dtype=getattr(torch, config.get("torch_dtype", "float32")),
+                                   grouped_experts=lay.moe_tp_extend_ep)
     model.load(hf)
     shapes = {n: tuple(x.shape) for n, x in hf.items()}
     shards = {n: {b: x.to(hf[n].dtype).contiguous() for b, x in blocks.items()}  # e.g. fp32 norms: the HF dtype
@@ -70,7 +75,8 @@ def megatron_shards(pl: Placement, rank: int, config: dict[str, Any], checkpoint
     shards, ckpt = fuse_shards(shards, shapes), fuse_tensors(hf)
     mismatched = sorted(n for n, blocks in shards.items() for b, x in blocks.items()
                         if not as_bytes(x).equal(as_bytes(ckpt[n][block_slices(b)].contiguous())))
-    record = {"method": RECORD, "rank": rank, "engine": train_version(), "parameters": len(model.sources),
+    record = {"method": RECORD, "rank": rank, "engine": train_version(),
+              "parameters": len(model.sources) + len(model.grouped), "grouped_expert_parameters": len(model.grouped),
               "blocks": {n: sorted([list(r) for r in b] for b in blocks) for n, blocks in shards.items()},
               "bit_exact": not mismatched, "mismatched": mismatched[:5]}
     moved = {t.name for t in pl.tensors}

@@ -271,21 +271,25 @@ def test_megatron_tp2_pp2_to_vllm_tp2_bytes_from_the_engines_equal_the_twins(mak
 
 
 @needs_engines
-def test_megatron_moe_tp2_pp2_ep2_to_vllm_tp2_ep4_bytes_from_the_engines_equal_the_twins(
+def test_mindspeed_tp_extend_ep_tp2_pp2_to_vllm_tp2_ep4_bytes_from_the_engines_equal_the_twins(
         make_plan, tmp_path: Path) -> None:
-    # vLLM: two data-parallel engines of TP2, experts spread over all four ranks (EP4, two experts each)
+    # MindSpeed's moe_tp_extend_ep at TP2 PP2: each stage's two TP ranks hold four whole experts each in a legacy
+    # GroupedMLP (weight1, weight2), built as megatron-core's expert grid of expert TP 1 over EP2 and read by
+    # executor/reshard/megatron_blocks.py's views; vLLM: two data-parallel engines of TP2, experts over all four ranks
+    # (EP4, two each)
     (tmp_path / "config.json").write_text(json.dumps({**MOE_CONFIG, "num_hidden_layers": 4}))
-    layout = Layout(train=TrainLayout(tp=2, pp=2, ep=2, etp=1), rollout=RolloutLayout(tp=2, dp=4, ep=4))
+    layout = Layout(train=TrainLayout(tp=2, pp=2, moe_tp_extend_ep=True), rollout=RolloutLayout(tp=2, dp=4, ep=4))
     report = _check_reshard(make_plan, tmp_path, "qwen3-30b-a3b", layout, "--model-config",
                             str(tmp_path / "config.json"))
     lay = report["layouts"]
-    assert lay["train_short"] == "TP2 PP2 EP2" and lay["train"]["etp"] == 1
+    assert lay["train_short"] == "TP2 PP2 EP1x" and lay["train"]["moe_tp_extend_ep"]
     assert (lay["rollout"]["tp"], lay["rollout"]["ep"]) == (2, 4)
     eng = _assert_engines_agree_with_the_twin(report)
     assert [r["vllm_rank"] for r in eng["ranks"]] == [0, 1, 2, 3]  # one instance over the four ranks
     assert eng["tensors_per_rank"] == 1 + 4 * 11 + 2  # per layer q k v o, q/k norms, 2 fused experts, router, 2 norms
-    # stage 0, EP rank 0: embedding + 2 layers of (QKV, proj, 4 norms, router + 4 local experts x fc1, fc2)
-    assert report["train_engine"]["ranks"][0]["parameters"] == 1 + 2 * (7 + 4 * 2)
+    # stage 0: embedding + 2 layers of (QKV, proj, 4 norms, router, the grouped experts' weight1 and weight2)
+    first = report["train_engine"]["ranks"][0]
+    assert (first["parameters"], first["grouped_expert_parameters"]) == (1 + 2 * (7 + 2), 4)
 
 
 @needs_engines

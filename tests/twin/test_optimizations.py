@@ -34,14 +34,11 @@ def test_directed_reshard_reads_qwen3_moe_and_deepseek_from_megatron_and_refuses
     assert executor_refusals("directed_reshard", _layout("fsdp", 2), mistral) == []
 
 
-def test_directed_reshard_refuses_mindspeeds_moe_tp_extend_ep_split() -> None:
+def test_directed_reshard_reads_mindspeeds_moe_tp_extend_ep_split() -> None:
+    # refused until the reader read grouped-MLP experts whole and numbered over TP x EP (MindSpeed's split)
     layout = Layout(train=TrainLayout(engine="megatron", tp=2, ep=4, moe_tp_extend_ep=True),
                     rollout=RolloutLayout(tp=2, dp=4, ep=8))
-    assert executor_refusals("directed_reshard", layout, MLA) == [
-        "its Megatron reader numbers each rank's experts as mbridge does (experts / EP per rank, split over expert "
-        "TP), not as MindSpeed's moe_tp_extend_ep places them (experts / (TP x EP) per rank, whole)", WHERE]
-    plain = layout.model_copy(update={"train": layout.train.model_copy(update={"moe_tp_extend_ep": False})})
-    assert executor_refusals("directed_reshard", plain, MLA) == []
+    assert executor_refusals("directed_reshard", layout, MLA) == []
 
 
 def test_directed_reshard_runs_from_megatron_whatever_the_vocabulary_multiple() -> None:

@@ -6,8 +6,16 @@ from types import SimpleNamespace
 from twin.layout.models import Layout, RolloutLayout, TrainLayout
 from twin.pareto import front, non_dominated, plot_front, point
 from twin.plan import ParetoPoint
-from twin.planner import (Candidate, Planner, default_scenario, evaluate_front, layout_group, same_pair, screen_front,
-                          search)
+from twin.planner import (
+    Candidate,
+    Planner,
+    default_scenario,
+    evaluate_front,
+    layout_group,
+    same_pair,
+    screen_front,
+    search,
+)
 
 
 def analytical(ev):

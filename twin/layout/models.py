@@ -95,7 +95,7 @@ class TrainLayout(BaseModel):
 
     def short(self) -> str:
         parts = [f"TP{self.tp}", f"PP{self.pp}"]
-        if self.ep > 1:
+        if self.ep > 1 or self.moe_tp_extend_ep:
             parts.append(f"EP{self.ep}" + ("x" if self.moe_tp_extend_ep else ""))
         if self.cp > 1:
             parts.append(f"CP{self.cp}")
