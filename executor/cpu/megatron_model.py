@@ -13,7 +13,9 @@ Dense and MoE models of the families mbridge knows (Qwen2/Qwen3/Llama, Qwen3-MoE
 attention built as executor/cpu/megatron_mla.py says). MoE layers are
 built with expert parallelism `ep` and expert TP `etp` (Megatron's default: the TP size) as Megatron's local
 SequentialMLP, one module per local expert (mbridge's grouped-GEMM default needs Transformer Engine), with the
-settings of executor/cpu/megatron_compat.py `MOE_ON_CPU`, which verl's Megatron engine runs with on CPU. Sequence
+settings of executor/cpu/megatron_compat.py `MOE_ON_CPU`, which verl's Megatron engine runs with on CPU; or, with
+`grouped_experts`, as the legacy GroupedMLP MindSpeed's moe_tp_extend_ep builds (whole experts in two tensors per
+layer, loaded and read through executor/reshard/megatron_blocks.py `grouped_expert_views`). Sequence
 parallelism is off (torch's RMSNorm refuses it; it does not change where weights live).
 The vocabulary is not padded: the bridge is built as verl's Megatron engine builds it, without
 make_vocab_size_divisible_by (twin/cost_models/placement.py TRAIN_VOCAB_MULTIPLE says where), so TP must divide it.
