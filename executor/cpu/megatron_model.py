@@ -23,7 +23,7 @@ make_vocab_size_divisible_by (twin/cost_models/placement.py TRAIN_VOCAB_MULTIPLE
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from executor.reshard.megatron_blocks import (
@@ -52,7 +52,9 @@ class MegatronCpuModel:
     bridge: Any
     model: Any
     sources: dict[str, list[str]]  # local parameter -> HF names, in order (mbridge's mapping)
-    grouped: tuple[str, ...] = ()  # local grouped-MLP expert parameters (executor/reshard/megatron_blocks.py)
+    # local grouped-MLP expert parameter -> (HF name, the view of its data holding that tensor)
+    # (executor/reshard/megatron_blocks.py grouped_expert_views)
+    grouped: dict[str, list[tuple[str, torch.Tensor]]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, hf_config: dict[str, Any], tp: int, pp: int, seed: int = 0, dtype: torch.dtype | None = None,
@@ -90,7 +92,7 @@ class MegatronCpuModel:
             raise MegatronModelError(f"mbridge has no bridge for model type {hf_config['model_type']!r}") from exc
         moe = dict(MOE_ON_CPU) if parse_config(hf_config, "the check's model").moe else {}
         if grouped_experts:
-            if etp not in (None, 1) or (etp is None and tp > 1):
+            if (etp or tp) != 1:
                 raise MegatronModelError("grouped-MLP experts are read whole: expert TP must be 1")
             moe.update(moe_grouped_gemm=True, moe_use_legacy_grouped_gemm=True)
         bridge.set_extra_args(use_cpu_initialization=True, masked_softmax_fusion=False, sequence_parallel=False,
@@ -103,24 +105,19 @@ class MegatronCpuModel:
                          pre_process=mpu.is_pipeline_first_stage(), post_process=mpu.is_pipeline_last_stage(),
                          share_embeddings_and_output_weights=bool(getattr(config, "tie_word_embeddings", False)),
                          position_embedding_type="rope", rotary_base=rope)
-        params = dict(model.state_dict(keep_vars=True))
-        return cls(bridge, model, hf_sources(bridge, model), tuple(grouped_expert_views(bridge, model, params)))
+        params = {n: p.data for n, p in model.named_parameters()}
+        return cls(bridge, model, hf_sources(bridge, model), grouped_expert_views(bridge, model, params))
 
     def parameters(self) -> dict[str, torch.Tensor]:
         return {n: p for n, p in self.model.state_dict(keep_vars=True).items()
                 if n in self.sources or n in self.grouped}
-
-    def grouped_views(self) -> dict[str, list[tuple[str, torch.Tensor]]]:
-        """Grouped-MLP parameter -> (HF name, the view of its data holding that tensor)."""
-        params = {n: p.data for n, p in self.parameters().items() if n in self.grouped}
-        return grouped_expert_views(self.bridge, self.model, params)
 
     def load(self, checkpoint: dict[str, torch.Tensor]) -> None:
         """Fill every local parameter from a full HF state dict (every rank reads the checkpoint itself)."""
         import torch
 
         with torch.no_grad():
-            for name, views in self.grouped_views().items():
+            for name, views in self.grouped.items():
                 for hf, view in views:
                     if hf not in checkpoint:
                         raise MegatronModelError(f"{name}: {hf} is not in the checkpoint")
@@ -138,10 +135,10 @@ class MegatronCpuModel:
                 param.copy_(part)
 
     def hf_blocks(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, list[HfSlice]]:
-        """Local parameter -> the HF blocks it holds (the grouped-MLP experts' are `grouped_views`)."""
+        """Local parameter -> the HF blocks it holds (the grouped-MLP experts' are `grouped`)."""
         params = {n: p for n, p in self.parameters().items() if n not in self.grouped}
         return trace_hf_blocks(self.bridge, params, self.sources, shapes)
 
     def hf_shards(self, blocks: dict[str, list[HfSlice]]) -> dict[str, dict[Block, torch.Tensor]]:
         """This rank's HF blocks cut from its live parameters: {HF name: {block: tensor}}."""
-        return {**cut_hf_shards(self.parameters(), blocks), **grouped_expert_shards(self.grouped_views())}
+        return {**cut_hf_shards(self.parameters(), blocks), **grouped_expert_shards(self.grouped)}

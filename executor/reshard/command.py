@@ -129,7 +129,8 @@ def _check(plan_path: Path, world: int | None, method: str, model_config: Path |
     engines = None if engine_check else "--no-engine-check"
     engines = engines or (None if device == "cpu" else "--device npu") or vllm_refusal(config, pl)
     modelled = "vllm" if engines is None else target  # vLLM measures the rollout: the twin predicts what it builds
-    pl = checked_placement(config, name, layout, world, modelled)
+    if modelled != target:
+        pl = checked_placement(config, name, layout, world, modelled)
     layout = Layout(train=pl.train, rollout=pl.rollout)
     train_why = engines or megatron_refusal(config, pl)
     with tempfile.TemporaryDirectory(prefix="check-reshard-ckpt-") as tmp:

@@ -29,9 +29,13 @@ def shared_experts_whole(lay: RolloutLayout, cfg: ModelConfig, engine: RolloutEn
     return engine == "vllm" and lay.ep > lay.tp > 1
 
 
+def rollout_as_engine_builds(ro: RolloutLayout, cfg: ModelConfig, engine: RolloutEngine) -> RolloutLayout:
+    """`ro` with what the rollout engine decides set as it decides it."""
+    whole = shared_experts_whole(ro, cfg, engine)
+    return ro if whole == ro.shared_experts_whole else ro.model_copy(update={"shared_experts_whole": whole})
+
+
 def as_engine_builds(lay: Layout, cfg: ModelConfig, engine: RolloutEngine) -> Layout:
-    """`lay` with what the rollout engine decides set as it decides it."""
-    whole = shared_experts_whole(lay.rollout, cfg, engine)
-    if whole == lay.rollout.shared_experts_whole:
-        return lay
-    return lay.model_copy(update={"rollout": lay.rollout.model_copy(update={"shared_experts_whole": whole})})
+    """`lay` with its rollout as the rollout engine builds it."""
+    rollout = rollout_as_engine_builds(lay.rollout, cfg, engine)
+    return lay if rollout is lay.rollout else lay.model_copy(update={"rollout": rollout})

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from twin.catalog.config import ModelConfig
-from twin.layout.engine import shared_experts_whole
+from twin.layout.engine import rollout_as_engine_builds
 from twin.layout.models import RolloutLayout, TrainLayout
 from twin.layout.rules import check_rollout, check_train
 from twin.topology.clusters import ClusterKind
@@ -65,7 +65,6 @@ def enumerate_rollout(cfg: ModelConfig, devices: int, kind: ClusterKind | None =
         for ep in eps:
             lay = RolloutLayout(tp=tp, dp=devices // tp, ep=ep, **knobs)
             if kind is not None:
-                lay = lay.model_copy(update={"shared_experts_whole": shared_experts_whole(lay, cfg,
-                                                                                          kind.rollout_engine)})
+                lay = rollout_as_engine_builds(lay, cfg, kind.rollout_engine)
             if not check_rollout(lay, cfg, devices, kind):
                 yield lay
