@@ -123,11 +123,12 @@ def parse_train(text: str) -> TrainLayout:
                                    else Recompute(granularity="full", method="uniform", layers=1))
         elif tok.startswith("off:"):
             tags = tok[4:].split("+")
-            optimizer = "swap" if "swap" in tags else ("offload" if "o" in tags else "none")
+            optimizer = next((name for tag, name in (("swap", "swap"), ("cpu", "cpu"), ("o", "offload"))
+                              if tag in tags), "none")
             fields["offload"] = Offload(param="p" in tags, grad="g" in tags, optimizer=optimizer)
         else:
             raise TwinError(f"--explain: training token {tok!r} is not one of TPn PPn EPn[x] CPn FSDP SPn "
-                            "rc-sel rc-full off:p+g+o|swap")
+                            "rc-sel rc-full off:p+g+o|swap|cpu")
     return TrainLayout(**fields)
 
 

@@ -13,6 +13,7 @@ MegatronFlavour = Literal["mindspeed", "megatron-core"]
 ACTOR = "actor_rollout_ref.actor"
 REF = "actor_rollout_ref.ref"
 TF = f"{ACTOR}.megatron.override_transformer_config"
+OPTIM_OVERRIDES = f"{ACTOR}.optim.override_optimizer_config"  # verl passes its entries to Megatron's OptimizerConfig
 
 
 def train_overrides(o: OverrideSet, train: TrainLayout, flavour: MegatronFlavour) -> None:
@@ -56,6 +57,8 @@ def _megatron(o: OverrideSet, train: TrainLayout, flavour: MegatronFlavour) -> N
     if train.offload.optimizer == "swap":
         _mindspeed_only(flavour, "the swap optimizer")
         o.set(f"{TF}.swap_optimizer", True, add=True)
+    if train.offload.optimizer == "cpu":
+        _cpu_optimizer(o, flavour)
     if train.moe_zero_memory != "none":
         _mindspeed_only(flavour, "moe_zero_memory")
         o.set(f"{TF}.moe_zero_memory", train.moe_zero_memory, add=True)
@@ -86,6 +89,17 @@ def _pipeline_split(o: OverrideSet, train: TrainLayout, flavour: MegatronFlavour
     o.set(f"{TF}.num_layers_in_last_pipeline_stage", layers[-1], add=True)
 
 
+def _cpu_optimizer(o: OverrideSet, flavour: MegatronFlavour) -> None:
+    """Megatron core's CPU optimizer: every optimizer state on the host, which steps with torch's AdamW while the
+    gradient and parameter copies overlap it (OptimizerConfig fields, passed by verl's override_optimizer_config)."""
+    if flavour == "mindspeed":
+        raise ExecutorError("the CPU optimizer (Megatron core's HybridDeviceOptimizer) is not known to run under "
+                            "MindSpeed on NPU; on Ascend use the swap optimizer (offload.optimizer: swap)")
+    for key, value in (("optimizer_cpu_offload", True), ("optimizer_offload_fraction", 1.0),
+                       ("overlap_cpu_optimizer_d2h_h2d", True), ("use_precision_aware_optimizer", True)):
+        o.set(f"{OPTIM_OVERRIDES}.{key}", value, add=True)
+
+
 def _mindspeed_only(flavour: MegatronFlavour, what: str) -> None:
     if flavour != "mindspeed":
         raise ExecutorError(f"{what} is a MindSpeed feature; this cluster kind trains with Megatron core")
@@ -95,8 +109,9 @@ def _fsdp(o: OverrideSet, train: TrainLayout) -> None:
     if train.model_parallel // train.cp != 1 or train.ep != 1:
         raise ExecutorError(f"FSDP layout with TP{train.tp} PP{train.pp} EP{train.ep}: verl's FSDP engine "
                             "shards by data parallelism only (use engine megatron)")
-    if train.offload.optimizer == "swap":
-        raise ExecutorError("the swap optimizer is a MindSpeed feature; FSDP offers optimizer offload")
+    if train.offload.optimizer in ("swap", "cpu"):
+        raise ExecutorError(f"offload.optimizer {train.offload.optimizer!r} is a Megatron-side optimizer; verl's FSDP "
+                            "engine offers optimizer offload (offload.optimizer: offload)")
     o.set("model_engine", "dp")
     for role in (ACTOR, REF):
         o.set(f"{role}.fsdp_config.param_offload", train.offload.param)

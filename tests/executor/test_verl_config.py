@@ -103,9 +103,26 @@ def test_gpu_kind_uses_megatron_core_pipeline_fields(make_plan, build, as_dict, 
     assert o["trainer.device"] == "cuda"
 
 
+def test_cpu_optimizer_is_megatron_cores_hybrid_optimizer(make_plan, build, as_dict, tmp_path: Path) -> None:
+    train = {"tp": 2, "pp": 2, "offload": {"param": True, "grad": True, "optimizer": "cpu"}}
+    o = as_dict(build(make_plan(_scenario(tmp_path, "h100", 8, train, {"tp": 2, "dp": 4})), tmp_path).overrides)
+    opt = f"+{A}.optim.override_optimizer_config"
+    assert (o[f"{opt}.optimizer_cpu_offload"], o[f"{opt}.optimizer_offload_fraction"],
+            o[f"{opt}.overlap_cpu_optimizer_d2h_h2d"], o[f"{opt}.use_precision_aware_optimizer"]) == (
+        "true", "1.0", "true", "true")
+    assert o[f"{M}.optimizer_offload"] == "false"  # the state never comes back to the device to be offloaded
+
+
+def test_cpu_optimizer_is_refused_under_mindspeed(make_plan, build, tmp_path: Path) -> None:
+    train = {"tp": 2, "pp": 2, "offload": {"param": True, "grad": True, "optimizer": "cpu"}}
+    with pytest.raises(ExecutorError, match="on Ascend use the swap optimizer"):
+        build(make_plan(_scenario(tmp_path, "a2", 8, train, {"tp": 2, "dp": 4})), tmp_path)
+
+
 @pytest.mark.parametrize(("train", "message"), [
     ({"tp": 2, "pp": 4, "pp_layers": [6, 8, 6, 8]}, "Megatron core sets only the first and last"),
     ({"tp": 2, "offload": {"optimizer": "swap"}}, "the swap optimizer is a MindSpeed feature"),
+    ({"engine": "fsdp", "offload": {"optimizer": "cpu"}}, "verl's FSDP engine offers optimizer offload"),
     ({"tp": 2, "offload": {"grad": True}}, "offload.grad without offload.param"),
 ])
 def test_untranslatable_layouts_refused(make_plan, build, tmp_path: Path, train: dict, message: str) -> None:

@@ -99,6 +99,16 @@ class TrainMemory:
             return (dense + expert) * (ADAM_BYTES - FP32)
         return dense * ADAM_BYTES / (self.dp * self.lay.cp) + expert * ADAM_BYTES / self.edp
 
+    def host_optimizer_bytes(self, stage: int) -> float:
+        """The optimizer's bytes on the host when it lives there: its Adam state, and with Megatron's CPU
+        optimizer also the fp32 gradients it copies from the device into pinned host buffers to step on
+        (megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py)."""
+        off = self.lay.offload
+        if off.optimizer == "none":
+            return 0.0
+        state = self.optimizer_bytes(stage)
+        return state + (state / ADAM_BYTES * FP32 if off.optimizer == "cpu" else 0.0)
+
     # ---- activations ---------------------------------------------------------------------------
     def _layer_activation_bytes(self, tokens: float, moe: bool) -> float:
         """Bytes one layer keeps for backward for `tokens` tokens on one device (no recompute)."""
@@ -220,7 +230,7 @@ class TrainMemory:
         """Bytes of one device's training state on the host during the training phases."""
         off = self.lay.offload
         ref = self.weight_bytes(stage) if off.param and self.sc.workload.use_kl_loss else 0
-        return ref + (self.optimizer_bytes(stage) if off.optimizer != "none" else 0)
+        return ref + self.host_optimizer_bytes(stage)
 
     def host_bytes(self, stage: int) -> float:
         """Bytes of one device's training state held on the host while the rollout runs."""
@@ -228,7 +238,7 @@ class TrainMemory:
         w = self.param_bytes(stage)
         ref = self.weight_bytes(stage) if off.param and self.sc.workload.use_kl_loss else 0
         return ((w if off.param else 0) + ref + (self.grads_bytes(stage) if off.grad else 0)
-                + (self.optimizer_bytes(stage) if off.optimizer != "none" else 0))
+                + self.host_optimizer_bytes(stage))
 
 
 class RolloutMemory:
@@ -340,7 +350,8 @@ def update_parts(tm: TrainMemory, stage: int, allocated: bool = False) -> tuple[
     overhead = 0.0 if allocated else pf["framework_overhead_gb"] * GB
     weights = tm.param_bytes(stage) + tm.ref_resident(stage)
     grads, opt = tm.grads_bytes(stage), tm.optimizer_bytes(stage)
-    step_opt = pf["swap_optimizer_bucket_gb"] * GB if off.optimizer == "swap" else opt
+    # the step holds its state on the device, but for one bucket of the swap optimizer, and none of the CPU one's
+    step_opt = {"swap": pf["swap_optimizer_bucket_gb"] * GB, "cpu": 0.0}.get(off.optimizer, opt)
     fwd_bwd = _gb(weights=weights, grads=grads, optimizer=opt if off.optimizer == "none" else 0,
                   activations=tm.update_activation_bytes(stage, fragmented=not allocated), overhead=overhead)
     step = _gb(weights=weights, grads=grads, optimizer=step_opt + tm.optimizer_step_temp_bytes(stage),

@@ -23,6 +23,7 @@ from twin.cost_models.efficiency import memory_seconds
 from twin.cost_models.imbalance import expert_imbalance
 from twin.cost_models.memory import ADAM_BYTES, BF16, FP32, TrainMemory
 from twin.cost_models.operators import LayerOperators, LayerShapes, causal_attention_flops
+from twin.errors import TwinError
 from twin.layout.models import TrainLayout
 from twin.layout.ranks import train_group
 from twin.profile import Profile
@@ -30,6 +31,10 @@ from twin.scenario import Scenario
 from twin.topology.routing import Cluster
 
 PassKind = Literal["forward", "backward", "log_prob"]
+# Memory traffic of torch's AdamW per fp32 parameter on a CPU (torch/optim/adam.py _single_tensor_adam, the path
+# CPU tensors take): decoupled decay param.mul_ (read 4, write 4), exp_avg.lerp_ (8, 4), exp_avg_sq.mul_ (4, 4)
+# and .addcmul_ (8, 4), denom = sqrt (4, 4), / (4, 4), add_ (4, 4), param.addcdiv_ (12, 4): 48 read + 32 written
+CPU_ADAMW_BYTES = 80
 
 
 @dataclass(frozen=True)
@@ -340,12 +345,29 @@ class TrainCost:
                 sync = (collective_time(self.cluster, pf, dp_group, "reduce_scatter", dense * FP32)
                         + collective_time(self.cluster, pf, dp_group, "all_gather", dense * BF16))
                 state_numel = dense / (mem.dp * lay.cp) + expert / mem.edp
-            # Adam reads and writes the fp32 state, reads the fp32 gradient and writes the bf16 weight
-            step = float(memory_seconds(self.cluster.kind, pf, state_numel * (2 * ADAM_BYTES + FP32 + BF16)))
+            if lay.offload.optimizer == "cpu":
+                step = self._host_optimizer_step(state_numel)
+            else:
+                # Adam reads and writes the fp32 state, reads the fp32 gradient and writes the bf16 weight
+                step = float(memory_seconds(self.cluster.kind, pf, state_numel * (2 * ADAM_BYTES + FP32 + BF16)))
             if lay.offload.optimizer == "swap":
                 step += 2 * host_copy_time(self.cluster, pf, state_numel * ADAM_BYTES) * (1 - pf["swap_overlap"])
             worst = max(worst, sync + step)
         return (worst + pf["optimizer_overhead_ms"] * 1e-3) * self.sc.workload.optimizer_steps
+
+    def _host_optimizer_step(self, state_numel: float) -> float:
+        """Megatron's CPU optimizer step of one device's `state_numel` parameters: the fp32 gradients copied to the
+        host, torch's AdamW on the host, the fp32 parameters copied back. The copies of one parameter group overlap
+        the host's work on another (overlap_cpu_optimizer_d2h_h2d), so the step lasts as long as the slower of the
+        two. Every device of a node steps on the same host at once and they share its memory bandwidth."""
+        kind = self.cluster.kind
+        host_bw = kind.host_memory_bandwidth_gbs_per_node
+        if host_bw is None:
+            raise TwinError(f"cluster kind {kind.name} has no host_memory_bandwidth_gbs_per_node: the CPU "
+                            "optimizer's host-side step cannot be costed (add the figure to its hardware file)")
+        copies = 2 * host_copy_time(self.cluster, self.pf, state_numel * FP32)
+        host = kind.devices_per_node * state_numel * CPU_ADAMW_BYTES / (host_bw.value * 1e9)
+        return max(copies, host)
 
     def update_time(self) -> float:
         t, _ = self.pipeline_time(self.lay.micro_batch, backward=True)

@@ -42,6 +42,8 @@ def figure_rows(kind: ClusterKind) -> Iterator[Row]:
         yield _fig(f"{what} bandwidth", t.bandwidth_gbs, "GB/s per direction")
         yield _fig(f"{t.name} latency", t.latency_us, "us")
     yield _fig("host memory per node", kind.host_memory_gb_per_node, "GB")
+    if kind.host_memory_bandwidth_gbs_per_node is not None:
+        yield _fig("host memory bandwidth per node", kind.host_memory_bandwidth_gbs_per_node, "GB/s, sustained")
 
 
 def curve_rows(kind: ClusterKind) -> Iterator[tuple[str, str, str, str, str]]:

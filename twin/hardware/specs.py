@@ -189,6 +189,9 @@ class ClusterKind(BaseModel):
     scaleout_tier: TierName  # between nodes (or pods)
     tiers: tuple[LinkTier, ...]
     host_memory_gb_per_node: Figure
+    # sustained (STREAM-like) bandwidth of one node's host memory, all sockets: what a host-side optimizer step
+    # streams through (Megatron's CPU optimizer); None where no source gives it
+    host_memory_bandwidth_gbs_per_node: Figure | None = None
     # cann-recipes-train: on multi-node NPU, vLLM sleep mode does not release device memory
     vllm_sleep_frees_memory: bool = True
     # the embedded calibration profile it uses, named by its shipped kind (a user's A2-like cluster: a2);

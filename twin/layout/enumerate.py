@@ -33,7 +33,9 @@ def _expert_modes(cfg: ModelConfig, tp: int) -> list[dict]:
 
 def enumerate_train(cfg: ModelConfig, devices: int, kind: ClusterKind | None = None,
                     include_fsdp: bool | None = None) -> Iterator[TrainLayout]:
-    """Valid structural training layouts; FSDP ones too for dense models unless told otherwise."""
+    """Valid structural training layouts; FSDP ones too for dense models unless told otherwise. The search keeps
+    every TP group inside one node; a layout given by hand may span nodes (its collectives then cross the
+    scale-out tier)."""
     max_tp = kind.devices_per_node if kind is not None else devices
     cps = [1] if cfg.attention == "mla" else [c for c in (1, 2, 4, 8) if devices % c == 0]
     for tp in (d for d in divisors(devices) if d <= max_tp):
@@ -56,7 +58,8 @@ def enumerate_train(cfg: ModelConfig, devices: int, kind: ClusterKind | None = N
 
 def enumerate_rollout(cfg: ModelConfig, devices: int, kind: ClusterKind | None = None,
                       **knobs: object) -> Iterator[RolloutLayout]:
-    """Valid structural rollout layouts (TP, EP); `knobs` set the engine arguments of each."""
+    """Valid structural rollout layouts (TP, EP); `knobs` set the engine arguments of each. TP stays inside one
+    node, as in `enumerate_train`."""
     max_tp = kind.devices_per_node if kind is not None else devices
     for tp in (d for d in divisors(devices) if d <= max_tp):
         eps = [1]

@@ -29,8 +29,9 @@ class Offload(BaseModel):
     param: bool = False
     grad: bool = False
     # offload: optimizer state moved to host between updates; swap: MindSpeed's swap optimizer, which
-    # streams state to the device one bucket at a time during the step
-    optimizer: Literal["none", "offload", "swap"] = "none"
+    # streams state to the device one bucket at a time during the step; cpu: Megatron's CPU optimizer
+    # (HybridDeviceOptimizer at offload fraction 1): the state lives on the host and the host runs the Adam step
+    optimizer: Literal["none", "offload", "swap", "cpu"] = "none"
 
 
 class TrainLayout(BaseModel):
@@ -105,7 +106,7 @@ class TrainLayout(BaseModel):
         off = self.offload
         tags = [n for n, on in (("p", off.param), ("g", off.grad)) if on]
         if off.optimizer != "none":
-            tags.append("o" if off.optimizer == "offload" else "swap")
+            tags.append({"offload": "o", "swap": "swap", "cpu": "cpu"}[off.optimizer])
         return " ".join(parts) + rc + (f" off:{'+'.join(tags)}" if tags else "")
 
 

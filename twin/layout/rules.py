@@ -27,15 +27,12 @@ def _devices_rules(devices: int, kind: ClusterKind | None) -> list[LayoutError]:
 
 
 def _tp_rules(tp: int, cfg: ModelConfig, kind: ClusterKind | None) -> list[LayoutError]:
-    """What TP needs in both layouts: whole heads and FFN columns per rank, and one node per TP group."""
+    """What TP needs in both layouts: whole heads and FFN columns per rank."""
     errs = []
     if cfg.num_attention_heads % tp:
         errs.append(LayoutError("attention heads divisible by TP", f"{cfg.num_attention_heads} heads % TP{tp} != 0"))
     if cfg.intermediate_size % tp:
         errs.append(LayoutError("FFN size divisible by TP", f"{cfg.intermediate_size} % TP{tp} != 0"))
-    if kind is not None and tp > kind.devices_per_node:
-        errs.append(LayoutError("TP group within one node",
-                                f"TP{tp} exceeds the {kind.devices_per_node} devices per {kind.name} node"))
     return errs
 
 

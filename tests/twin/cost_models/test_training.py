@@ -44,3 +44,49 @@ def test_ray_dispatch_sends_each_ulysses_rank_its_replicas_inputs():
     expected = 32 * (pf["dispatch_ray_s_per_worker"] + share * pf["dispatch_ray_s_per_gb"]) + pf["worker_call_s"]
     lay = TrainLayout(engine="fsdp", cp=4)
     assert dispatch_seconds(sc, pf, lay, 32, UPDATE_INPUT_BYTES_PER_TOKEN) == pytest.approx(expected, rel=1e-12)
+
+
+DSV3 = C8_32.with_name("c8-grpo-dsv3-h20-96.yaml")
+
+
+def test_the_cpu_optimizer_steps_on_the_shared_host():
+    # verl's DeepSeek-V3 on 96 H20 (Megatron TP8 PP12 EP8 ETP1, DP 1): a device of the largest stage holds
+    # dense / (DP x CP) + experts / expert-DP parameters, all of them in the CPU optimizer; the 8 devices of a node step
+    # with torch's AdamW on one host at 80 B per parameter over its sustained bandwidth, while each device's fp32
+    # gradients go down and its fp32 parameters come back up over its own host link
+    ev = Evaluation(load_scenario(DSV3))
+    tc, mem, kind = ev.train_cost, ev.train_memory, ev.kind
+    numel = max(float(mem.stages.dense_numel[s]) / (mem.dp * 1) + float(mem.stages.expert_numel[s]) / mem.edp
+                for s in range(mem.n_stages))
+    host = 8 * numel * 80 / (kind.host_memory_bandwidth_gbs_per_node.value * 1e9)
+    assert tc._host_optimizer_step(numel) == pytest.approx(host, rel=1e-12)  # the host is the slower side here
+    assert host > 2 * numel * 4 / (kind.tier("host").bandwidth_gbs.value * 1e9)
+
+
+def test_the_cpu_optimizer_keeps_its_state_and_gradient_copy_on_the_host():
+    sc = load_scenario(DSV3)
+    mem = Evaluation(sc).train_memory
+    swapped = sc.layout.train.model_copy(update={"offload": sc.layout.train.offload.model_copy(
+        update={"optimizer": "offload"})})
+    offload = Evaluation(sc.model_copy(update={"layout": sc.layout.model_copy(update={"train": swapped})})).train_memory
+    for s in (0, mem.n_stages - 1):
+        state = mem.optimizer_bytes(s)  # 12 B per parameter: fp32 master weights and two moments
+        assert mem.host_optimizer_bytes(s) == pytest.approx(state * (12 + 4) / 12, rel=1e-12)
+        assert offload.host_optimizer_bytes(s) == state
+    from twin.cost_models.memory import update_parts
+
+    _, step = update_parts(mem, 0)
+    assert step.optimizer == 0.0  # the step runs on the host: no state comes to the device
+    _, offload_step = update_parts(offload, 0)
+    assert offload_step.optimizer == pytest.approx(mem.optimizer_bytes(0) / 1e9, rel=1e-12)
+
+
+def test_a_cpu_optimizer_on_a_kind_without_host_bandwidth_is_one_clear_error():
+    from twin.errors import TwinError
+
+    sc = load_scenario(DSV3)
+    ev = Evaluation(sc)
+    kind = ev.kind.model_copy(update={"host_memory_bandwidth_gbs_per_node": None})
+    ev.train_cost.cluster.__dict__["kind"] = kind
+    with pytest.raises(TwinError, match="has no host_memory_bandwidth_gbs_per_node"):
+        ev.train_cost.optimizer_time()
