@@ -120,7 +120,8 @@ class Evaluation:
             "ref": train["ref"],
             "advantage": driver["advantage"],
             "update": train["update"],
-            "reshard": reshard_time(self.reshard(), self.cluster, pf, self.rollout_memory),
+            "reshard": reshard_time(self.reshard(), self.cluster, pf, self.rollout_memory,
+                                    self.train_memory),
             "offload": offload_time(self.train_memory, self.rollout_memory, self.sc, self.cluster, pf),
         }
 

@@ -1,11 +1,13 @@
 """Host copies and cache releases around the training passes (hand-derived from the memory model)."""
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from twin.catalog.registry import load_config
 from twin.cost_models.comm import host_copy_time
-from twin.cost_models.transition import offload_moments
+from twin.cost_models.transition import export_loop_s, megatron_parameter_counts, offload_moments
 from twin.evaluate import Evaluation
 from twin.profile import reference_profile
 from twin.scenario import load_scenario
@@ -35,3 +37,45 @@ def test_without_a_reference_pass_nothing_is_released_after_it():
     sc = sc.model_copy(update={"workload": sc.workload.model_copy(update={"use_kl_loss": False})})
     ev = Evaluation(sc, reference_profile("a3"))
     assert offload_moments(ev.train_memory, ev.rollout_memory, sc, ev.cluster, ev.profile)["ref_offload"] == 0.0
+
+
+def test_megatron_holds_qwen2s_layer_in_seven_parameters():
+    # HF: q, k, v weights and biases, o, gate, up, down, two norms (12 a layer); Megatron: linear_qkv weight and
+    # bias, linear_proj, linear_fc1 (gate + up), linear_fc2, two norms
+    sc = load_scenario(SCENARIOS / "cpu-tiny-grpo-megatron.yaml")
+    counts = megatron_parameter_counts(Evaluation(sc).train_memory)
+    per_layer = Counter(layer for layer, n, _ in counts for _ in range(n))
+    assert {per_layer[layer] for layer in range(load_config(sc.model).num_layers)} == {7}
+
+
+def test_c1s_export_loop_counts_the_recipes_host_synchronised_calls():
+    # DeepSeek-R1 as MindSpeed holds it with tp-extend-ep (grouped experts: two tensors a layer): an MoE layer has
+    # 7 attention tensors, 2 expert, 2 router, 2 shared-expert (gate + up fused) and 2 norms = 15; a dense layer
+    # 7 + 2 + 2 = 11; with the embedding, final norm and head: 58 x 15 + 3 x 11 + 3 = 906 parameters.
+    # The recipe's PP all-to-all takes each stage's first 7 layers, experts excepted: stage 0 holds the 3 dense
+    # layers (33) and 4 MoE layers (4 x 13 = 52), the others 7 x 13 = 91 each; 722 in all, 91 rounds.
+    # The other 184 go one by one with 2 object collectives: 184 x 2 + 91 = 459 object collectives, 918 calls
+    # read on the host at 3 ms each
+    ev = Evaluation(load_scenario(SCENARIOS / "c1-dsr1-a3-128.yaml"), reference_profile("a3"))
+    tm, pf = ev.train_memory, ev.profile
+    assert sum(n for _, n, _ in megatron_parameter_counts(tm)) == 906
+    assert pf["host_sync_collective_ms"] == 3.0
+    assert export_loop_s(tm, "directed", pf) == pytest.approx(918 * 3e-3, rel=1e-12)
+    # verl's exporter (mbridge) takes every parameter one by one, 3 object collectives each: 906 x 3 x 2 calls
+    assert export_loop_s(tm, "verl_bucketed", pf) == pytest.approx(906 * 6 * 3e-3, rel=1e-12)
+    # megatron-core's grouped experts hold two tensors per expert: 58 x 2 x 255 more parameters
+    plain = Evaluation(sc_with_train(ev.sc, moe_tp_extend_ep=False), pf).train_memory
+    assert sum(n for _, n, _ in megatron_parameter_counts(plain)) == 906 + 58 * 2 * 255
+
+
+def sc_with_train(sc, **fields):
+    train = sc.layout.train.model_copy(update=fields)
+    return sc.model_copy(update={"layout": sc.layout.model_copy(update={"train": train})})
+
+
+def test_one_stage_and_fsdp_exports_run_no_object_collectives():
+    sc = load_scenario(SCENARIOS / "c6-gspo-qwen3-30b-a3b-a3-16dies.yaml")  # Megatron PP1
+    ev = Evaluation(sc, reference_profile("a3"))
+    assert export_loop_s(ev.train_memory, "verl_bucketed", ev.profile) == 0.0
+    fsdp = Evaluation(load_scenario(SCENARIOS / "c6-gspo-qwen3-8b-a2-8-fsdp.yaml"))
+    assert export_loop_s(fsdp.train_memory, "verl_bucketed", fsdp.profile) == 0.0
