@@ -15,6 +15,14 @@ from twin.catalog.inventory import Inventory
 from twin.cost_models.placement import TRAIN_VOCAB_MULTIPLE, VLLM_VOCAB_MULTIPLE
 from twin.layout.models import RolloutLayout, TrainLayout
 
+# mbridge's export_weights (verl 0.9's Megatron weight sync) per parameter: broadcast_str_from_megatron_pp (an
+# all_gather_object, then a broadcast_object_list) and broadcast_from_megatron_pp (an all_gather_object of the
+# tensor's spec) over the PP group (mbridge/core/util.py)
+VERL_OBJECT_COLLECTIVES_PER_PARAM = 3
+# the recipes' per-parameter path (cann-recipes-train verl_patches per_tensor_generator): the name and the tensor
+# spec, one all_gather_object each; a parameter of the PP all-to-all path gathers its name only
+RECIPE_OBJECT_COLLECTIVES_PER_PARAM = 2
+
 
 @dataclass(frozen=True)
 class StageBytes:
@@ -49,6 +57,9 @@ class TensorTable:
         self.shared_expert = np.array([t.group == "shared_expert" for t in ts])
         self.matrix = np.array([len(t.shape) >= 2 for t in ts])
         self.rows = np.array([t.shape[0] for t in ts], dtype=np.int64)  # FSDP2 shards dimension 0
+        # k, v and up projections live inside q's linear_qkv and gate's linear_fc1 in Megatron
+        self.fused_in_megatron = np.array([t.shard.ep_dim is None and t.name.rsplit(".", 2)[-2]
+                                           in ("k_proj", "v_proj", "up_proj") for t in ts])
         in_layer = self.layer >= 0
         per_layer = np.bincount(self.layer[in_layer], weights=(self.numel * self.dtype_bytes)[in_layer])
         self.largest_layer_bytes = int(per_layer.max()) if per_layer.size else 0
@@ -57,6 +68,7 @@ class TensorTable:
         self._stage_memo: dict[tuple, StageBytes] = {}
         self._rollout_memo: dict[tuple[int, int, bool], tuple[int, int, int]] = {}
         self._stage_of_memo: dict[tuple, np.ndarray] = {}
+        self._export_memo: dict[tuple, float] = {}
 
     def _split_numel(self, tp: int, vocab_multiple: int, mask: np.ndarray) -> np.ndarray:
         """Elements per rank of the tensors in `mask` under `tp`-way TP (padding included for vocab)."""
@@ -118,6 +130,38 @@ class TensorTable:
         elif self.inv.tied_head:
             has_head[:] = has_head | (np.arange(n_stages) == n_stages - 1)
         return StageBytes(weight.astype(np.int64), dense, expert, has_head, layers)
+
+    def megatron_parameters(self, grouped_experts: bool) -> np.ndarray:
+        """How many Megatron parameters every tensor is: none for a projection fused into another (q/k/v into
+        linear_qkv, gate/up into linear_fc1), one otherwise, and for the routed experts two per layer in a grouped
+        MLP (MindSpeed's tp-extend-ep) or one per expert of each of the two (megatron-core's TEGroupedMLP and
+        SequentialMLP: linear_fc1.weight<i>, linear_fc2.weight<i>)."""
+        per_expert = 1 if grouped_experts else self.experts
+        return np.where(self.fused_in_megatron, 0, np.where(self.expert, per_expert, 1))
+
+    def export_object_collectives(self, lay: TrainLayout, recipe_path: bool) -> float:
+        """Object collectives of one Megatron weight export over the PP group (twin.cost_models.transition
+        export_loop_s), once per pipeline split and expert layout."""
+        key = (lay.pp, tuple(lay.stage_layers(self.inv.config.num_layers)), lay.moe_tp_extend_ep, recipe_path)
+        hit = self._export_memo.get(key)
+        if hit is None:
+            params = self.megatron_parameters(lay.moe_tp_extend_ep)
+            if recipe_path:
+                batched = np.where(self.first_layers_of_stage(lay) & ~self.expert, params, 0)
+                rounds = np.bincount(self.stage_of(lay), weights=batched, minlength=lay.pp)
+                hit = float((params.sum() - rounds.sum()) * RECIPE_OBJECT_COLLECTIVES_PER_PARAM + rounds.max())
+            else:
+                hit = float(params.sum() * VERL_OBJECT_COLLECTIVES_PER_PARAM)
+            self._export_memo[key] = hit
+        return hit
+
+    def first_layers_of_stage(self, lay: TrainLayout) -> np.ndarray:
+        """Per tensor: whether it belongs to one of its stage's first min(stage layers) decoder layers."""
+        sizes = lay.stage_layers(self.inv.config.num_layers)
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        stage = _layer_stages(lay, self.inv.config.num_layers)
+        layer = np.clip(self.layer, 0, None)
+        return (self.layer >= 0) & (layer - starts[stage[layer]] < min(sizes))
 
     def stage_of(self, lay: TrainLayout) -> np.ndarray:
         """Pipeline stage of every tensor (embedding first, final norm and head last); read-only, once per split."""

@@ -25,13 +25,6 @@ def local_copy_s(rm: RolloutMemory, cluster: Cluster, profile: Profile) -> float
 # torch.distributed's all_gather_object and broadcast_object_list: two collectives each (the pickled sizes, then
 # the padded payload), each read back on the host before the next can start (torch/distributed/distributed_c10d.py)
 HOST_SYNCS_PER_OBJECT_COLLECTIVE = 2
-# mbridge's export_weights (verl 0.9's Megatron weight sync) per parameter: broadcast_str_from_megatron_pp (an
-# all_gather_object, then a broadcast_object_list) and broadcast_from_megatron_pp (an all_gather_object of the
-# tensor's spec) over the PP group (mbridge/core/util.py)
-VERL_OBJECT_COLLECTIVES_PER_PARAM = 3
-# the recipes' per-parameter path (cann-recipes-train verl_patches per_tensor_generator): the name and the tensor
-# spec, one all_gather_object each; a parameter of the PP all-to-all path gathers its name only
-RECIPE_OBJECT_COLLECTIVES_PER_PARAM = 2
 
 
 def reshard_time(stats: ReshardStats, cluster: Cluster, profile: Profile, rm: RolloutMemory,
@@ -56,46 +49,12 @@ def export_loop_s(tm: TrainMemory, method: str, profile: Profile) -> float:
     parameters of every stage's first min(stage layers) layers, the routed experts excepted, in rounds that all
     stages run at once (one PP all-to-all per round, calibration-cases.md C4; its name gathered once); the rest, and
     every parameter under verl's exporter, go one by one. FSDP's export and a single stage run no object
-    collectives."""
+    collectives (a one-rank group's are local)."""
     lay = tm.lay
     if lay.engine != "megatron" or lay.pp == 1:
         return 0.0
-    counts = megatron_parameter_counts(tm)
-    if method == "directed":
-        per_stage = [sum(n for layer, n, expert in counts if layer in first and not expert)
-                     for first in _first_layers(tm)]
-        sequential = sum(n for _, n, _ in counts) - sum(per_stage)
-        objects = sequential * RECIPE_OBJECT_COLLECTIVES_PER_PARAM + max(per_stage)
-    else:
-        objects = sum(n for _, n, _ in counts) * VERL_OBJECT_COLLECTIVES_PER_PARAM
+    objects = tensor_table(tm.inv).export_object_collectives(lay, method == "directed")
     return objects * HOST_SYNCS_PER_OBJECT_COLLECTIVE * profile["host_sync_collective_ms"] * 1e-3
-
-
-def _first_layers(tm: TrainMemory) -> list[set[int]]:
-    """Per pipeline stage, its first min(stage layers) decoder layers (the recipes' PP all-to-all rounds)."""
-    sizes = tm.lay.stage_layers(tm.cfg.num_layers)
-    shortest, start, out = min(sizes), 0, []
-    for size in sizes:
-        out.append(set(range(start, start + shortest)))
-        start += size
-    return out
-
-
-def megatron_parameter_counts(tm: TrainMemory) -> list[tuple[int | None, int, bool]]:
-    """(decoder layer or None, Megatron parameters, routed experts?) for every tensor group of the model as
-    Megatron holds it: q/k/v fused in one linear_qkv (weight, bias), gate and up in one linear_fc1, and routed
-    experts as two tensors per layer in a grouped MLP (MindSpeed's tp-extend-ep) or two per expert otherwise
-    (megatron-core's TEGroupedMLP and SequentialMLP: linear_fc1.weight<i>, linear_fc2.weight<i>)."""
-    experts = tm.cfg.moe.num_experts if tm.cfg.moe is not None else 0
-    per_layer_experts = 1 if tm.lay.moe_tp_extend_ep else experts
-    out = []
-    for t in tm.inv.unique():
-        leaf = t.name.rsplit(".", 2)[-2]  # the module: q_proj, gate_proj, gate_up_proj (experts), ...
-        if leaf in ("k_proj", "v_proj", "up_proj") and t.group != "experts":
-            continue  # fused into q_proj's linear_qkv, gate_proj's linear_fc1
-        expert = t.group == "experts"
-        out.append((t.layer, per_layer_experts if expert else 1, expert))
-    return out
 
 
 def reshard_lower_bound(tm: TrainMemory, rm: RolloutMemory, method: str, cluster: Cluster,

@@ -1,13 +1,13 @@
 """Host copies and cache releases around the training passes (hand-derived from the memory model)."""
 
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from twin.catalog.registry import load_config
 from twin.cost_models.comm import host_copy_time
-from twin.cost_models.transition import export_loop_s, megatron_parameter_counts, offload_moments
+from twin.cost_models.static import tensor_table
+from twin.cost_models.transition import export_loop_s, offload_moments
 from twin.evaluate import Evaluation
 from twin.profile import reference_profile
 from twin.scenario import load_scenario
@@ -43,9 +43,9 @@ def test_megatron_holds_qwen2s_layer_in_seven_parameters():
     # HF: q, k, v weights and biases, o, gate, up, down, two norms (12 a layer); Megatron: linear_qkv weight and
     # bias, linear_proj, linear_fc1 (gate + up), linear_fc2, two norms
     sc = load_scenario(SCENARIOS / "cpu-tiny-grpo-megatron.yaml")
-    counts = megatron_parameter_counts(Evaluation(sc).train_memory)
-    per_layer = Counter(layer for layer, n, _ in counts for _ in range(n))
-    assert {per_layer[layer] for layer in range(load_config(sc.model).num_layers)} == {7}
+    table = tensor_table(Evaluation(sc).train_memory.inv)
+    params, layer = table.megatron_parameters(grouped_experts=False), table.layer
+    assert {int(params[layer == n].sum()) for n in range(load_config(sc.model).num_layers)} == {7}
 
 
 def test_c1s_export_loop_counts_the_recipes_host_synchronised_calls():
@@ -58,19 +58,13 @@ def test_c1s_export_loop_counts_the_recipes_host_synchronised_calls():
     # read on the host at 3 ms each
     ev = Evaluation(load_scenario(SCENARIOS / "c1-dsr1-a3-128.yaml"), reference_profile("a3"))
     tm, pf = ev.train_memory, ev.profile
-    assert sum(n for _, n, _ in megatron_parameter_counts(tm)) == 906
+    assert tensor_table(tm.inv).megatron_parameters(grouped_experts=True).sum() == 906
     assert pf["host_sync_collective_ms"] == 3.0
     assert export_loop_s(tm, "directed", pf) == pytest.approx(918 * 3e-3, rel=1e-12)
     # verl's exporter (mbridge) takes every parameter one by one, 3 object collectives each: 906 x 3 x 2 calls
     assert export_loop_s(tm, "verl_bucketed", pf) == pytest.approx(906 * 6 * 3e-3, rel=1e-12)
     # megatron-core's grouped experts hold two tensors per expert: 58 x 2 x 255 more parameters
-    plain = Evaluation(sc_with_train(ev.sc, moe_tp_extend_ep=False), pf).train_memory
-    assert sum(n for _, n, _ in megatron_parameter_counts(plain)) == 906 + 58 * 2 * 255
-
-
-def sc_with_train(sc, **fields):
-    train = sc.layout.train.model_copy(update=fields)
-    return sc.model_copy(update={"layout": sc.layout.model_copy(update={"train": train})})
+    assert tensor_table(tm.inv).megatron_parameters(grouped_experts=False).sum() == 906 + 58 * 2 * 255
 
 
 def test_one_stage_and_fsdp_exports_run_no_object_collectives():
