@@ -149,5 +149,7 @@ def test_parse_tokens():
     assert (t.offload.param, t.offload.grad, t.offload.optimizer) == (True, True, "swap")
     f = parse_train("FSDP SP4 off:p+g+o")
     assert (f.engine, f.cp, f.offload.optimizer) == ("fsdp", 4, "offload")
+    cpu = parse_train("TP8 PP12 EP8 off:p+g+cpu")  # Megatron's CPU optimizer: the table prints it back the same
+    assert cpu.offload.optimizer == "cpu" and cpu.short() == "TP8 PP12 EP8 off:p+g+cpu"
     r, given = parse_rollout("TP2 DP128 EP256 seqs64 util0.8", {"graph_mode": True})
     assert (r.tp, r.dp, r.ep, r.max_num_seqs, r.gpu_memory_utilization, given) == (2, 128, 256, 64, 0.8, True)
