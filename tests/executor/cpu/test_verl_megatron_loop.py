@@ -36,6 +36,11 @@ SCENARIOS = {"dense": ROOT / "scenarios" / "cpu-tiny-grpo-megatron.yaml",
              "moe": ROOT / "scenarios" / "cpu-tiny-moe-grpo-megatron.yaml",
              "deepseek": ROOT / "scenarios" / "cpu-tiny-deepseek-grpo-megatron.yaml"}
 STEPS = 2
+# The random tiny models answer a problem right by chance. The DeepSeek one, under its own chat template, rarely
+# does: 6 of its 7 steps in this round's three local runs (2026-12-01) scored nothing, where the dense and MoE
+# models scored in every step. A step whose responses all score the same gives GRPO no advantage, so its policy
+# gradient is exactly zero (these scenarios train without a KL loss); the training check asks for a gradient where
+# the rewards differ, and for none where no step's did.
 # The trainer runs in bf16 (verl's Megatron engine takes bf16 or fp16 only), the rollout in float32. On the dense
 # model the token-level log-prob ratio strays by 1.6e-2 - 8.3e-2 (CI and local runs, 2026-11-30; verl's own naive
 # sync gave the same order on a warm-started model, 1.7e-2 - 2.9e-2); a misplaced weight block moves it by nats
@@ -93,11 +98,14 @@ def test_grpo_steps_train_on_verls_megatron_engine(run: Path, capsys: pytest.Cap
     # the weight sync ran the directed reshard from Megatron's TP shards (a wrong block would wreck the log-probs)
     assert {o["id"]: o["status"] for o in record["optimizations"]}["directed_reshard"] == "applied"
     assert sorted(steps) == list(range(1, STEPS + 1))
-    assert any(s["actor/grad_norm"] > 0 for s in steps.values())
+    signal = [s for s in steps.values() if s["critic/score/max"] > s["critic/score/min"]]
+    if signal:
+        assert any(s["actor/grad_norm"] > 0 for s in signal)
+    else:
+        assert all(s["actor/grad_norm"] == 0 for s in steps.values())
     assert all(abs(s[KL]) < KL_BAR for s in steps.values())
     gap_bar = GAP_BAR[record["scenario"]]
     assert gap_bar is None or all(_gap(s) < gap_bar for s in steps.values())
-    assert max(s["critic/score/max"] for s in steps.values()) > 0
 
 
 def test_every_megatron_patch_was_installed_in_every_verl_process(run: Path) -> None:
