@@ -56,7 +56,7 @@ def test_the_cpu_optimizer_steps_on_the_shared_host():
     # gradients go down and its fp32 parameters come back up over its own host link
     ev = Evaluation(load_scenario(DSV3))
     tc, mem, kind = ev.train_cost, ev.train_memory, ev.kind
-    numel = max(float(mem.stages.dense_numel[s]) / (mem.dp * 1) + float(mem.stages.expert_numel[s]) / mem.edp
+    numel = max(float(mem.stages.dense_numel[s]) / (mem.dp * mem.lay.cp) + float(mem.stages.expert_numel[s]) / mem.edp
                 for s in range(mem.n_stages))
     host = 8 * numel * 80 / (kind.host_memory_bandwidth_gbs_per_node.value * 1e9)
     assert tc._host_optimizer_step(numel) == pytest.approx(host, rel=1e-12)  # the host is the slower side here
