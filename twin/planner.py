@@ -32,7 +32,7 @@ from twin.cost_models.rollout import RolloutCost
 from twin.cost_models.scheduling import driver_seconds
 from twin.cost_models.stages import train_stage_seconds
 from twin.cost_models.training import TrainCost
-from twin.cost_models.transition import offload_time, reshard_lower_bound
+from twin.cost_models.transition import reshard_lower_bound, rollout_offload_moments, train_offload_moments
 from twin.errors import TwinError
 from twin.evaluate import Evaluation, reshard_method, sleep_frees_memory
 from twin.explain import risk_key, runner_up
@@ -106,6 +106,7 @@ class TrainSide:
     memory: TrainMemory
     parts: dict[str, float]  # phase -> worst stage's training-side GB
     seconds: float  # update + ref + old log-prob, dispatch included
+    offload_s: float  # the training side's share of the offload moments
 
 
 @dataclass
@@ -113,6 +114,7 @@ class RolloutSide:
     layout: RolloutLayout  # gpu_memory_utilization filled in per pair
     memory: RolloutMemory
     cost: RolloutCost
+    offload_s: float = 0.0  # the rollout side's share of the offload moments (at its utilization)
     times: dict[float, float] = field(default_factory=dict)  # utilization -> rollout seconds
     steps: dict[float, tuple[RolloutSide, dict[str, MemoryBreakdown]]] = field(default_factory=dict)
     # utilization -> this side at that utilization and what it adds to every device in each phase
@@ -165,7 +167,8 @@ class Planner:
                 self.rejected["training: update_actor exceeds HBM less headroom"] += 1
                 return None
             if parts["log_prob"] <= self.limit_gb:
-                return TrainSide(tm.lay, tm, parts, self._train_seconds(tm))
+                return TrainSide(tm.lay, tm, parts, self._train_seconds(tm),
+                                 sum(train_offload_moments(tm, self.sc, self.cluster, self.profile).values()))
         self.rejected["training: log-prob pass exceeds HBM less headroom"] += 1
         return None
 
@@ -219,7 +222,8 @@ class Planner:
         if util not in side.steps:
             lay = side.layout.model_copy(update={"gpu_memory_utilization": util})
             rm = RolloutMemory(self.inv, lay, self.profile, self.hbm_gb)
-            side.steps[util] = (RolloutSide(lay, rm, side.cost, side.times),
+            offload = sum(rollout_offload_moments(rm, self.sc, self.cluster, self.profile).values())
+            side.steps[util] = (RolloutSide(lay, rm, side.cost, offload, side.times),
                                 rollout_parts(self.sc, rm, 0.0, sleep_frees_memory(self.sc)))
         return side.steps[util]
 
@@ -281,8 +285,8 @@ class Planner:
                     self.rejected[f"pair: {over} exceeds HBM less headroom"] += 1
                 break
             peak = max(t.parts[phase] + add[phase].total for phase in add)
-            bound = (t.seconds + self.rollout_seconds(r, util) + self.driver_s
-                     + offload_time(t.memory, side.memory, self.sc, self.cluster, pf) + reshard)
+            bound = (t.seconds + self.rollout_seconds(r, util) + self.driver_s + t.offload_s + side.offload_s
+                     + reshard)
             out.append(Candidate(bound, next(index), t, side, util, peak))
         return out
 

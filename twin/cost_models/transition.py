@@ -79,39 +79,60 @@ def reshard_lower_bound(tm: TrainMemory, rm: RolloutMemory, method: str, cluster
 def offload_moments(tm: TrainMemory, rm: RolloutMemory, scenario: Scenario, cluster: Cluster,
                     profile: Profile) -> dict[str, float]:
     """Seconds of host<->device copies and cache releases at each moment of the step where they happen."""
+    train = train_offload_moments(tm, scenario, cluster, profile)
+    rollout = rollout_offload_moments(rm, scenario, cluster, profile)
+    return {moment: train.get(moment, 0.0) + rollout.get(moment, 0.0) for moment in OFFLOAD_MOMENTS}
+
+
+OFFLOAD_MOMENTS = ("after_rollout", "ref_onload", "ref_offload", "before_update", "after_update", "before_reshard",
+                   "after_reshard")
+
+
+def _release(profile: Profile, nbytes: float) -> float:
+    """torch's empty_cache returning cached blocks to the device (ascend-hardware.md: 26 GB in about 4 s)."""
+    return nbytes / GB * profile["empty_cache_s_per_gb"]
+
+
+def train_offload_moments(tm: TrainMemory, scenario: Scenario, cluster: Cluster, profile: Profile
+                          ) -> dict[str, float]:
+    """The training side's share of the offload moments: its own state's copies and cache releases."""
     off = tm.lay.offload
     stage = max(range(tm.n_stages), key=tm.weight_bytes)
     # the actor's parameters as it holds them (fp32 under verl's FSDP), the reference model's in bf16
     weights, grads, opt = tm.param_bytes(stage), tm.grads_bytes(stage), tm.optimizer_bytes(stage)
-    rollout_w = rm.weight_bytes if scenario.has("no_sleep_mode") else 0.0
-    released = rm.kv_cache_bytes(rm.lay.gpu_memory_utilization) + rm.weight_bytes
     ref = tm.weight_bytes(stage) if off.param and scenario.workload.use_kl_loss else 0.0
-
-    def copy(nbytes: float) -> float:
-        return host_copy_time(cluster, profile, nbytes)
-
-    def release(nbytes: float) -> float:
-        """torch's empty_cache returning cached blocks to the device (ascend-hardware.md: 26 GB in about 4 s)."""
-        return nbytes / GB * profile["empty_cache_s_per_gb"]
-
     after_update = (grads if off.grad else 0) + (opt if off.optimizer == "offload" else 0)
     before_update = (weights if off.param else 0) + after_update
     # the ref pass and update_actor end with empty_cache (cann-recipes-train megatron_workers: compute_ref_log_prob
     # and update_actor offload, then empty_cache()): it returns what they offloaded and their cached activations
     ref_pass = scenario.workload.use_kl_loss
     return {
-        # the rollout's sleep and the weight sync are worker-group calls of their own
-        "after_rollout": copy(rollout_w) + release(released) + profile["worker_call_s"],
-        "ref_onload": copy(ref),
-        "ref_offload": copy(ref) + (release(ref + tm.log_prob_activation_bytes(stage)) if ref_pass else 0.0),
-        "before_update": copy(before_update),
-        "after_update": copy(after_update) + release(after_update + tm.update_activation_bytes(stage)),
-        "before_reshard": copy(rollout_w) + profile["worker_call_s"],
-        "after_reshard": copy(weights if off.param else 0),
+        "ref_onload": host_copy_time(cluster, profile, ref),
+        "ref_offload": host_copy_time(cluster, profile, ref)
+        + (_release(profile, ref + tm.log_prob_activation_bytes(stage)) if ref_pass else 0.0),
+        "before_update": host_copy_time(cluster, profile, before_update),
+        "after_update": host_copy_time(cluster, profile, after_update)
+        + _release(profile, after_update + tm.update_activation_bytes(stage)),
+        "after_reshard": host_copy_time(cluster, profile, weights if off.param else 0),
+    }
+
+
+def rollout_offload_moments(rm: RolloutMemory, scenario: Scenario, cluster: Cluster, profile: Profile
+                            ) -> dict[str, float]:
+    """The rollout side's share: the engine's weights kept through sleep (no sleep mode) and its released cache;
+    the rollout's sleep and the weight sync are worker-group calls of their own."""
+    rollout_w = rm.weight_bytes if scenario.has("no_sleep_mode") else 0.0
+    released = rm.kv_cache_bytes(rm.lay.gpu_memory_utilization) + rm.weight_bytes
+    return {
+        "after_rollout": host_copy_time(cluster, profile, rollout_w) + _release(profile, released)
+        + profile["worker_call_s"],
+        "before_reshard": host_copy_time(cluster, profile, rollout_w) + profile["worker_call_s"],
     }
 
 
 def offload_time(tm: TrainMemory, rm: RolloutMemory, scenario: Scenario, cluster: Cluster,
                  profile: Profile) -> float:
-    """Host<->device traffic and cache releases around the phases ('offload and other' in the recipes)."""
-    return sum(offload_moments(tm, rm, scenario, cluster, profile).values())
+    """Host<->device traffic and cache releases around the phases ('offload and other' in the recipes): the
+    training side's and the rollout side's shares add (the planner prices each once)."""
+    return (sum(train_offload_moments(tm, scenario, cluster, profile).values())
+            + sum(rollout_offload_moments(rm, scenario, cluster, profile).values()))
