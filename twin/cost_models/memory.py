@@ -398,8 +398,11 @@ def rollout_parts(sc: Scenario, rm: RolloutMemory, reshard_extra: float,
         "log_prob": resident,
         "rollout": _gb(weights=rm.weight_bytes, kv_cache=kv, activations=rm.activation_bytes,
                        overhead=rm.pf["vllm_overhead_gb"] * GB),
-        "transition": _gb(weights=rm.weight_bytes, kv_cache=0 if sc.has("late_kv_cache_init") else kv,
-                          reshard_buffer=reshard_extra),
+        # the KV cache is allocated after the weight sync by the recipes' late init, and by verl where sleep mode
+        # frees memory: it wakes the engine's weights, syncs, offloads the trainer's, then wakes the KV cache
+        # (verl 0.9.1 workers/engine_workers.py rollout_mode, resume tags "weights" then "kv_cache")
+        "transition": _gb(weights=rm.weight_bytes, kv_cache=0 if sc.has("late_kv_cache_init") or sleep_mode_frees
+                          else kv, reshard_buffer=reshard_extra),
     }
 
 

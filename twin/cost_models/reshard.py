@@ -10,7 +10,9 @@ Three methods (DESIGN 4.3):
   Transfers run in chunks of at most one routed expert's largest projection (64 MiB for dense models),
   so a device stages one chunk at a time.
 - `verl_bucketed`, current verl's checkpoint engine: full tensors are exported on every rank (the same
-  traffic as all_gather) and streamed to the rollout in buckets of update_weights_bucket_megabytes.
+  traffic as all_gather) and streamed to the rollout in buckets of update_weights_bucket_megabytes. From a
+  Megatron trainer mbridge exports the routed experts one local expert at a time (gathered over the EP
+  group), so a rank stages EP experts, not the layer's stacked set.
 
 `transfers` yields the exact list; `reshard_stats` aggregates it per device and per link tier without
 listing it. Tensors with the same shape and sharding are held at the same positions of their pipeline
@@ -394,6 +396,19 @@ class _Totals:
                             rounds=self.rounds, transfers=self.count, tier_bytes=ports)
 
 
+def _gather_staging(pl: Placement, t: TensorSpec, method: ReshardMethod) -> int:
+    """Bytes a rank holds at once while a gather method exports `t`: the full tensor (the recipes' all_gather
+    gathers a layer's whole expert set), except under verl's bucketed sync from Megatron, where mbridge's
+    `export_weights` all-gathers one local expert over the EP group at a time (EP experts of the layer), and
+    the tensors are copied into a bucket of VERL_BUCKET_BYTES before the rollout loads them."""
+    if method != "verl_bucketed":
+        return t.nbytes
+    exported = t.nbytes
+    if pl.train.engine == "megatron" and t.shard.ep_dim is not None:
+        exported = t.nbytes // t.num_experts * min(t.num_experts, pl.train.ep)
+    return exported + VERL_BUCKET_BYTES
+
+
 def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod) -> ReshardStats:
     """Aggregate the exact transfer list of `method` per device and per tier, vectorised over devices and over
     the pipeline stages a tensor class occurs in.
@@ -412,7 +427,6 @@ def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod)
     groups = {kind: _groups(sig, size) for kind, sig in pl.rollout_signature.items()} if directed else {}
     everyone = _group(np.arange(pl.devices), size)
     cut_by = _cut_by(pl)
-    staged_gather = VERL_BUCKET_BYTES if method == "verl_bucketed" else 0
     for members in classes.values():
         t = members[0]
         cls = _Class(pl, members, totals.arrays.stage_tiers)
@@ -444,7 +458,7 @@ def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod)
                         totals.from_stages(cls, x, g.dsts, g.stage, own, piece,
                                            step if needs_packing(sub, h.block) else 0)
                         continue
-                    totals.receive(g.dsts, copies, piece, 0, t.nbytes + staged_gather)
+                    totals.receive(g.dsts, copies, piece, 0, _gather_staging(pl, t, method))
                     moving = np.flatnonzero(peer_holds)
                     if moving.size:
                         totals.from_stages(cls, g.local[moving], g.dsts[moving], g.stage[moving], own[moving],

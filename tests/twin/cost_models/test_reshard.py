@@ -26,6 +26,17 @@ def test_c4_extra_memory_is_the_recipes_figure():
     assert gathered.extra_bytes_max == 256 * 58_720_256 == 14 * GIB  # the layer's 256 experts: 14 GiB
 
 
+def test_verl_bucketed_stages_ep_experts_not_the_layer():
+    """mbridge exports one local expert at a time, all-gathered over EP: 4 experts' W1 (235 MB) stage at once,
+    below the largest whole tensor, the lm_head (129,280 x 7168 bf16), which sets the peak with the 2 GiB bucket."""
+    pl = Placement(load_model("deepseek-r1"), *C4, devices=8)
+    v = reshard_stats(pl, Cluster("a3", 4), "verl_bucketed")
+    assert 4 * 58_720_256 < 129_280 * 7168 * 2
+    assert v.extra_bytes_max == 129_280 * 7168 * 2 + 2048 * 2**20 == 4_000_841_728
+    fsdp = Placement(load_model("deepseek-r1"), TrainLayout(engine="fsdp"), C4[1], devices=8)
+    assert reshard_stats(fsdp, Cluster("a3", 4), "verl_bucketed").extra_bytes_max == 14 * GIB + 2048 * 2**20
+
+
 def test_c4_directed_bytes_by_hand():
     """Rank 0 holds stage 0 (layers 0-30) and experts 0-63; as rollout rank 0 it needs every non-expert
     tensor and experts 0-31 of every MoE layer, so it receives stage 1 (layers 31-60, all MoE) only."""
