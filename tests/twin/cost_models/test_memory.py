@@ -3,7 +3,7 @@
 import pytest
 
 from twin.catalog.registry import load_model
-from twin.cost_models.memory import RolloutMemory, TrainMemory
+from twin.cost_models.memory import RolloutMemory, TrainMemory, rollout_parts
 from twin.layout import RolloutLayout, TrainLayout
 from twin.profile import embedded_profile
 from twin.scenario import ClusterRef, Scenario
@@ -61,6 +61,22 @@ def test_kv_cache_is_the_budget_left_by_vllm():
     assert rm.kv_tokens(0.8) == int(expected) // rm.kv_bytes_per_token
     vocab = 151_936 // 2 * 4096  # divisible by 64: vLLM pads nothing
     assert rm.weight_bytes == (36 * LAYER_TP2 + 4096 + 2 * vocab) * 2
+
+
+@pytest.mark.parametrize(("frees", "late_init", "kv_in_transition"),
+                         [(True, False, False), (False, False, True), (False, True, False)])
+def test_the_kv_cache_is_in_the_transition_only_where_nothing_allocates_it_after_the_sync(frees, late_init,
+                                                                                         kv_in_transition):
+    """verl wakes the engine's weights, syncs, then the KV cache, where sleep mode frees memory; the recipes'
+    late KV init allocates it after the sync; else it never left."""
+    sc = Scenario(name="t", model="qwen3-8b", cluster=ClusterRef(kind="a3", cards=8),
+                  optimizations=["late_kv_cache_init"] if late_init else [])
+    rm = RolloutMemory(load_model("qwen3-8b"), RolloutLayout(tp=2, dp=8, max_num_seqs=64,
+                                                             gpu_memory_utilization=0.8), embedded_profile("a3"), 64)
+    parts = rollout_parts(sc, rm, 1e9, frees)
+    assert parts["transition"].kv_cache == (rm.kv_cache_bytes(0.8) / 1e9 if kv_in_transition else 0.0)
+    assert parts["transition"].weights == rm.weight_bytes / 1e9
+    assert parts["rollout"].kv_cache == rm.kv_cache_bytes(0.8) / 1e9
 
 
 def test_graph_pools_come_from_beyond_the_kv_budget():

@@ -35,3 +35,26 @@ def test_forward_only_streams_and_the_slowest_stage_sets_the_pace():
     fwd[1] *= 2
     run = _run(fwd, None, p2p=0.5)
     assert run.seconds == pytest.approx(1 + 0.5 + 10 * 2 + 0.5 + 1)
+
+
+def test_a_repeated_pass_is_replayed_at_its_own_time_with_the_same_run_and_spans():
+    rng = np.random.default_rng(7)
+    fwd, bwd = rng.uniform(1, 2, (4, 9)), rng.uniform(2, 4, (4, 9))
+    env, first, second = simpy.Environment(), Trace(), Trace()
+    lanes = [f"s{i}" for i in range(4)]
+
+    def twice():
+        a = yield env.process(run_pipeline(env, fwd, bwd, 0.1, first, lanes, "t"))
+        yield env.timeout(5.0)
+        b = yield env.process(run_pipeline(env, fwd, bwd, 0.1, second, lanes, "t"))
+        return a, b
+
+    proc = env.process(twice())
+    env.run()
+    a, b = proc.value
+    assert a == b and env.now == pytest.approx(2 * a.seconds + 5.0)
+    assert [(s.lane, s.name, s.dur_s) for s in first.spans] == [(s.lane, s.name, s.dur_s) for s in second.spans]
+    assert [s.start_s + a.seconds + 5.0 for s in first.spans] == pytest.approx([s.start_s for s in second.spans])
+    changed = bwd.copy()
+    changed[2, 3] += 1.0
+    assert _run(fwd, changed, 0.1).seconds > a.seconds  # other inputs are simulated, not replayed
