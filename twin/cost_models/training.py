@@ -220,13 +220,15 @@ class TrainCost:
         """A micro-batch of `tokens` tokens whose sequence lengths square-sum to `tokens_sq` through one stage
         (scalars or numpy arrays). `kind`: the forward or the backward half of a training pass (backward
         includes the recompute), or a forward-only log-prob pass."""
+        cache = self.__dict__.setdefault("_pass_cache", {})
         if np.ndim(tokens) == 0 and np.ndim(tokens_sq) == 0:
-            cache = self.__dict__.setdefault("_pass_cache", {})
             key = (self._signature(stage), float(tokens), float(tokens_sq), kind)
-            if key not in cache:
-                cache[key] = self._microbatch_time(stage, tokens, tokens_sq, kind)
-            return cache[key]
-        return self._microbatch_time(stage, tokens, tokens_sq, kind)
+        else:  # a simulated replica's micro-batches: the stages with the same layers share one evaluation
+            tokens, tokens_sq = np.asarray(tokens, dtype=float), np.asarray(tokens_sq, dtype=float)
+            key = (self._signature(stage), tokens.shape, tokens.tobytes(), tokens_sq.tobytes(), kind)
+        if key not in cache:
+            cache[key] = self._microbatch_time(stage, tokens, tokens_sq, kind)
+        return cache[key]
 
     def _microbatch_time(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike, kind: PassKind) -> PassTime:
         lay, pf = self.lay, self.pf

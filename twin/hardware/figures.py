@@ -92,6 +92,7 @@ class Curve(BaseModel):
         t = self._table
         if isinstance(x, (int, float)):
             return t.at(math.log(max(x, _TINY)))
-        lx = np.log(np.maximum(x, np.finfo(float).tiny))
-        out = np.interp(lx, t.log_x, t.y)
-        return float(out) if np.ndim(out) == 0 else out
+        x = np.asarray(x, dtype=float)
+        if x.ndim == 0:
+            return t.at(math.log(max(float(x), _TINY)))
+        return np.interp(np.log(np.maximum(x, _TINY)), t.log_x, t.y)
