@@ -131,6 +131,17 @@ class TensorTable:
             has_head[:] = has_head | (np.arange(n_stages) == n_stages - 1)
         return StageBytes(weight.astype(np.int64), dense, expert, has_head, layers)
 
+    def rollout_load_work(self) -> tuple[int, int]:
+        """(checkpoint entries, expert-mapping entries scanned) when a rollout engine's load_weights takes the whole
+        model once, as a weight sync hands it over: the routed experts one entry per expert and projection, as
+        checkpoints name them; vLLM matches each name against its expert mapping, three entries per expert (gate,
+        up, down: FusedMoE.make_expert_params_mapping), an expert's entry halfway through it on average, any other
+        entry after all of it (measured: benchmarks/vllm_load_weights_cpu.py)."""
+        expert_entries = int((self.experts * self.chunks)[self.expert].sum())  # fused gate_up: two per expert
+        other_entries = int((~self.expert).sum())
+        mapping = 3 * int(self.experts.max()) if self.expert.any() else 0
+        return expert_entries + other_entries, expert_entries * mapping // 2 + other_entries * mapping
+
     def megatron_parameters(self, grouped_experts: bool) -> np.ndarray:
         """How many Megatron parameters every tensor is: none for a projection fused into another (q/k/v into
         linear_qkv, gate/up into linear_fc1), one otherwise, and for the routed experts two per layer in a grouped

@@ -32,14 +32,23 @@ def reshard_time(stats: ReshardStats, cluster: Cluster, profile: Profile, rm: Ro
     """The one reshard-time formula (closed form, simulation and planner): concurrent flows share each
     device's port on each tier, so the transfer lasts as long as the busiest port (send or receive, any
     tier, ports of different tiers in parallel); plus the fixed cost of its transfer rounds (one chunk per
-    device per all-to-all-v round; one exported tensor per gather), the trainer's export loop and the local
-    copy into the engine."""
+    device per all-to-all-v round; one exported tensor per gather), the trainer's export loop, the local
+    copy into the engine and the engine's host work loading the entries."""
     worst = 0.0
     for tier, per_device in stats.tier_bytes.items():
         busiest = float(per_device.max())
         worst = max(worst, busiest / tier_bandwidth(cluster, profile, tier, busiest))
     return (worst + stats.rounds_max * profile["reshard_round_latency_us"] * 1e-6
-            + export_loop_s(tm, stats.method, profile) + local_copy_s(rm, cluster, profile))
+            + export_loop_s(tm, stats.method, profile) + local_copy_s(rm, cluster, profile)
+            + rollout_load_s(rm, profile))
+
+
+def rollout_load_s(rm: RolloutMemory, profile: Profile) -> float:
+    """The rollout engine's load_weights over every checkpoint entry of the sync, on the host: a fixed cost per
+    entry and the name matching against the expert mapping (the recipes' directed path hands every expert of every
+    projection, most of them empty on a rank; verl's exporters name every expert too)."""
+    entries, scanned = tensor_table(rm.inv).rollout_load_work()
+    return entries * profile["vllm_load_entry_us"] * 1e-6 + scanned * profile["vllm_load_scan_ns"] * 1e-9
 
 
 def export_loop_s(tm: TrainMemory, method: str, profile: Profile) -> float:
@@ -60,10 +69,10 @@ def export_loop_s(tm: TrainMemory, method: str, profile: Profile) -> float:
 def reshard_lower_bound(tm: TrainMemory, rm: RolloutMemory, method: str, cluster: Cluster,
                         profile: Profile) -> float:
     """A lower bound of the reshard time of a layout pair without its transfer list (for the planner's
-    screen): the local copy, plus the transfer rounds every device must take part in. The gathers export
-    every tensor; with the directed method a device receives at least one block of every tensor outside
-    its own pipeline stage, and at least one chunk per chunk-size of what its rollout shard needs beyond
-    the most its training shard can hold."""
+    screen): the local copy and the engine's load, plus the transfer rounds every device must take part in.
+    The gathers export every tensor; with the directed method a device receives at least one block of every
+    tensor outside its own pipeline stage, and at least one chunk per chunk-size of what its rollout shard
+    needs beyond the most its training shard can hold."""
     lat = profile["reshard_round_latency_us"] * 1e-6
     export = export_loop_s(tm, method, profile)
     table = tensor_table(tm.inv)
@@ -73,7 +82,7 @@ def reshard_lower_bound(tm: TrainMemory, rm: RolloutMemory, method: str, cluster
         rounds = max(int(per_stage.sum() - per_stage.max()), math.ceil(missing / chunk_bytes(tm.inv)))
     else:
         rounds = len(table.numel)
-    return local_copy_s(rm, cluster, profile) + rounds * lat + export
+    return local_copy_s(rm, cluster, profile) + rollout_load_s(rm, profile) + rounds * lat + export
 
 
 def offload_moments(tm: TrainMemory, rm: RolloutMemory, scenario: Scenario, cluster: Cluster,

