@@ -8,6 +8,7 @@ same rules as `TensorSpec.shard_bytes` (tests compare the two tensor by tensor).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -131,6 +132,7 @@ class TensorTable:
             has_head[:] = has_head | (np.arange(n_stages) == n_stages - 1)
         return StageBytes(weight.astype(np.int64), dense, expert, has_head, layers)
 
+    @cached_property
     def rollout_load_work(self) -> tuple[int, int]:
         """(checkpoint entries, expert-mapping entries scanned) when a rollout engine's load_weights takes the whole
         model once, as a weight sync hands it over: the routed experts one entry per expert and projection, as

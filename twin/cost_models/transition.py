@@ -47,7 +47,7 @@ def rollout_load_s(rm: RolloutMemory, profile: Profile) -> float:
     """The rollout engine's load_weights over every checkpoint entry of the sync, on the host: a fixed cost per
     entry and the name matching against the expert mapping (the recipes' directed path hands every expert of every
     projection, most of them empty on a rank; verl's exporters name every expert too)."""
-    entries, scanned = tensor_table(rm.inv).rollout_load_work()
+    entries, scanned = tensor_table(rm.inv).rollout_load_work
     return entries * profile["vllm_load_entry_us"] * 1e-6 + scanned * profile["vllm_load_scan_ns"] * 1e-9
 
 

@@ -85,8 +85,8 @@ def test_the_engines_load_counts_every_checkpoint_entry_and_the_expert_mapping_i
     rm, pf = ev.rollout_memory, ev.profile
     expert, other = 58 * 256 * 3, 3 * (7 + 3 + 2) + 58 * (7 + 2 + 2 + 3) + 3
     assert (expert, other) == (44_544, 851)
-    assert tensor_table(rm.inv).rollout_load_work() == (expert + other, expert * 384 + other * 768)
+    assert tensor_table(rm.inv).rollout_load_work == (expert + other, expert * 384 + other * 768)
     assert rollout_load_s(rm, pf) == pytest.approx((expert + other) * pf["vllm_load_entry_us"] * 1e-6
                                                    + (expert * 384 + other * 768) * pf["vllm_load_scan_ns"] * 1e-9)
     dense = Evaluation(load_scenario(SCENARIOS / "c5-qwen25-32b-a3-16dies.yaml")).rollout_memory
-    assert tensor_table(dense.inv).rollout_load_work() == (64 * 12 + 3, 0)
+    assert tensor_table(dense.inv).rollout_load_work == (64 * 12 + 3, 0)
