@@ -141,7 +141,5 @@ def rollout_offload_moments(rm: RolloutMemory, scenario: Scenario, cluster: Clus
 
 def offload_time(tm: TrainMemory, rm: RolloutMemory, scenario: Scenario, cluster: Cluster,
                  profile: Profile) -> float:
-    """Host<->device traffic and cache releases around the phases ('offload and other' in the recipes): the
-    training side's and the rollout side's shares add (the planner prices each once)."""
-    return (sum(train_offload_moments(tm, scenario, cluster, profile).values())
-            + sum(rollout_offload_moments(rm, scenario, cluster, profile).values()))
+    """Host<->device traffic and cache releases around the phases ('offload and other' in the recipes)."""
+    return sum(offload_moments(tm, rm, scenario, cluster, profile).values())
