@@ -20,7 +20,8 @@ C1_GAP = pytest.mark.xfail(strict=True, reason="a3-fit-6: C1 step -1.8 %, update
 GRAPH_GAP = pytest.mark.xfail(strict=True, reason="a3-fit-6: eager/graph rollout throughput 0.54 predicted, 0.39 "
                                                  "measured: eager decode's host cost is too small (2520 kernels a step "
                                                  "counted on vLLM-Ascend's eager path, at 40 us each)")
-# C8's 7B rows are judge cases of the gpu profile (gpu-reference-1, unfitted): the ablation is their ratio.
+# C8's 7B rows are judge cases of the gpu profile (gpu-fit-1, which frees only the eager rollout's host time per
+# kernel; these rows decode in graph mode): the ablation is their ratio.
 
 
 def _sim(name: str, **changes):
@@ -80,7 +81,8 @@ def test_c8_rollout_scales_from_32_to_128_gpus_as_measured():
 
 
 def test_c8_step_scales_from_32_to_128_gpus_as_measured():
-    """The step: measured 356.30 / 790.10 = 0.45, with the reference GPU profile (nothing fitted). It was 0.59 while
+    """The step: measured 356.30 / 790.10 = 0.45, with the GPU profile (none of its fitted values is in these graph-mode
+    runs). It was 0.59 while
     FSDP's data-parallel size ignored Ulysses (4x too little work per GPU at 32 GPUs)."""
     predicted, measured = _c8_scaling(None)
     assert predicted == pytest.approx(measured, rel=0.25)
