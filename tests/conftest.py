@@ -1,8 +1,9 @@
 """Suite-wide hooks for running the tests in parallel (pytest-xdist, the README's `-n 2 --dist loadfile`):
 
-- a test marked `host_alone` times this host, so no other test runs beside it: every test holds a shared lock on
-  the host while it runs (set-up and teardown included, so module fixtures too) and a `host_alone` one an exclusive
-  lock, taken through a gate that stops new tests from starting while it waits;
+- a test marked `host_alone` times this host, or keeps every core of a CI host busy by itself (a verl run, four
+  ranks with both engines: beside another test both would only slow down), so no other test runs beside it: every
+  test holds a shared lock on the host while it runs (set-up and teardown included, so module fixtures too) and a
+  `host_alone` one an exclusive lock, taken through a gate that stops new tests from starting while it waits;
 - `ci_log(text)` puts a test's figures into the run's terminal summary, from whichever process ran the test (xdist's
   workers print nowhere the CI log sees).
 
@@ -28,7 +29,8 @@ _LOCKS = pytest.StashKey[Path]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{HOST_ALONE}: the test times this host; no other test runs beside it")
+    config.addinivalue_line("markers", f"{HOST_ALONE}: the test times this host or keeps its cores busy; no other "
+                                       "test runs beside it")
     if not hasattr(config, "workerinput"):  # the controlling process, before xdist starts its workers
         config.stash[_LOCKS] = Path(tempfile.mkdtemp(prefix="ascend-rl-twin-tests-"))
         os.environ[LOCKS_ENV] = str(config.stash[_LOCKS])

