@@ -51,13 +51,14 @@ def _host(exclusive: bool) -> Iterator[None]:
     with open(locks / "gate", "a") as gate, open(locks / "host", "a") as host:
         fcntl.flock(gate, mode)
         fcntl.flock(host, mode)
-        if not exclusive:
+        if not exclusive:  # past the gate: a waiting host_alone test may close it now
             fcntl.flock(gate, fcntl.LOCK_UN)
         try:
             yield
         finally:
             fcntl.flock(host, fcntl.LOCK_UN)
-            fcntl.flock(gate, fcntl.LOCK_UN)
+            if exclusive:
+                fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 @pytest.hookimpl(wrapper=True)
