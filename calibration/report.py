@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from calibration.errors import CalibrationError
 from calibration.targets import Target, case_targets, target_values
+from twin.disaggregated import is_separate
 from twin.profile import Profile, serves_kind
 from twin.scenario import Scenario
 
@@ -68,6 +69,28 @@ class MemoryRow:
 
 
 @dataclass(frozen=True)
+class SyncRow:
+    """A disaggregated case's measured weight sync against the twin's (twin weight-sync). A measurement below the
+    physical floor (the model's bytes over the fastest link a rollout rank has) cannot be a whole sync: it is shown
+    and left out of the MAPE."""
+
+    case: str
+    group: Group
+    method: str
+    measured_s: float
+    predicted_s: float
+    floor_s: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted_s / self.measured_s - 1
+
+    @property
+    def below_floor(self) -> bool:
+        return self.measured_s < self.floor_s
+
+
+@dataclass(frozen=True)
 class Mape:
     value: float | None  # mean |relative error|; None without a row to average
     rows: int  # rows averaged
@@ -81,6 +104,12 @@ class Report:
     skipped: dict[str, str] = field(default_factory=dict)  # case -> why it has no rows
     cross_validated: CrossValidated | None = None  # leave-one-case-out error of the fitting cases
     memory: list[MemoryRow] = field(default_factory=list)  # published memory peaks against the twin's
+    sync: list[SyncRow] = field(default_factory=list)  # disaggregated weight syncs against the twin's
+
+    def sync_mape(self, group: Group) -> Mape:
+        rows = [r for r in self.sync if r.group == group]
+        kept = [abs(r.error) for r in rows if not r.below_floor]
+        return Mape(sum(kept) / len(kept) if kept else None, len(kept), 0)
 
     def mape(self, group: Group, kind: Kind) -> Mape:
         rows = [r for r in self.rows if r.group == group and r.kind == kind]
@@ -100,6 +129,10 @@ class Report:
             "skipped": self.skipped,
             "memory": [{"case": m.case, "group": m.group, "measured_gb": m.measured_gb, "predicted_gb": m.predicted_gb,
                         "error": m.error} for m in self.memory],
+            "weight_sync": [{"case": r.case, "group": r.group, "method": r.method, "measured_s": r.measured_s,
+                             "predicted_s": r.predicted_s, "floor_s": r.floor_s, "error": r.error,
+                             "below_floor": r.below_floor} for r in self.sync],
+            "weight_sync_mape": {g: vars(self.sync_mape(g)) for g in GROUPS},
             "cross_validation": (self.cross_validated.result.model_dump(mode="json")
                                  if self.cross_validated else None),
             "cross_validation_notes": self.cross_validated.notes if self.cross_validated else [],
@@ -117,17 +150,19 @@ def build_report(profile: Profile, cases: list[Scenario]) -> Report:
     if twice:
         raise CalibrationError(f"case {twice[0]} is given twice")
     skipped: dict[str, str] = {}
-    kept = []
+    kept, separate = [], []
     for sc in cases:
         if sc.measured is not None and not serves_kind(profile, sc.cluster.kind):
             skipped[sc.name] = f"cluster kind {sc.cluster.kind}, the profile's is {profile.cluster_kind}"
         elif sc.measured is not None:
-            kept.append(sc)
+            (separate if is_separate(sc) else kept).append(sc)
+    fitted = set(profile.provenance.cases)
+    sync = [_sync_row(sc, profile, fitted) for sc in separate if "weight_sync" in sc.measured.stages_s]
     try:
         targets = case_targets(kept)
     except ValueError as exc:
         raise CalibrationError(str(exc)) from None
-    if not targets:
+    if not targets and not sync:
         raise CalibrationError(f"none of the {len(cases)} cases has measured step, stage or tokens/s values on "
                                f"cluster kind {profile.cluster_kind}")
     with_rows = {t.case for t in targets}
@@ -138,7 +173,6 @@ def build_report(profile: Profile, cases: list[Scenario]) -> Report:
     needed = with_rows | {t.reference for t in targets if t.reference}
     evs = {sc.name: Evaluation(sc, profile) for sc in kept if sc.name in needed}
     stages = {name: simulate(ev)[0].stages_s for name, ev in evs.items()}
-    fitted = set(profile.provenance.cases)
     rows = [Row(t, "fitted" if t.case in fitted else "held_out", p)
             for t, p in zip(targets, target_values(targets, stages, evs), strict=True)]
     memory = []
@@ -148,4 +182,13 @@ def build_report(profile: Profile, cases: list[Scenario]) -> Report:
             predicted = update_allocated_gb(ev.train_memory, ev.rollout_memory, sleep_frees_memory(sc))
             memory.append(MemoryRow(sc.name, "fitted" if sc.name in fitted else "held_out",
                                     sc.measured.memory_peak_gb * GIB / GB, predicted))
-    return Report(profile, rows, skipped, memory=memory)
+    return Report(profile, rows, skipped, memory=memory, sync=sync)
+
+
+def _sync_row(sc: Scenario, profile: Profile, fitted: set[str]) -> SyncRow:
+    from twin.disaggregated import SyncEvaluation
+
+    ev = SyncEvaluation(sc, profile)
+    assert sc.measured is not None
+    return SyncRow(sc.name, "fitted" if sc.name in fitted else "held_out", ev.method,
+                   sc.measured.stages_s["weight_sync"], ev.time().seconds, ev.floor_s())

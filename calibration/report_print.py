@@ -48,6 +48,8 @@ def print_report(console: Console, report: Report) -> None:
     console.print(summary)
     if report.memory:
         print_memory(console, report)
+    if report.sync:
+        print_sync(console, report)
     if any(r.in_seconds for r in report.rows):
         console.print(SECONDS_NOTE, highlight=False, soft_wrap=True)
     for case, why in report.skipped.items():
@@ -64,6 +66,21 @@ def print_memory(console: Console, report: Report) -> None:
         table.add_row(m.case, GROUP_TITLES[m.group], f"{m.measured_gb:.2f}", f"{m.predicted_gb:.2f}",
                       f"{m.error * 100:+.1f} %")
     console.print(table)
+
+
+def print_sync(console: Console, report: Report) -> None:
+    table = Table(title="weight sync of disaggregated runs (twin weight-sync), s")
+    for col in ("case", "group", "method", "measured", "predicted", "error", "floor"):
+        table.add_column(col, justify="left" if col in ("case", "group", "method") else "right")
+    for r in report.sync:
+        error = f"{r.error * 100:+.1f} %" + (" **" if r.below_floor else "")
+        table.add_row(r.case, GROUP_TITLES[r.group], r.method, f"{r.measured_s:.4g}", f"{r.predicted_s:.4g}", error,
+                      f"{r.floor_s:.3g}")
+    table.caption = "MAPE: " + ", ".join(f"{GROUP_TITLES[g]} {mape_text(report.sync_mape(g))}" for g in GROUPS)
+    console.print(table)
+    if any(r.below_floor for r in report.sync):
+        console.print("** measured below the floor (the model's bytes over the fastest link of a rollout rank): not "
+                      "a whole sync as the twin counts one; left out of the MAPE", highlight=False, soft_wrap=True)
 
 
 def _stage(quantity: str) -> str:

@@ -28,6 +28,9 @@ def check_plan(plan: Plan, path: Path | str) -> None:
     sc = plan.scenario
     if sc.layout is not None and sc.layout != plan.layout:
         raise _refuse(path, "layout", "differs from scenario.layout (the plan's two copies of its layout disagree)")
+    if plan.layout.placement != "colocated":
+        raise _refuse(path, "layout.placement", f"{plan.layout.placement!r}: the executor launches colocated runs "
+                      "(verl's hybrid engine) only")
     try:
         kind = cluster_kind(sc.cluster.kind)
     except TwinError as exc:

@@ -209,6 +209,32 @@ def simulate_cmd(
             console.print(f"wrote {what}: {path}")
 
 
+@app.command("weight-sync")
+def weight_sync_cmd(
+    case: Annotated[str, typer.Argument(help="A scenario YAML whose rollout runs on separate devices "
+                                             "(layout.placement: separate)")],
+    as_json: JsonOpt = False,
+    profile: Annotated[str | None, typer.Option(help="Calibration profile YAML (default: the scenario's, "
+                                                    "else the cluster kind's embedded one)")] = None,
+) -> None:
+    """Predict the weight sync of a disaggregated run (trainer and rollout on devices of their own), per tensor and
+    through verl's checkpoint engine."""
+    from twin.disaggregated import SyncEvaluation
+    from twin.profile import load_profile
+    from twin.report import print_weight_sync
+
+    scenario, base = load_case(case)
+    ev = SyncEvaluation(scenario, load_profile(profile) if profile else None, base_dir=base)
+    times = ev.times()
+    if as_json:
+        _print_json({"scenario": scenario.name, "method": ev.method, "profile": ev.profile.id,
+                     "trainer_devices": ev.layout.trainer_devices(ev.devices), "rollout_devices":
+                     ev.layout.rollout.devices, "weight_sync_s": times[ev.method].seconds,
+                     "methods": {m: vars(t) for m, t in times.items()}})
+        return
+    print_weight_sync(console, ev, times)
+
+
 @app.command("plan")
 def plan_cmd(
     model: Annotated[str | None, typer.Option("--model", "-m", help="Catalog name or config.json path")] = None,
@@ -399,7 +425,10 @@ def _plan_scenario(path: str | None, model: str | None, cards: int | None, clust
         if model is None or cards is None:
             raise TwinError("give --model and --cards, or --scenario")
         return default_scenario(model, cluster or "a3", cards)
+    from twin.disaggregated import refuse_separate
+
     sc, _ = load_case(path)
+    refuse_separate(sc, "a colocated layout search")
     updates: dict[str, object] = {"layout": None}
     if model or cards or cluster:
         updates["model"] = model or sc.model
@@ -412,8 +441,10 @@ def _progress() -> Progress:
     """One progress bar on stderr for every stage of a plan (screening, full evaluations, the front, --explain)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    notes = make_console(stderr=True)
+    # drawn only on a terminal: elsewhere rich ends a bar with an empty line, before a one-line error too
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=make_console(stderr=True), transient=True)
+                    console=notes, transient=True, disable=not notes.is_terminal)
 
 
 def _ticker(bar: Progress, prefix: str = "") -> Callable[[str, int], Callable[[], None]]:

@@ -21,6 +21,7 @@ from twin.cost_models.scheduling import dispatch_seconds, driver_seconds
 from twin.cost_models.stages import train_stage_seconds
 from twin.cost_models.training import TrainCost
 from twin.cost_models.transition import offload_time, reshard_time
+from twin.disaggregated import refuse_separate
 from twin.errors import TwinError
 from twin.layout.engine import as_engine_builds
 from twin.layout.models import Layout
@@ -49,6 +50,7 @@ class Evaluation:
 
     def __init__(self, scenario: Scenario, profile: Profile | None = None, layout: Layout | None = None,
                  base_dir: Path | None = None) -> None:
+        refuse_separate(scenario, "its step")
         self.sc = scenario
         layout = layout or scenario.layout
         if layout is None:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 
 from twin.results import SimulationResult
 from twin.scenario import Measured
+
+if TYPE_CHECKING:
+    from twin.cost_models.weight_sync import SyncTime
+    from twin.disaggregated import SyncEvaluation
 
 
 def _err(pred: float, meas: float | None) -> str:
@@ -58,3 +64,23 @@ def print_result(console: Console, r: SimulationResult, measured: Measured | Non
     console.print(rs)
     for note in r.notes:
         console.print(f"note: {note}")
+
+
+def print_weight_sync(console: Console, ev: SyncEvaluation, times: dict[str, SyncTime]) -> None:
+    """The weight sync of a disaggregated scenario by each method, with the measured value where it has one."""
+    lay, sc = ev.layout, ev.sc
+    console.print(f"[bold]{sc.name}[/]: trainer {lay.train.short()} on {lay.trainer_devices(ev.devices)} devices, "
+                  f"rollout {lay.rollout.short()} on {lay.rollout.devices} others, profile {ev.profile.id}")
+    table = Table(title="Weight sync, trainer -> rollout (disaggregated)")
+    for col in ("method", "predicted s", "measured s", "error", "export s", "broadcast s", "load s", "broadcasts"):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    measured = sc.measured.stages_s.get("weight_sync") if sc.measured else None
+    for method, t in times.items():
+        m = measured if method == ev.method else None
+        name = f"{method} (the scenario's)" if method == ev.method else method
+        table.add_row(name, f"{t.seconds:.2f}", "" if m is None else f"{m:.2f}", _err(t.seconds, m),
+                      f"{t.export_s:.2f}", f"{t.broadcast_s:.2f}", f"{t.load_s:.2f}", f"{t.broadcasts:,}")
+    console.print(table)
+    console.print(f"note: {next(iter(times.values())).tensors:,} HuggingFace tensors per sync; with the checkpoint "
+                  "engine export, broadcast and load overlap bucket by bucket, so its total is less than their sum; "
+                  "the step of a disaggregated run is not modelled")

@@ -200,6 +200,18 @@ class Scenario(BaseModel):
             raise ValueError(f"optimizations {', '.join(repeated)} listed more than once")
         return self
 
+    @model_validator(mode="after")
+    def _separate_measures_its_sync(self) -> Scenario:
+        m = self.measured
+        if self.layout is None or self.layout.placement != "separate" or m is None:
+            return self
+        others = [k for k, v in m.model_dump(exclude={"use", "source", "stages_s"}).items() if v]
+        others += [f"stages_s.{k}" for k in m.stages_s if k != "weight_sync"]
+        if others:
+            raise ValueError(f"a separate placement measures its weight sync only (measured.stages_s.weight_sync), "
+                             f"not {', '.join(others)}: the twin does not model a disaggregated run's step")
+        return self
+
     def has(self, opt: OptimizationId) -> bool:
         return opt in self.optimizations
 

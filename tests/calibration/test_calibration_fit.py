@@ -169,6 +169,16 @@ def test_case_fit_refuses_what_one_case_cannot_identify_and_bound_hits(tmp_path)
     assert [n for n, p in profile["params"].items() if p["fitted"]] == freed
 
 
+def test_a_disaggregated_case_marked_for_fitting_is_refused(tmp_path):
+    text = (ROOT / "scenarios" / "c9-qwen3-30b-a3b-h20-16-16-per-tensor.yaml").read_text()
+    (tmp_path / "c9.yaml").write_text(text.replace("use: judge", "use: fit"))
+    out = _cli("fit", "--cases", "c9.yaml", "--profile", str(ROOT / "twin" / "profiles" / "gpu-reference.yaml"),
+               "-o", "x.yaml", cwd=tmp_path)
+    assert out.returncode == 2 and not (tmp_path / "x.yaml").exists()
+    assert out.stderr.strip() == ("calibration: error: case c9-qwen3-30b-a3b-h20-16-16-per-tensor measures a "
+                                  "disaggregated weight sync, which the fit does not read: mark it `use: judge`")
+
+
 # worker_call_s (0.5 s per call) is under a fifth of a percent of a C1/C3 stage since the Ray dispatch is measured:
 # its direction falls under the identification threshold, so the fixed rollout time stands in for it
 TRUTH = {"gemm_efficiency_scale": 0.8, "rollout_fixed_s": 30.0, "reward_ms_per_response": 2.0}

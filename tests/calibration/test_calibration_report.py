@@ -120,6 +120,26 @@ def test_mape_of_rows():
     assert report.mape("held_out", "stages").value is None
 
 
+def test_disaggregated_weight_syncs_are_rows_of_their_own_and_a_sub_floor_one_is_not_averaged():
+    """The C9 cases under the GPU profile: one row each against `twin weight-sync`'s prediction; the 7B checkpoint-
+    engine sync (0.02 s) is below its floor (15.2 GB over NVLink's 450 GB/s: 0.034 s) and stays out of the MAPE."""
+    from calibration.report import build_report
+    from twin.disaggregated import SyncEvaluation
+
+    profile = embedded_profile("h20")
+    cases = [load_scenario(p) for p in sorted(SCENARIOS.glob("c9-*.yaml"))]
+    report = build_report(profile, cases)
+    assert report.rows == [] and len(report.sync) == 6
+    for row, sc in zip(report.sync, cases, strict=True):
+        assert row.predicted_s == SyncEvaluation(sc, profile).time().seconds
+        assert row.measured_s == sc.measured.stages_s["weight_sync"] and row.group == "held_out"
+    below = [r.case for r in report.sync if r.below_floor]
+    assert below == ["c9-qwen25-math-7b-h20-4-4-checkpoint-engine"]
+    mape = report.sync_mape("held_out")
+    assert mape.rows == 5 and mape.value == pytest.approx(fmean(abs(r.error) for r in report.sync if not r.below_floor))
+    assert report.to_json()["weight_sync_mape"]["held_out"]["rows"] == 5
+
+
 def test_plot_is_a_png(a3_report):
     from matplotlib.image import imread
 

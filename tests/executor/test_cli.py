@@ -158,4 +158,10 @@ def test_flipped_optimization_and_diverging_layout_copies(make_plan) -> None:
     diverged["layout"]["rollout"]["max_num_seqs"] += 1
     with pytest.raises(TwinError, match=r"field 'layout': differs from scenario\.layout"):
         check_plan(Plan.model_validate(diverged), "p.json")
+    separate = json.loads(json.dumps(raw))
+    separate["scenario"].pop("measured", None)  # a separate scenario measures only its weight sync
+    for copy in (separate, separate["scenario"]):
+        copy["layout"]["placement"] = "separate"
+    with pytest.raises(TwinError, match=r"field 'layout\.placement': 'separate': the executor launches colocated"):
+        check_plan(Plan.model_validate(separate), "p.json")
     check_plan(Plan.model_validate(raw), "p.json")  # the unedited plan passes

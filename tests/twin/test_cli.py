@@ -9,7 +9,15 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
+ALL_SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
+
+
+def _separate(path: Path) -> bool:
+    return (yaml.safe_load(path.read_text()).get("layout") or {}).get("placement") == "separate"
+
+
+SCENARIOS = [p for p in ALL_SCENARIOS if not _separate(p)]
+SEPARATE = [p for p in ALL_SCENARIOS if _separate(p)]
 DESIGN_KEYS = {"scenario", "cards", "devices", "step_s", "tps_per_card", "tps_per_device", "stages_s",
                "memory_peak_gb", "memory_peak_gb_max", "hbm_gb", "fits", "memory_gb",
                "kv_cache_bytes_per_token_per_device", "reshard", "profile", "twin_version"}
@@ -50,6 +58,20 @@ def test_simulate_every_scenario(path):
     measured = yaml.safe_load(path.read_text()).get("measured") or {}
     if {"step_s", "stages_s", "tps_per_card", "tps_per_device", "rollout_tps_per_card"} & set(measured):
         assert result["fits"], result["memory_peak_gb"]  # a published run ran: the twin must not call it unfit
+
+
+@pytest.mark.parametrize("path", SEPARATE, ids=[p.stem for p in SEPARATE])
+def test_a_disaggregated_scenario_predicts_its_weight_sync_and_refuses_a_step(path):
+    out = twin("weight-sync", str(path), "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    method = yaml.safe_load(path.read_text())["software"]["weight_sync"]
+    assert result["method"] == method and result["weight_sync_s"] == result["methods"][method]["seconds"] > 0
+    assert result["trainer_devices"] + result["rollout_devices"] == yaml.safe_load(path.read_text())["cluster"]["cards"]
+    for command in (("simulate", str(path)), ("plan", "--scenario", str(path), "-o", "never.json")):
+        refused = twin(*command)
+        assert refused.returncode == 2 and refused.stdout == "" and not Path("never.json").exists()
+        assert refused.stderr.count("\n") == 1 and "`twin weight-sync`" in refused.stderr, refused.stderr
 
 
 def test_plan_writes_a_schema_valid_plan(tmp_path):

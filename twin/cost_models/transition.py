@@ -8,6 +8,7 @@ import numpy as np
 
 from twin.cost_models.comm import host_copy_time, tier_bandwidth
 from twin.cost_models.efficiency import memory_seconds
+from twin.cost_models.export import export_host_s
 from twin.cost_models.memory import GB, RolloutMemory, TrainMemory
 from twin.cost_models.reshard import ReshardStats, chunk_bytes
 from twin.cost_models.static import tensor_table
@@ -20,11 +21,6 @@ def local_copy_s(rm: RolloutMemory, cluster: Cluster, profile: Profile) -> float
     """The rollout engine's weights are their own tensors: every rank copies its rollout shard into them,
     received or already on the device (read and written once)."""
     return float(memory_seconds(cluster.kind, profile, 2.0 * rm.weight_bytes))
-
-
-# torch.distributed's all_gather_object and broadcast_object_list: two collectives each (the pickled sizes, then
-# the padded payload), each read back on the host before the next can start (torch/distributed/distributed_c10d.py)
-HOST_SYNCS_PER_OBJECT_COLLECTIVE = 2
 
 
 def reshard_time(stats: ReshardStats, cluster: Cluster, profile: Profile, rm: RolloutMemory,
@@ -52,18 +48,9 @@ def rollout_load_s(rm: RolloutMemory, profile: Profile) -> float:
 
 
 def export_loop_s(tm: TrainMemory, method: str, profile: Profile) -> float:
-    """The host-synchronised calls of a Megatron trainer's weight export: the exporter walks the whole model's
-    parameters one at a time and, for each, agrees over the PP group on its name and spec with object collectives,
-    whose results the host must read before the next parameter starts. The recipes' directed path moves the
-    parameters of every stage's first min(stage layers) layers, the routed experts excepted, in rounds that all
-    stages run at once (one PP all-to-all per round, calibration-cases.md C4; its name gathered once); the rest, and
-    every parameter under verl's exporter, go one by one. FSDP's export and a single stage run no object
-    collectives (a one-rank group's are local)."""
-    lay = tm.lay
-    if lay.engine != "megatron" or lay.pp == 1:
-        return 0.0
-    objects = tensor_table(tm.inv).export_object_collectives(lay, method == "directed")
-    return objects * HOST_SYNCS_PER_OBJECT_COLLECTIVE * profile["host_sync_collective_ms"] * 1e-3
+    """The host work of the trainer's weight export (twin.cost_models.export): the recipes' directed path or
+    verl's exporter."""
+    return export_host_s(tensor_table(tm.inv), tm.lay, method == "directed", profile)
 
 
 def reshard_lower_bound(tm: TrainMemory, rm: RolloutMemory, method: str, cluster: Cluster,

@@ -153,9 +153,16 @@ class RolloutLayout(BaseModel):
 
 
 class Layout(BaseModel):
-    """A training layout and a rollout layout on the same devices (colocated)."""
+    """A training layout and a rollout layout: on the same devices (`colocated`, verl's hybrid engine), or, with
+    `separate`, the rollout on devices of its own, the last `rollout.devices` of the cluster, and the trainer on the
+    others (verl's fully async and one-step-off policies; the twin models their weight sync, not their step)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     train: TrainLayout
     rollout: RolloutLayout
+    placement: Literal["colocated", "separate"] = "colocated"
+
+    def trainer_devices(self, devices: int) -> int:
+        """Devices the trainer runs on out of the cluster's `devices`."""
+        return devices - self.rollout.devices if self.placement == "separate" else devices

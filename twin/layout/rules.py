@@ -156,8 +156,19 @@ def check_pair(lay: Layout, cfg: ModelConfig, directed_reshard: bool) -> list[La
 
 def check_layout(lay: Layout, cfg: ModelConfig, devices: int, kind: ClusterKind | None = None,
                  directed_reshard: bool = False) -> list[LayoutError]:
+    if lay.placement == "separate":
+        return check_separate(lay, cfg, devices, kind)
     return (check_train(lay.train, cfg, devices, kind) + check_rollout(lay.rollout, cfg, devices, kind)
             + check_pair(lay, cfg, directed_reshard))
+
+
+def check_separate(lay: Layout, cfg: ModelConfig, devices: int, kind: ClusterKind | None = None) -> list[LayoutError]:
+    """A disaggregated pair: the rollout's TP x DP devices and the trainer's rest, each layout on its own."""
+    trainer = lay.trainer_devices(devices)
+    if trainer < 1:
+        return [LayoutError("a separate rollout leaves the trainer devices",
+                            f"rollout TP{lay.rollout.tp} x DP{lay.rollout.dp} = {lay.rollout.devices} of {devices}")]
+    return check_train(lay.train, cfg, trainer, kind) + check_rollout(lay.rollout, cfg, lay.rollout.devices, kind)
 
 
 def validate_layout(lay: Layout, cfg: ModelConfig, devices: int, kind: ClusterKind | None = None,

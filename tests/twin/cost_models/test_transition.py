@@ -61,16 +61,24 @@ def test_c1s_export_loop_counts_the_recipes_host_synchronised_calls():
     assert tensor_table(tm.inv).megatron_parameters(grouped_experts=True).sum() == 906
     assert pf["host_sync_collective_ms"] == 3.0
     assert export_loop_s(tm, "directed", pf) == pytest.approx(918 * 3e-3, rel=1e-12)
-    # verl's exporter (mbridge) takes every parameter one by one, 3 object collectives each: 906 x 3 x 2 calls
-    assert export_loop_s(tm, "verl_bucketed", pf) == pytest.approx(906 * 6 * 3e-3, rel=1e-12)
+    # verl's exporter (mbridge) takes every parameter one by one, 3 object collectives each: 906 x 3 x 2 calls, and
+    # converts the 44,544 expert and 851 other HF tensors it yields at 100 us each
+    assert pf["export_tensor_host_us"] == 100.0
+    assert export_loop_s(tm, "verl_bucketed", pf) == pytest.approx(906 * 6 * 3e-3 + 45_395 * 100e-6, rel=1e-12)
     # megatron-core's grouped experts hold two tensors per expert: 58 x 2 x 255 more parameters
     assert tensor_table(tm.inv).megatron_parameters(grouped_experts=False).sum() == 906 + 58 * 2 * 255
 
 
-def test_one_stage_and_fsdp_exports_run_no_object_collectives():
-    sc = load_scenario(SCENARIOS / "c6-gspo-qwen3-30b-a3b-a3-16dies.yaml")  # Megatron PP1
+def test_a_one_stage_export_makes_its_object_collectives_locally_and_fsdp_none():
+    # Qwen3-30B-A3B under Megatron TP2 EP8 PP1: a layer's 7 parameters (linear_qkv, linear_proj, q and k norms, two
+    # layer norms, the router) and this rank's 16 of 128 experts x 2 (linear_fc1, linear_fc2) = 39; 48 layers, the
+    # embedding, final norm and head: 1,875 parameters x 3 object collectives over a one-rank PP group at 100 us;
+    # and 48 x (9 + 128 x 3) + 3 = 18,867 HF tensors converted at 100 us
+    sc = load_scenario(SCENARIOS / "c6-gspo-qwen3-30b-a3b-a3-16dies.yaml")
     ev = Evaluation(sc, reference_profile("a3"))
-    assert export_loop_s(ev.train_memory, "verl_bucketed", ev.profile) == 0.0
+    assert ev.profile["object_collective_local_us"] == 100.0
+    assert export_loop_s(ev.train_memory, "verl_bucketed", ev.profile) == pytest.approx(
+        1_875 * 3 * 100e-6 + 18_867 * 100e-6, rel=1e-12)
     fsdp = Evaluation(load_scenario(SCENARIOS / "c6-gspo-qwen3-8b-a2-8-fsdp.yaml"))
     assert export_loop_s(fsdp.train_memory, "verl_bucketed", fsdp.profile) == 0.0
 

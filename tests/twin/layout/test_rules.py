@@ -46,6 +46,19 @@ def test_broken_layouts_name_the_rule(layout, devices, rule):
     assert str(info.value).startswith(errs[0].rule)
 
 
+def test_a_separate_rollout_is_checked_on_its_own_devices_and_the_trainer_on_the_rest():
+    cfg, kind = load_config("qwen3-30b-a3b"), cluster_kind("h20")
+    pair = Layout(train=TrainLayout(tp=2, ep=8, etp=1), rollout=RolloutLayout(tp=4, dp=4), placement="separate")
+    assert pair.trainer_devices(32) == 16 and check_layout(pair, cfg, 32, kind) == []
+    # colocated, the same pair breaks the rollout's device count; separate on 20 devices the trainer's 4 (TP2 x DP2)
+    # cannot hold EP8
+    assert {e.rule for e in check_layout(pair.model_copy(update={"placement": "colocated"}), cfg, 32, kind)} >= {
+        "devices = TP x DP (rollout)"}
+    assert any(e.rule.startswith("expert TP x EP divides") for e in check_layout(pair, cfg, 20, kind))
+    whole = pair.model_copy(update={"rollout": RolloutLayout(tp=4, dp=8)})
+    assert [e.rule for e in check_layout(whole, cfg, 32, kind)] == ["a separate rollout leaves the trainer devices"]
+
+
 def test_gqa_rules():
     cfg = load_config("qwen3-8b")  # 32 heads, 8 KV heads
     kind = cluster_kind("a2")

@@ -1,0 +1,92 @@
+"""The weight sync of a disaggregated run (twin/cost_models/weight_sync.py), with hand-derived numbers."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from twin.cost_models.comm import collective_time
+from twin.cost_models.export import hf_tensor_count
+from twin.cost_models.static import tensor_table
+from twin.cost_models.weight_sync import CHECKPOINT_BUCKET_BYTES, _buckets, double_buffered, load_call_s, sync_tensors
+from twin.disaggregated import SyncEvaluation
+from twin.errors import TwinError
+from twin.evaluate import Evaluation
+from twin.profile import reference_profile
+from twin.scenario import load_scenario
+
+SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
+C9_30B = SCENARIOS / "c9-qwen3-30b-a3b-h20-16-16-checkpoint-engine.yaml"
+C9_7B = SCENARIOS / "c9-qwen25-math-7b-h20-4-4-per-tensor.yaml"
+
+
+def test_the_double_buffered_pipeline_is_bound_by_its_slowest_stage():
+    # equal stages: the first bucket passes all three (3 s), each other adds one stage time
+    assert double_buffered(np.ones(3), np.ones(3), np.ones(3)) == 5.0
+    # broadcast-bound: the first fill, four broadcasts back to back, the last load: 1 + 4 x 3 + 1
+    assert double_buffered(np.ones(4), np.full(4, 3.0), np.ones(4)) == 14.0
+    # load-bound with two receive buffers: bucket k's broadcast waits for bucket k-2's load: 1 + 1 + 4 x 3
+    assert double_buffered(np.ones(4), np.ones(4), np.full(4, 3.0)) == 14.0
+    assert double_buffered(np.zeros(0), np.zeros(0), np.zeros(0)) == 0.0
+
+
+def test_buckets_fill_in_order_and_a_big_tensor_takes_one_of_its_own():
+    gib = 2**30
+    assert 2 * gib == CHECKPOINT_BUCKET_BYTES  # verl's update_weights_bucket_megabytes: 2048
+    assert _buckets(np.array([gib, gib, gib, 3 * gib, 1.0])).tolist() == [0, 0, 1, 2, 3]
+
+
+def test_qwen25_7b_yields_339_tensors_and_its_load_call_costs_the_call_alone():
+    # 28 layers of q, k, v (weights and biases), o, gate, up, down and two norms = 12; the embedding, final norm, head
+    ev = SyncEvaluation(load_scenario(C9_7B), reference_profile("h20"))
+    table = tensor_table(ev.inv)
+    assert hf_tensor_count(table) == 28 * 12 + 3 == 339
+    assert load_call_s(table, ev.profile) == pytest.approx(300e-6, rel=1e-12)  # a dense model maps no experts
+
+
+def test_qwen3_30b_syncs_18867_tensors_in_29_buckets_broadcast_from_trainer_rank_0():
+    ev = SyncEvaluation(load_scenario(C9_30B), reference_profile("h20"))
+    table = tensor_table(ev.inv)
+    # 48 layers of 9 non-expert tensors and 128 experts x 3 projections; the embedding, final norm, head
+    assert hf_tensor_count(table) == 48 * (9 + 128 * 3) + 3 == 18_867
+    # a call also rebuilds the expert mapping of 3 x 128 entries: 300 us + 384 x 1.5 us
+    assert load_call_s(table, ev.profile) == pytest.approx(300e-6 + 384 * 1.5e-6, rel=1e-12)
+    ts = sync_tensors(table, ev.layout.train, 16, ev.cluster, ev.profile)
+    total = float(ts.nbytes.sum())
+    assert total == pytest.approx(float((table.numel * table.dtype_bytes).sum()), rel=1e-12)  # every byte once
+    t = ev.time("checkpoint_engine")
+    assert (t.tensors, t.broadcasts) == (18_867, 29)  # 61.1 GB in 2 GiB buckets: 28.4, packed tensor by tensor
+    # each bucket goes from trainer rank 0, alone of the group on its node, to the 16 rollout ranks on the next two
+    # nodes: over IB (the receiving nodes' NVLink legs ride inside NCCL's pipelined broadcast)
+    buckets = np.bincount(_buckets(ts.nbytes), weights=ts.nbytes)
+    group = [0, *range(16, 32)]
+    assert t.broadcast_s == pytest.approx(sum(collective_time(ev.cluster, ev.profile, group, "broadcast", b)
+                                              for b in buckets), rel=1e-12)
+    assert [u.tier for u in ev.cluster.tiers(group)] == ["ib"]
+
+
+def test_per_tensor_sync_is_bound_by_one_load_call_per_tensor_on_an_moe_model():
+    ev = SyncEvaluation(load_scenario(SCENARIOS / "c9-qwen3-30b-a3b-h20-16-16-per-tensor.yaml"),
+                        reference_profile("h20"))
+    t = ev.time()
+    # every one of the 18,867 entries: 63 us + its expert-mapping scan (an expert's halfway through the 384
+    # entries, 192 x 100 ns; the 435 others all of it) + the call, 876 us
+    expected_load = 18_867 * (63e-6 + 876e-6) + (18_432 * 192 + 435 * 384) * 100e-9
+    assert t.load_s == pytest.approx(expected_load, rel=1e-9)
+    assert t.broadcasts == t.tensors == 18_867
+    assert t.seconds > t.load_s and t.seconds > ev.time("checkpoint_engine").seconds
+
+
+def test_the_floor_is_the_models_bytes_over_the_fastest_link():
+    ev = SyncEvaluation(load_scenario(SCENARIOS / "c9-qwen25-math-7b-h20-4-4-checkpoint-engine.yaml"),
+                        reference_profile("h20"))
+    nbytes = float((tensor_table(ev.inv).numel * 2).sum())
+    assert ev.floor_s() == pytest.approx(nbytes / 450e9, rel=1e-12)  # H20 NVLink, per direction
+    assert ev.sc.measured.stages_s["weight_sync"] < ev.floor_s()  # C9's 0.02 s: below it
+
+
+def test_a_colocated_scenario_has_no_disaggregated_sync_and_a_separate_one_no_step():
+    with pytest.raises(TwinError, match="colocated"):
+        SyncEvaluation(load_scenario(SCENARIOS / "c1-dsr1-a3-128.yaml"))
+    with pytest.raises(TwinError, match="twin weight-sync"):
+        Evaluation(load_scenario(C9_30B))

@@ -1,0 +1,23 @@
+"""Scenario rules that tie fields together (twin/scenario.py)."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from twin.scenario import Scenario
+
+C9 = Path(__file__).resolve().parents[2] / "scenarios" / "c9-qwen3-30b-a3b-h20-16-16-per-tensor.yaml"
+
+
+def test_a_separate_placement_measures_its_weight_sync_only():
+    raw = yaml.safe_load(C9.read_text())
+    assert Scenario.model_validate(raw).layout.placement == "separate"
+    for extra, named in (({"step_s": 100.0}, "step_s"), ({"stages_s": {"weight_sync": 15.76, "rollout": 9.0}},
+                                                           "stages_s.rollout")):
+        bad = {**raw, "measured": {**raw["measured"], **extra}}
+        with pytest.raises(ValidationError, match=f"not {named}"):
+            Scenario.model_validate(bad)
+    colocated = {**raw, "layout": {**raw["layout"], "placement": "colocated"}}
+    assert Scenario.model_validate(colocated).layout.placement == "colocated"  # validated as a layout later

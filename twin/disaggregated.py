@@ -1,0 +1,68 @@
+"""A scenario whose rollout runs on devices of its own (`layout.placement: separate`): what the twin predicts of
+it, its weight sync (twin.cost_models.weight_sync), by both methods, the scenario's own first."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from twin.catalog.registry import load_model
+from twin.cost_models.static import tensor_table
+from twin.cost_models.weight_sync import SYNC_METHODS, SyncTime, sync_time
+from twin.errors import TwinError
+from twin.layout.models import Layout
+from twin.layout.rules import validate_layout
+from twin.profile import Profile, resolve_profile
+from twin.scenario import Scenario
+from twin.topology.clusters import cluster_kind
+from twin.topology.routing import Cluster, sized_cluster
+
+DEFAULT_SYNC = "checkpoint_engine"  # verl >= 0.7, which the profiles were fitted on (0.9.1)
+
+
+def is_separate(scenario: Scenario) -> bool:
+    return scenario.layout is not None and scenario.layout.placement == "separate"
+
+
+def refuse_separate(scenario: Scenario, what: str) -> None:
+    """A clear refusal of `what` (a step prediction, a layout search) for a disaggregated scenario."""
+    if is_separate(scenario):
+        raise TwinError(f"scenario {scenario.name} runs its rollout on separate devices: the twin models the weight "
+                        f"sync of a disaggregated run (`twin weight-sync`), not {what}")
+
+
+class SyncEvaluation:
+    """The weight sync of one disaggregated scenario under a profile."""
+
+    def __init__(self, scenario: Scenario, profile: Profile | None = None, base_dir: Path | None = None) -> None:
+        if not is_separate(scenario):
+            raise TwinError(f"scenario {scenario.name} is colocated (layout.placement): its weight sync is the "
+                            "reshard stage of `twin simulate`")
+        self.sc = scenario
+        self.layout: Layout = scenario.layout  # type: ignore[assignment]
+        self.kind = cluster_kind(scenario.cluster.kind, base_dir)
+        self.inv = load_model(scenario.model)
+        self.devices = scenario.cluster.cards * self.kind.devices_per_card
+        validate_layout(self.layout, self.inv.config, self.devices, self.kind)
+        self.profile = profile or resolve_profile(scenario.profile, self.kind.profile_kind, base_dir)
+        self.method = scenario.software.weight_sync or DEFAULT_SYNC
+
+    @cached_property
+    def cluster(self) -> Cluster:
+        return sized_cluster(self.kind, self.sc.cluster.cards)
+
+    def time(self, method: str | None = None) -> SyncTime:
+        return sync_time(tensor_table(self.inv), self.layout.train, self.layout.trainer_devices(self.devices),
+                         self.layout.rollout, self.cluster, self.profile, method or self.method)
+
+    def floor_s(self) -> float:
+        """No sync of the whole model is faster than its bytes over the fastest link the sync's ranks have (each
+        rollout rank receives every tensor whole)."""
+        table = tensor_table(self.inv)
+        nbytes = float((table.numel * table.dtype_bytes).sum())
+        fastest = max(use.bandwidth_gbs for use in self.cluster.tiers(list(range(self.devices)))) * 1e9
+        return nbytes / fastest
+
+    def times(self) -> dict[str, SyncTime]:
+        """Both methods, the scenario's first."""
+        return {m: self.time(m) for m in sorted(SYNC_METHODS, key=lambda m: m != self.method)}
