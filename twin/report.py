@@ -84,3 +84,5 @@ def print_weight_sync(console: Console, ev: SyncEvaluation, times: dict[str, Syn
     console.print(f"note: {next(iter(times.values())).tensors:,} HuggingFace tensors per sync; with the checkpoint "
                   "engine export, broadcast and load overlap bucket by bucket, so its total is less than their sum; "
                   "the step of a disaggregated run is not modelled")
+    console.print(f"band: none: profile {ev.profile.id} was fitted on no disaggregated weight sync (`calibration "
+                  "report` prints the error on the published ones)")
