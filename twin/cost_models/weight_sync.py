@@ -86,8 +86,10 @@ def _gather_seconds(table: TensorTable, lay: TrainLayout, devices: int, cluster:
     """Per tensor row, the device gathers trainer rank 0 takes part in to export the whole row."""
     row_bytes = (table.numel * table.dtype_bytes).astype(np.float64)
     if lay.engine == "fsdp":
+        # verl's FSDP actor holds its parameters in fp32 (twin.cost_models.memory TrainMemory.param_bytes): each
+        # one's full_tensor() gathers 4 bytes an element over every trainer rank
         ranks = list(range(devices))
-        return np.array([collective_time(cluster, profile, ranks, "all_gather", b) for b in row_bytes])
+        return np.array([collective_time(cluster, profile, ranks, "all_gather", 4.0 * n) for n in table.numel])
     out = np.zeros(len(row_bytes))
     walks = walked_parameters(table, lay)
     tp_group = list(range(lay.tp))

@@ -90,3 +90,17 @@ def test_a_colocated_scenario_has_no_disaggregated_sync_and_a_separate_one_no_st
         SyncEvaluation(load_scenario(SCENARIOS / "c1-dsr1-a3-128.yaml"))
     with pytest.raises(TwinError, match="twin weight-sync"):
         Evaluation(load_scenario(C9_30B))
+
+
+def test_an_fsdp_trainer_gathers_each_fp32_parameter_over_all_its_ranks():
+    from twin.cost_models.weight_sync import _gather_seconds
+    from twin.layout.models import TrainLayout
+
+    sc = load_scenario(C9_7B)
+    fsdp = sc.model_copy(update={"layout": sc.layout.model_copy(update={"train": TrainLayout(engine="fsdp")})})
+    ev = SyncEvaluation(fsdp, reference_profile("h20"))
+    table = tensor_table(ev.inv)
+    gathers = _gather_seconds(table, ev.layout.train, 4, ev.cluster, ev.profile)
+    expected = [collective_time(ev.cluster, ev.profile, [0, 1, 2, 3], "all_gather", 4.0 * n) for n in table.numel]
+    assert gathers.tolist() == pytest.approx(expected, rel=1e-12)
+    assert ev.time().export_s == pytest.approx(gathers.sum(), rel=1e-12)  # no object collectives, no conversion
