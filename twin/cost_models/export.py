@@ -55,8 +55,8 @@ def object_collective_s(lay: TrainLayout, profile: Profile) -> float:
 
 
 def hf_tensor_count(table: TensorTable) -> int:
-    """HuggingFace tensors the model's export yields (a routed-expert row: one per expert and projection)."""
-    return int(np.where(table.expert, table.experts * table.chunks, 1).sum())
+    """HuggingFace tensors the model's export yields: its checkpoint entries."""
+    return int(table.entries_per_row.sum())
 
 
 def export_host_s(table: TensorTable, lay: TrainLayout, recipe_path: bool, profile: Profile) -> float:

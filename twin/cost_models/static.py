@@ -133,16 +133,28 @@ class TensorTable:
         return StageBytes(weight.astype(np.int64), dense, expert, has_head, layers)
 
     @cached_property
+    def expert_mapping(self) -> int:
+        """Entries of vLLM's expert mapping: three per expert (gate, up, down: FusedMoE.make_expert_params_mapping);
+        none for a dense model."""
+        return 3 * int(self.experts.max()) if self.expert.any() else 0
+
+    @cached_property
+    def entries_per_row(self) -> np.ndarray:
+        """Checkpoint entries of every row: a routed-expert row one per expert and projection, as checkpoints name
+        them (fused gate_up: two per expert), any other row one."""
+        return np.where(self.expert, self.experts * self.chunks, 1)
+
+    @cached_property
+    def scanned_per_entry(self) -> np.ndarray:
+        """Expert-mapping entries vLLM matches one checkpoint entry of every row against: an expert's entry halfway
+        through the mapping on average, any other entry after all of it (benchmarks/vllm_load_weights_cpu.py)."""
+        return np.where(self.expert, self.expert_mapping // 2, self.expert_mapping)
+
+    @cached_property
     def rollout_load_work(self) -> tuple[int, int]:
         """(checkpoint entries, expert-mapping entries scanned) when a rollout engine's load_weights takes the whole
-        model once, as a weight sync hands it over: the routed experts one entry per expert and projection, as
-        checkpoints name them; vLLM matches each name against its expert mapping, three entries per expert (gate,
-        up, down: FusedMoE.make_expert_params_mapping), an expert's entry halfway through it on average, any other
-        entry after all of it (measured: benchmarks/vllm_load_weights_cpu.py)."""
-        expert_entries = int((self.experts * self.chunks)[self.expert].sum())  # fused gate_up: two per expert
-        other_entries = int((~self.expert).sum())
-        mapping = 3 * int(self.experts.max()) if self.expert.any() else 0
-        return expert_entries + other_entries, expert_entries * mapping // 2 + other_entries * mapping
+        model once, as a weight sync hands it over."""
+        return int(self.entries_per_row.sum()), int((self.entries_per_row * self.scanned_per_entry).sum())
 
     def megatron_parameters(self, grouped_experts: bool) -> np.ndarray:
         """How many Megatron parameters every tensor is: none for a projection fused into another (q/k/v into

@@ -64,21 +64,14 @@ class SyncTime:
 def sync_tensors(table: TensorTable, train: TrainLayout, trainer_devices: int, cluster: Cluster,
                  profile: Profile) -> SyncTensors:
     """Every HuggingFace tensor of one export (trainer ranks 0..trainer_devices-1 of `cluster`)."""
-    per_row = np.where(table.expert, table.experts * table.chunks, 1)
+    per_row = table.entries_per_row
     row_bytes = (table.numel * table.dtype_bytes).astype(np.float64)
     tensor_bytes = row_bytes / per_row
     gathers = _gather_seconds(table, train, trainer_devices, cluster, profile)  # per row, the whole row
     host = export_host_s(table, train, False, profile) / hf_tensor_count(table)
     rows = np.repeat(np.arange(len(per_row)), per_row)
-    load = profile["vllm_load_entry_us"] * 1e-6 + _scanned_entries(table) * profile["vllm_load_scan_ns"] * 1e-9
+    load = profile["vllm_load_entry_us"] * 1e-6 + table.scanned_per_entry * profile["vllm_load_scan_ns"] * 1e-9
     return SyncTensors(nbytes=tensor_bytes[rows], export_s=(gathers / per_row)[rows] + host, load_s=load[rows])
-
-
-def _scanned_entries(table: TensorTable) -> np.ndarray:
-    """Expert-mapping entries a load scans per entry of each row: an expert's entry halfway through the mapping,
-    any other after all of it (twin.cost_models.static rollout_load_work)."""
-    mapping = 3 * int(table.experts.max()) if table.expert.any() else 0
-    return np.where(table.expert, mapping // 2, mapping).astype(np.float64)
 
 
 def _gather_seconds(table: TensorTable, lay: TrainLayout, devices: int, cluster: Cluster,
@@ -148,8 +141,7 @@ def sync_time(table: TensorTable, train: TrainLayout, trainer_devices: int, roll
 def load_call_s(table: TensorTable, profile: Profile) -> float:
     """The fixed host cost of one load_weights call: the call, and in an MoE model the expert mapping it rebuilds
     (three entries per expert: FusedMoE.make_expert_params_mapping)."""
-    mapping = 3 * int(table.experts.max()) if table.expert.any() else 0
-    return profile["vllm_load_call_us"] * 1e-6 + mapping * profile["vllm_load_call_mapping_ns"] * 1e-9
+    return profile["vllm_load_call_us"] * 1e-6 + table.expert_mapping * profile["vllm_load_call_mapping_ns"] * 1e-9
 
 
 def _broadcast(cluster: Cluster, profile: Profile, group: list[int], nbytes: float) -> float:
