@@ -158,6 +158,8 @@ def build_report(profile: Profile, cases: list[Scenario]) -> Report:
             (separate if is_separate(sc) else kept).append(sc)
     fitted = set(profile.provenance.cases)
     sync = [_sync_row(sc, profile, fitted) for sc in separate if "weight_sync" in sc.measured.stages_s]
+    skipped.update({sc.name: "a disaggregated run without a measured weight sync" for sc in separate
+                    if "weight_sync" not in sc.measured.stages_s})
     try:
         targets = case_targets(kept)
     except ValueError as exc:
