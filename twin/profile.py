@@ -155,6 +155,15 @@ def serves_kind(profile: Profile, kind: str) -> bool:
     return kind == profile.cluster_kind or EMBEDDED.get(kind, "").removesuffix(".yaml") == profile.cluster_kind
 
 
+def require_serves(profile: Profile, kind: str) -> Profile:
+    """`profile`, refused in one line if it is not meant for clusters of `kind` (its parameters are another
+    hardware's)."""
+    if not serves_kind(profile, kind):
+        raise TwinError(f"profile {profile.id} is for cluster kind {profile.cluster_kind}, not {kind}: give a profile "
+                        f"for {kind} or none (the kind's embedded one)")
+    return profile
+
+
 @lru_cache(maxsize=16)
 def embedded_profile(kind: str) -> Profile:
     """The default profile shipped for a cluster kind."""

@@ -4,6 +4,7 @@ profile frees no more than its recorded fit could identify and leaves no freed v
 from __future__ import annotations
 
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +86,26 @@ def test_with_values_marks_only_what_moved():
     assert not child.params[MEMORY].fitted
     assert child.params[GROUPED].fitted and child[GROUPED] == 0.5
     assert child.parent == base.id
+
+
+def test_a_profile_of_another_cluster_kind_is_refused_in_one_line():
+    import subprocess
+    import sys
+
+    from twin.disaggregated import SyncEvaluation
+    from twin.errors import TwinError
+    from twin.evaluate import Evaluation
+    from twin.profile import embedded_profile
+    from twin.scenario import load_scenario
+
+    scenarios = Path(__file__).resolve().parents[2] / "scenarios"
+    a3 = embedded_profile("a3")
+    with pytest.raises(TwinError, match="profile a3-fit-7 is for cluster kind a3, not h20"):
+        Evaluation(load_scenario(scenarios / "c8-grpo-dsv3-h20-96.yaml"), a3)
+    with pytest.raises(TwinError, match="not h20"):
+        SyncEvaluation(load_scenario(scenarios / "c9-qwen3-30b-a3b-h20-16-16-per-tensor.yaml"), a3)
+    out = subprocess.run([sys.executable, "-m", "twin", "simulate", str(scenarios / "c8-grpo-dsv3-h20-96.yaml"),
+                          "--profile", str(Path(__file__).resolve().parents[2] / "twin" / "profiles" / "a3.yaml")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1
+    assert out.stderr.startswith("twin: error: profile a3-fit-7 is for cluster kind a3, not h20")
