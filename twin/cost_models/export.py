@@ -14,25 +14,17 @@ once (calibration-cases.md C4), the rest one by one. FSDP's export makes no obje
 
 from __future__ import annotations
 
-import numpy as np
-
-from twin.cost_models.static import VERL_OBJECT_COLLECTIVES_PER_PARAM, TensorTable
+from twin.cost_models.static import TensorTable
 from twin.layout.models import TrainLayout
 from twin.profile import Profile
 
+# mbridge's export_weights (verl 0.9's Megatron weight sync) per parameter: broadcast_str_from_megatron_pp (an
+# all_gather_object, then a broadcast_object_list) and broadcast_from_megatron_pp (an all_gather_object of the
+# tensor's spec) over the PP group (mbridge/core/util.py)
+VERL_OBJECT_COLLECTIVES_PER_PARAM = 3
 # torch.distributed's all_gather_object and broadcast_object_list: two collectives each (the pickled sizes, then
 # the padded payload), each read back on the host before the next can start (torch/distributed/distributed_c10d.py)
 HOST_SYNCS_PER_OBJECT_COLLECTIVE = 2
-
-
-def walked_parameters(table: TensorTable, lay: TrainLayout) -> np.ndarray:
-    """Per tensor row, the Megatron parameters one rank's export walks: every stage's (their names are gathered
-    over the PP group), of the routed experts only this rank's expert partition (grouped experts: the layer's two
-    tensors), none for a projection fused into another."""
-    params = table.megatron_parameters(lay.moe_tp_extend_ep).astype(np.float64)
-    if lay.moe_tp_extend_ep:
-        return params
-    return np.where(table.expert, params / lay.expert_partition, params)
 
 
 def object_collectives(table: TensorTable, lay: TrainLayout, recipe_path: bool) -> float:
@@ -40,10 +32,10 @@ def object_collectives(table: TensorTable, lay: TrainLayout, recipe_path: bool) 
     if lay.engine != "megatron":
         return 0.0
     if not recipe_path:
-        return float(walked_parameters(table, lay).sum()) * VERL_OBJECT_COLLECTIVES_PER_PARAM
+        return float(table.walked_parameters(lay).sum()) * VERL_OBJECT_COLLECTIVES_PER_PARAM
     if lay.pp == 1:
         return 0.0  # one stage: the recipe generator's PP exchange is not read for PP 1, and none is counted
-    return table.export_object_collectives(lay, True)
+    return table.recipe_object_collectives(lay)
 
 
 def object_collective_s(lay: TrainLayout, profile: Profile) -> float:

@@ -16,10 +16,6 @@ from twin.catalog.inventory import Inventory
 from twin.cost_models.placement import TRAIN_VOCAB_MULTIPLE, VLLM_VOCAB_MULTIPLE
 from twin.layout.models import RolloutLayout, TrainLayout
 
-# mbridge's export_weights (verl 0.9's Megatron weight sync) per parameter: broadcast_str_from_megatron_pp (an
-# all_gather_object, then a broadcast_object_list) and broadcast_from_megatron_pp (an all_gather_object of the
-# tensor's spec) over the PP group (mbridge/core/util.py)
-VERL_OBJECT_COLLECTIVES_PER_PARAM = 3
 # the recipes' per-parameter path (cann-recipes-train verl_patches per_tensor_generator): the name and the tensor
 # spec, one all_gather_object each; a parameter of the PP all-to-all path gathers its name only
 RECIPE_OBJECT_COLLECTIVES_PER_PARAM = 2
@@ -70,6 +66,7 @@ class TensorTable:
         self._rollout_memo: dict[tuple[int, int, bool], tuple[int, int, int]] = {}
         self._stage_of_memo: dict[tuple, np.ndarray] = {}
         self._export_memo: dict[tuple, float] = {}
+        self._walked_memo: dict[tuple, np.ndarray] = {}
 
     def _split_numel(self, tp: int, vocab_multiple: int, mask: np.ndarray) -> np.ndarray:
         """Elements per rank of the tensors in `mask` under `tp`-way TP (padding included for vocab)."""
@@ -164,19 +161,30 @@ class TensorTable:
         per_expert = 1 if grouped_experts else self.experts
         return np.where(self.fused_in_megatron, 0, np.where(self.expert, per_expert, 1))
 
-    def export_object_collectives(self, lay: TrainLayout, recipe_path: bool) -> float:
-        """Object collectives of one Megatron weight export over the PP group (twin.cost_models.transition
-        export_loop_s), once per pipeline split and expert layout."""
-        key = (lay.pp, tuple(lay.stage_layers(self.inv.config.num_layers)), lay.moe_tp_extend_ep, recipe_path)
+    def walked_parameters(self, lay: TrainLayout) -> np.ndarray:
+        """Per row, the Megatron parameters one rank's verl export walks (mbridge's export_weights): every stage's
+        (their names are gathered over the PP group), of the routed experts only this rank's expert partition
+        (grouped experts: the layer's two tensors), none for a projection fused into another. Read-only, once per
+        expert layout."""
+        key = ("walked", lay.moe_tp_extend_ep, 1 if lay.moe_tp_extend_ep else lay.expert_partition)
+        hit = self._walked_memo.get(key)
+        if hit is None:
+            params = self.megatron_parameters(lay.moe_tp_extend_ep).astype(np.float64)
+            hit = params if lay.moe_tp_extend_ep else np.where(self.expert, params / lay.expert_partition, params)
+            hit.setflags(write=False)
+            self._walked_memo[key] = hit
+        return hit
+
+    def recipe_object_collectives(self, lay: TrainLayout) -> float:
+        """Object collectives over the PP group of the recipes' directed export (twin.cost_models.export), once per
+        pipeline split and expert layout."""
+        key = (lay.pp, tuple(lay.stage_layers(self.inv.config.num_layers)), lay.moe_tp_extend_ep)
         hit = self._export_memo.get(key)
         if hit is None:
             params = self.megatron_parameters(lay.moe_tp_extend_ep)
-            if recipe_path:
-                batched = np.where(self.first_layers_of_stage(lay) & ~self.expert, params, 0)
-                rounds = np.bincount(self.stage_of(lay), weights=batched, minlength=lay.pp)
-                hit = float((params.sum() - rounds.sum()) * RECIPE_OBJECT_COLLECTIVES_PER_PARAM + rounds.max())
-            else:
-                hit = float(params.sum() * VERL_OBJECT_COLLECTIVES_PER_PARAM)
+            batched = np.where(self.first_layers_of_stage(lay) & ~self.expert, params, 0)
+            rounds = np.bincount(self.stage_of(lay), weights=batched, minlength=lay.pp)
+            hit = float((params.sum() - rounds.sum()) * RECIPE_OBJECT_COLLECTIVES_PER_PARAM + rounds.max())
             self._export_memo[key] = hit
         return hit
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from twin.cost_models.comm import collective_time
-from twin.cost_models.export import export_host_s, hf_tensor_count, walked_parameters
+from twin.cost_models.export import export_host_s, hf_tensor_count
 from twin.cost_models.static import TensorTable
 from twin.layout.models import RolloutLayout, TrainLayout
 from twin.profile import Profile
@@ -84,7 +84,7 @@ def _gather_seconds(table: TensorTable, lay: TrainLayout, devices: int, cluster:
         ranks = list(range(devices))
         return np.array([collective_time(cluster, profile, ranks, "all_gather", 4.0 * n) for n in table.numel])
     out = np.zeros(len(row_bytes))
-    walks = walked_parameters(table, lay)
+    walks = table.walked_parameters(lay)
     tp_group = list(range(lay.tp))
     ep_group = [k * lay.expert_tp for k in range(lay.expert_partition)]
     etp_group = list(range(lay.expert_tp))
