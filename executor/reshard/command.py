@@ -61,7 +61,8 @@ def check_reshard(
     engine_check: Annotated[bool, typer.Option(
         help="also measure the rollout side with vLLM loading the weights as a checkpoint (cpu, where vLLM is "
              "installed; about a minute)")] = True,
-    timeout: Annotated[float, typer.Option(min=1, help="seconds before the ranks are stopped")] = TIMEOUT_S,
+    timeout: Annotated[float, typer.Option(
+        min=1, help="seconds before the ranks are stopped, and again before vLLM's probe is")] = TIMEOUT_S,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object on stdout")] = False,
 ) -> None:
     """Run the weight reshard of PLAN.json for real on local processes; compare with the twin's prediction."""
@@ -151,12 +152,12 @@ def _check(plan_path: Path, world: int | None, method: str, model_config: Path |
                               "rollout": layout.rollout.model_dump(exclude_none=True),
                               "train_short": layout.train.short(), "rollout_short": layout.rollout.short()},
                   "methods": results, "ok": all(r["equal_to_twin"] and r["bit_exact"] for r in results.values())}
-        _engine_figures(report, pl, ckpt, engines, train_why, records)
+        _engine_figures(report, pl, ckpt, engines, train_why, records, timeout)
     return report
 
 
 def _engine_figures(report: dict[str, Any], pl: Any, ckpt: Path | None, why: str | None, train_why: str | None,
-                    records: list[dict[str, Any]]) -> None:
+                    records: list[dict[str, Any]], timeout: float) -> None:
     """Add the engines' own count of both sides (or say why a count is the twin's)."""
     from executor.reshard.engine_check import EngineUnavailable, measure_with_vllm
     from executor.reshard.megatron_source import RECORD, train_version
@@ -179,7 +180,7 @@ def _engine_figures(report: dict[str, Any], pl: Any, ckpt: Path | None, why: str
                  for r in train_records] or None
         try:
             report["engine"] = measure_with_vllm(report["model_config"], pl, ckpt, [int(x) for x in st.received],
-                                                 train)
+                                                 train, timeout)
         except EngineUnavailable as exc:
             why = str(exc)
     if why is not None:

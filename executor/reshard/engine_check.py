@@ -22,6 +22,7 @@ parallelism over whole TP groups). GQA and MLA (DeepSeek-V2/V3) models alike.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -36,7 +37,7 @@ from twin.catalog.inventory import Block, block_intersection, block_numel
 from twin.cost_models.placement import Placement
 
 ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
-PROBE_TIMEOUT_S = 600
+PROBE_TIMEOUT_S = 600.0  # vLLM's load and probe of a check's checkpoint, unless the caller says
 MAX_DP_ENGINES = 2  # vLLM engine processes one probe starts (each with TP workers): a CPU-time bound
 
 
@@ -83,13 +84,15 @@ def vllm_refusal(config: dict[str, Any], pl: Placement) -> str | None:
 
 
 def measure_with_vllm(config: dict[str, Any], pl: Placement, checkpoint: Path, received_twin: list[int],
-                      train: list[dict[str, list[Block]]] | None = None) -> dict[str, Any]:
+                      train: list[dict[str, list[Block]]] | None = None,
+                      timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
     """The engine-side figures per rollout rank; raises EngineUnavailable with the reason.
 
     vLLM loads `checkpoint` as one rollout instance (TP ranks, or with expert parallelism EP / TP data-parallel
     engines of TP ranks) once: every instance holds the same, so rank d holds what instance rank d % its size
     holds. `train`, per rank, the HF blocks the training engine holds
     (Megatron's, executor/reshard/megatron_source.py); None: the placement's rule for the training engine.
+    The probe is stopped, with everything it started, after `timeout_s`.
     """
     why = vllm_refusal(config, pl)
     if why:
@@ -98,25 +101,30 @@ def measure_with_vllm(config: dict[str, Any], pl: Placement, checkpoint: Path, r
         out = Path(tmp) / "probe.json"
         code, tail = _run_probe([sys.executable, "-m", "executor.reshard.vllm_probe", str(checkpoint),
                                  str(pl.rollout.tp), pl.inv.config.dtype, str(out), str(int(pl.rollout.ep > 1)),
-                                 str(pl.rollout.instance_size // pl.rollout.tp)])
+                                 str(pl.rollout.instance_size // pl.rollout.tp), str(timeout_s)], timeout_s)
         if code != 0 or not out.is_file():
             raise EngineUnavailable(f"vLLM did not load the checkpoint (exit {code}): {tail}")
         probes = json.loads(out.read_text())
     return _figures(pl, probes, received_twin, train)
 
 
-def _run_probe(command: list[str]) -> tuple[int | None, str]:
-    """Run the probe in its own process group; on timeout stop the whole group (vLLM's engine and workers)."""
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          start_new_session=True) as proc:
+def _run_probe(command: list[str], timeout_s: float) -> tuple[int | None, str]:
+    """Run the probe in its own process group, its output to a file: a pipe would stay open, and this wait go on,
+    while any process the probe left behind (a vLLM engine core or worker of a data-parallel engine still shutting
+    down) holds it. Whatever of the group is alive once the probe has exited, or at the timeout, is killed."""
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
-            output, _ = proc.communicate(timeout=PROBE_TIMEOUT_S)
+            code: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            code = None
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            return None, f"timed out after {PROBE_TIMEOUT_S} s"
-    lines = [line for line in output.strip().splitlines() if line.strip()]
-    return proc.returncode, lines[-1] if lines else "no output"
+        proc.wait()
+        log.seek(0)
+        lines = [line for line in log.read().strip().splitlines() if line.strip()]
+    tail = lines[-1] if lines else "no output"
+    return code, tail if code is not None else f"timed out after {timeout_s:g} s (last output: {tail})"
 
 
 def _same_region(twin: list[Block], block: Block) -> bool:

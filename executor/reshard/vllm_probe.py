@@ -1,5 +1,5 @@
 """What a vLLM rollout asks for, measured from vLLM: `python -m executor.reshard.vllm_probe DIR TP DTYPE OUT.json
-[EXPERT_PARALLEL [DP]]`.
+[EXPERT_PARALLEL [DP [TIMEOUT_S]]]`.
 
 vLLM loads the HuggingFace checkpoint in DIR directly (tensor parallel over TP local processes, on CPU, in
 the checkpoint's DTYPE: vLLM's "auto" would not keep float32 on CPU; with EXPERT_PARALLEL 1, expert
@@ -29,6 +29,7 @@ so the workers' linear and expert weights stay readable after loading.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -41,7 +42,7 @@ from executor.reshard.experts import fuse_tensors
 from executor.reshard.vllm_blocks import block_aware_update_weights, block_name, derived_weights, module_blocks
 
 ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
-PROBE_TIMEOUT_S = 600
+PROBE_TIMEOUT_S = 600.0  # for the data-parallel engines' reports, unless TIMEOUT_S says
 
 
 def probe(model: Any, model_config: Any) -> dict[str, Any]:
@@ -149,8 +150,10 @@ def main() -> None:
     ckpt_dir, tp, dtype, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
     expert_parallel = len(sys.argv) > 5 and sys.argv[5] == "1"
     dp = int(sys.argv[6]) if len(sys.argv) > 6 else 1
+    timeout_s = float(sys.argv[7]) if len(sys.argv) > 7 else PROBE_TIMEOUT_S
     os.environ.update({**ENV, "EXECUTOR_PROBE_CKPT": ckpt_dir})
-    ranks = _instance(ckpt_dir, tp, dtype, expert_parallel) if dp == 1 else _data_parallel(ckpt_dir, tp, dtype, dp)
+    ranks = (_instance(ckpt_dir, tp, dtype, expert_parallel) if dp == 1
+             else _data_parallel(ckpt_dir, tp, dtype, dp, timeout_s))
     out.write_text(json.dumps(sorted(ranks, key=lambda r: r["rank"])))
 
 
@@ -172,13 +175,17 @@ def _instance(ckpt_dir: str, tp: int, dtype: str, expert_parallel: bool, dp_rank
     return ranks
 
 
-def _data_parallel(ckpt_dir: str, tp: int, dtype: str, dp: int) -> list[dict[str, Any]]:
+def _data_parallel(ckpt_dir: str, tp: int, dtype: str, dp: int, timeout_s: float) -> list[dict[str, Any]]:
     """One vLLM instance of `dp` data-parallel engines of `tp` workers with expert parallelism over all dp x tp of
     them: vLLM's offline data parallelism runs one process per engine, told its place by VLLM_DP_* variables
     (vllm/config/parallel.py, ParallelConfig.__post_init__; `LLM(data_parallel_size=...)` itself is refused,
-    vllm/entrypoints/llm.py)."""
+    vllm/entrypoints/llm.py). An engine that dies without reporting fails the probe at once (its peer would wait
+    for it in their data-parallel group); once all have reported, an engine still shutting down is stopped with
+    everything it started (psutil)."""
     import multiprocessing
+    import queue
     import socket
+    import time
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -188,19 +195,42 @@ def _data_parallel(ckpt_dir: str, tp: int, dtype: str, dp: int) -> list[dict[str
     procs = [ctx.Process(target=_engine, args=(ckpt_dir, tp, dtype, dp, r, port, results)) for r in range(dp)]
     for proc in procs:
         proc.start()
-    ranks = []
+    ranks: list[dict[str, Any]] = []
+    deadline, reported = time.monotonic() + timeout_s, 0
     try:
-        for _ in range(dp):
-            kind, body = results.get(timeout=PROBE_TIMEOUT_S)
+        while reported < dp:
+            gone = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode is not None]
+            try:  # an engine that exited has flushed its report: read it before counting the engine as lost
+                kind, body = results.get(timeout=2.0 if len(gone) > reported else 0.5)
+            except queue.Empty:
+                if len(gone) > reported:  # more engines gone than reports: one died without a word
+                    raise RuntimeError(f"a data-parallel engine exited without reporting (engine, status: "
+                                       f"{gone})") from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the data-parallel engines did not report within {timeout_s:g} s") from None
+                continue
             if kind == "error":
                 raise RuntimeError(body)
             ranks += body
+            reported += 1
     finally:
-        for proc in procs:
-            proc.join(timeout=60)
-            if proc.is_alive():
-                proc.kill()
+        _stop_engines(procs)
     return ranks
+
+
+def _stop_engines(procs: list[Any]) -> None:
+    """Give each engine process a few seconds to end, then kill it and whatever it started."""
+    import psutil
+
+    for proc in procs:
+        proc.join(timeout=10)
+        if proc.is_alive():
+            with contextlib.suppress(psutil.Error):
+                tree = psutil.Process(proc.pid)
+                for p in [*tree.children(recursive=True), tree]:
+                    with contextlib.suppress(psutil.Error):
+                        p.kill()
+            proc.join()
 
 
 def _engine(ckpt_dir: str, tp: int, dtype: str, dp: int, dp_rank: int, port: int, results: Any) -> None:

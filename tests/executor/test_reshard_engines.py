@@ -241,7 +241,7 @@ def _check_reshard(make_plan, tmp_path: Path, model: str, layout: Layout, *optio
     (tmp_path / "s.yaml").write_text(scenario.dump_yaml())
     proc = subprocess.run([sys.executable, "-c", "from executor.cli import main\nmain()", "check-reshard",
                            str(make_plan(tmp_path / "s.yaml")), "--world", "4", "--method", "directed", "--json",
-                           *options], capture_output=True, text=True, cwd=REPO, timeout=400)
+                           "--timeout", "300", *options], capture_output=True, text=True, cwd=REPO, timeout=700)
     assert proc.returncode == returncode, proc.stderr[-2000:]
     return json.loads(proc.stdout)
 
