@@ -1,13 +1,15 @@
 """Suite-wide hooks for running the tests in parallel (pytest-xdist, the README's `-n 2 --dist loadfile`):
 
-- a test marked `host_alone` times this host, or keeps every core of a CI host busy by itself (a verl run, four
-  ranks with both engines: beside another test both would only slow down), so no other test runs beside it: every
-  test holds a shared lock on the host while it runs (set-up and teardown included, so module fixtures too) and a
-  `host_alone` one an exclusive lock, taken through a gate that stops new tests from starting while it waits;
+- a test marked `host_alone` times this host, so no other test runs beside it: every test holds a shared lock on
+  the host while it runs (set-up and teardown included, so module fixtures too) and a `host_alone` one an exclusive
+  lock, taken through a gate that stops new tests from starting while it waits;
+- a test marked `engines` runs real engines (a verl run, four ranks with both engines) that keep most of a CI host
+  busy: it may run beside short tests, which fill the cores it leaves idle, but never beside another `engines` test
+  (two of them side by side each took 2-2.5x as long); it takes the `engines` lock before the host's;
 - `ci_log(text)` puts a test's figures into the run's terminal summary, from whichever process ran the test (xdist's
   workers print nowhere the CI log sees).
 
-Without xdist the lock is uncontended and the summary is the same.
+Without xdist the locks are uncontended and the summary is the same.
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ import pytest
 
 LOCKS_ENV = "ASCEND_RL_TWIN_TEST_LOCKS"  # the directory of the run's host locks, made by the controlling process
 HOST_ALONE = "host_alone"
+ENGINES = "engines"
 CI_LOG = "ci_log"
 _LOCKS = pytest.StashKey[Path]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{HOST_ALONE}: the test times this host or keeps its cores busy; no other "
-                                       "test runs beside it")
+    config.addinivalue_line("markers", f"{HOST_ALONE}: the test times this host; no other test runs beside it")
+    config.addinivalue_line("markers", f"{ENGINES}: the test runs real engines; no other {ENGINES} test runs beside it")
     if not hasattr(config, "workerinput"):  # the controlling process, before xdist starts its workers
         config.stash[_LOCKS] = Path(tempfile.mkdtemp(prefix="ascend-rl-twin-tests-"))
         os.environ[LOCKS_ENV] = str(config.stash[_LOCKS])
@@ -61,9 +64,24 @@ def _host(exclusive: bool) -> Iterator[None]:
                 fcntl.flock(gate, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def _engines_turn(needed: bool) -> Iterator[None]:
+    """Hold the `engines` lock (exclusively) when `needed`; waiting for it holds nothing else."""
+    if not needed:
+        yield
+        return
+    with open(Path(os.environ[LOCKS_ENV]) / ENGINES, "a") as turn:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(turn, fcntl.LOCK_UN)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
-    with _host(exclusive=item.get_closest_marker(HOST_ALONE) is not None):
+    with _engines_turn(item.get_closest_marker(ENGINES) is not None), \
+            _host(exclusive=item.get_closest_marker(HOST_ALONE) is not None):
         return (yield)
 
 

