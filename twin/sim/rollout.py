@@ -68,16 +68,16 @@ class _Ranks:
                 take = 1  # a sequence longer than the cache still runs alone (vLLM would preempt and retry)
             self.admitted[r] += take
 
-    def window(self, max_seqs: int) -> int:
-        """Engine steps until the next event: a prefill to run, a sequence to admit, or one to finish."""
+    def window(self) -> int:
+        """Engine steps until the next event, right after `admit`: a prefill to run, or a sequence to finish.
+        `admit` has just taken every queued sequence that fits; one still waiting beside a free slot waits for KV
+        room, and slots and room only come free when a sequence finishes (admission reserves its full length), so
+        no admission can come before the next finish."""
         admitted = self.index < self.admitted[:, None]
         pending = self.cum_prompt[np.arange(len(self.admitted)), self.admitted] - self.prefilled
         if (pending > 0).any():
             return 1
         running = admitted & (self.generated < self.target)
-        waiting = self.admitted < self.prompt.shape[1]
-        if (waiting & (running.sum(axis=1) < max_seqs)).any():
-            return 1
         left = np.where(running, self.target - self.generated, np.iinfo(np.int64).max)
         return int(max(1, left.min()))
 
@@ -138,12 +138,13 @@ def simulate_rollout(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.rand
         if done_inst.all():
             break
         state.admit(ro.max_num_seqs, kv_tokens)
-        k = state.window(ro.max_num_seqs)
+        k = state.window()
         batch, context, tokens, prompt_ctx = state.step(ro.max_num_batched_tokens, k)
         # contexts grow by one token per step inside the window: evaluate every step of it at once
         ctx = context[:, None] + np.arange(k)[None, :]
         step = rc.decode_step(batch[:, None], ctx)
-        prefill = rc.prefill_compute_s(tokens, prompt_ctx)[:, None]
+        # most windows prefill nothing: skip the cost model there (it would return exact zeros)
+        prefill = rc.prefill_compute_s(tokens, prompt_ctx)[:, None] if tokens.any() else np.zeros((len(tokens), 1))
         rank_time = np.broadcast_to(step.total + prefill, (len(batch), k))
         per_step = rank_time.reshape(instances, group, k)
         inst_time = per_step.max(axis=1).sum(axis=1) * ~done_inst
