@@ -29,14 +29,23 @@ def reshard_time(stats: ReshardStats, cluster: Cluster, profile: Profile, rm: Ro
     device's port on each tier, so the transfer lasts as long as the busiest port (send or receive, any
     tier, ports of different tiers in parallel); plus the fixed cost of its transfer rounds (one chunk per
     device per all-to-all-v round; one exported tensor per gather), the trainer's export loop, the local
-    copy into the engine and the engine's host work loading the entries."""
+    copy into the engine, verl's hand-over of the entries to the engine and the engine's host work loading them."""
     worst = 0.0
     for tier, per_device in stats.tier_bytes.items():
         busiest = float(per_device.max())
         worst = max(worst, busiest / tier_bandwidth(cluster, profile, tier, busiest))
     return (worst + stats.rounds_max * profile["reshard_round_latency_us"] * 1e-6
             + export_loop_s(tm, stats.method, profile) + local_copy_s(rm, cluster, profile)
-            + rollout_load_s(rm, profile))
+            + handover_s(rm, profile) + rollout_load_s(rm, profile))
+
+
+def handover_s(rm: RolloutMemory, profile: Profile) -> float:
+    """verl's colocated hand-over of the synced weights to the rollout engine on the same device (its ServerAdapter
+    sends them through BucketedWeightSender to the vLLM worker's BucketedWeightReceiver: a ZMQ socket pair and one
+    IPC or shared-memory bucket): a fixed cost per sync and host work per entry handed over, the same entries the
+    engine then loads (benchmarks/verl_weight_handover_cpu.py)."""
+    entries, _ = tensor_table(rm.inv).rollout_load_work
+    return profile["weight_handover_sync_ms"] * 1e-3 + entries * profile["weight_handover_entry_us"] * 1e-6
 
 
 def rollout_load_s(rm: RolloutMemory, profile: Profile) -> float:
