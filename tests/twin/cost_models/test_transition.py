@@ -7,7 +7,7 @@ import pytest
 from twin.catalog.registry import load_config
 from twin.cost_models.comm import host_copy_time
 from twin.cost_models.static import tensor_table
-from twin.cost_models.transition import export_loop_s, offload_moments, rollout_load_s
+from twin.cost_models.transition import export_loop_s, handover_s, offload_moments, rollout_load_s
 from twin.evaluate import Evaluation
 from twin.profile import reference_profile
 from twin.scenario import load_scenario
@@ -98,3 +98,14 @@ def test_the_engines_load_counts_every_checkpoint_entry_and_the_expert_mapping_i
                                                    + (expert * 384 + other * 768) * pf["vllm_load_scan_ns"] * 1e-9)
     dense = Evaluation(load_scenario(SCENARIOS / "c5-qwen25-32b-a3-16dies.yaml")).rollout_memory
     assert tensor_table(dense.inv).rollout_load_work == (64 * 12 + 3, 0)
+
+
+def test_verls_hand_over_costs_its_sync_and_every_entry_the_engine_loads():
+    """DeepSeek-R1's 45,395 entries (44,544 expert, 851 other: the test above) go through verl's bucketed hand-over
+    at the measured 65 us each (benchmarks/verl_weight_handover_cpu.py), plus 2 ms a sync: 2.953 s; the tiny CPU model's
+    27 entries (2 layers of 12, the embedding, the final norm and the head) 3.755 ms."""
+    ev = Evaluation(load_scenario(SCENARIOS / "c1-dsr1-a3-128.yaml"))
+    assert (ev.profile["weight_handover_sync_ms"], ev.profile["weight_handover_entry_us"]) == (2.0, 65.0)
+    assert handover_s(ev.rollout_memory, ev.profile) == pytest.approx(2e-3 + 45_395 * 65e-6, rel=1e-12)
+    cpu = Evaluation(load_scenario(SCENARIOS / "cpu-tiny-grpo.yaml"))
+    assert handover_s(cpu.rollout_memory, cpu.profile) == pytest.approx(2e-3 + 27 * 65e-6, rel=1e-12)
