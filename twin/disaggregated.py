@@ -12,7 +12,7 @@ from twin.cost_models.weight_sync import SYNC_METHODS, SyncTime, sync_time
 from twin.errors import TwinError
 from twin.layout.models import Layout
 from twin.layout.rules import validate_layout
-from twin.profile import Profile, require_serves, resolve_profile
+from twin.profile import Profile, profile_for_kind
 from twin.scenario import Scenario
 from twin.topology.clusters import cluster_kind
 from twin.topology.routing import Cluster, sized_cluster
@@ -44,8 +44,7 @@ class SyncEvaluation:
         self.inv = load_model(scenario.model)
         self.devices = scenario.cluster.cards * self.kind.devices_per_card
         validate_layout(self.layout, self.inv.config, self.devices, self.kind)
-        self.profile = require_serves(profile or resolve_profile(scenario.profile, self.kind.profile_kind, base_dir),
-                                      self.kind.profile_kind)
+        self.profile = profile_for_kind(profile, scenario.profile, self.kind.profile_kind, base_dir)
         self.method = scenario.software.weight_sync or DEFAULT_SYNC
 
     @cached_property

@@ -26,7 +26,7 @@ from twin.errors import TwinError
 from twin.layout.engine import as_engine_builds
 from twin.layout.models import Layout
 from twin.layout.rules import validate_layout
-from twin.profile import Profile, require_serves, resolve_profile
+from twin.profile import Profile, profile_for_kind
 from twin.results import ReshardFigures, ReshardResult, SimulationResult
 from twin.scenario import Scenario
 from twin.topology.clusters import cluster_kind
@@ -60,8 +60,7 @@ class Evaluation:
         self.layout = layout = as_engine_builds(layout, self.inv.config, self.kind.rollout_engine)
         self.devices = scenario.cluster.cards * self.kind.devices_per_card
         validate_layout(layout, self.inv.config, self.devices, self.kind, scenario.has("directed_reshard"))
-        self.profile = require_serves(profile or resolve_profile(scenario.profile, self.kind.profile_kind, base_dir),
-                                      self.kind.profile_kind)
+        self.profile = profile_for_kind(profile, scenario.profile, self.kind.profile_kind, base_dir)
         self.method = reshard_method(scenario)
 
     @cached_property

@@ -41,7 +41,7 @@ from twin.layout.models import Layout, Offload, Recompute, RolloutLayout, TrainL
 from twin.layout.rules import check_pair
 from twin.optimizations import RECIPE_OPTIMIZATIONS
 from twin.plan import Plan, PlanOptimization, Risk, SearchSummary
-from twin.profile import Profile, require_serves, resolve_profile
+from twin.profile import Profile, profile_for_kind
 from twin.results import MemoryBreakdown, SimulationResult
 from twin.scenario import ClusterRef, Scenario, Workload
 from twin.topology.clusters import ClusterKind, cluster_kind
@@ -140,8 +140,7 @@ class Planner:
         self.cfg: ModelConfig = load_config(scenario.model)
         self.inv = load_model(self.cfg)
         self.devices = scenario.cluster.cards * self.kind.devices_per_card
-        self.profile = require_serves(profile or resolve_profile(scenario.profile, self.kind.profile_kind, base_dir),
-                                      self.kind.profile_kind)
+        self.profile = profile_for_kind(profile, scenario.profile, self.kind.profile_kind, base_dir)
         self.cluster = Cluster(self.kind, scenario.cluster.cards)
         self.hbm_gb = self.kind.device_spec.hbm_gb.value
         self.rejected: Counter[str] = Counter()

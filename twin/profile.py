@@ -155,9 +155,10 @@ def serves_kind(profile: Profile, kind: str) -> bool:
     return kind == profile.cluster_kind or EMBEDDED.get(kind, "").removesuffix(".yaml") == profile.cluster_kind
 
 
-def require_serves(profile: Profile, kind: str) -> Profile:
-    """`profile`, refused in one line if it is not meant for clusters of `kind` (its parameters are another
-    hardware's)."""
+def profile_for_kind(given: Profile | None, ref: str | None, kind: str, base_dir: Path | None = None) -> Profile:
+    """The profile an evaluation of a `kind` cluster runs on: `given`, else the scenario's `ref` (resolve_profile);
+    refused in one line if it is not meant for clusters of `kind` (its parameters are another hardware's)."""
+    profile = given or resolve_profile(ref, kind, base_dir)
     if not serves_kind(profile, kind):
         raise TwinError(f"profile {profile.id} is for cluster kind {profile.cluster_kind}, not {kind}: give a profile "
                         f"for {kind} or none (the kind's embedded one)")

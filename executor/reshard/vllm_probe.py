@@ -38,6 +38,7 @@ from typing import Any
 
 from executor.cpu.vllm_compat import MLA_BACKEND
 from executor.reshard.blocks import as_bytes
+from executor.reshard.engine_check import PROBE_TIMEOUT_S
 from executor.reshard.experts import fuse_tensors
 from executor.reshard.vllm_blocks import block_aware_update_weights, block_name, derived_weights, module_blocks
 
@@ -45,7 +46,6 @@ from executor.reshard.vllm_blocks import block_aware_update_weights, block_name,
 # nothing, so the core's own process buys nothing; about 15 s less per check on a 2-core host)
 ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
        "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-PROBE_TIMEOUT_S = 600.0  # for the data-parallel engines' reports, unless TIMEOUT_S says
 
 
 def probe(model: Any, model_config: Any) -> dict[str, Any]:

@@ -166,7 +166,7 @@ class TensorTable:
         (their names are gathered over the PP group), of the routed experts only this rank's expert partition
         (grouped experts: the layer's two tensors), none for a projection fused into another. Read-only, once per
         expert layout."""
-        key = ("walked", lay.moe_tp_extend_ep, 1 if lay.moe_tp_extend_ep else lay.expert_partition)
+        key = (lay.moe_tp_extend_ep, 1 if lay.moe_tp_extend_ep else lay.expert_partition)
         hit = self._walked_memo.get(key)
         if hit is None:
             params = self.megatron_parameters(lay.moe_tp_extend_ep).astype(np.float64)
