@@ -198,15 +198,17 @@ def _engine_figures(report: dict[str, Any], pl: Any, ckpt: Path | None, why: str
 
 
 def _compare(method: str, ranks: list[dict[str, Any]], st: Any) -> dict[str, Any]:
-    """Each rank's record with the twin's figures beside it, and whether all of them agree. The twin's rounds
-    are chunks received for `directed` (compared), but tensors exported for the gathers (a step count of
-    verl's per-tensor export, not a transfer this code measures)."""
+    """Each rank's record with the twin's figures beside it, and whether all of them agree. For `directed` the
+    twin's rounds are compared twice: the chunks each rank received, and the all-to-all-v calls every rank made
+    (the busiest sender's or receiver's chunks); for the gathers they are tensors exported (a step count of verl's
+    per-tensor export, not a transfer this code measures)."""
     for r in ranks:
         k = r["rank"]
         r["twin"] = {"sent_bytes": int(st.sent[k]), "received_bytes": int(st.received[k]),
                      "staging_peak_bytes": int(st.extra_bytes[k])}
         if method == "directed":
             r["twin"]["receive_rounds"] = int(st.rounds[k])
+            r["twin"]["rounds"] = st.collective_rounds
         r["equal_to_twin"] = all(r[key] == value for key, value in r["twin"].items())
     return {"ranks": ranks, "equal_to_twin": all(r["equal_to_twin"] for r in ranks),
             "bit_exact": all(r["bit_exact"] for r in ranks),
@@ -233,8 +235,8 @@ def _print(report: dict[str, Any]) -> None:
             table.add_column(col, justify="right")
         for r in res["ranks"]:
             table.add_row(str(r["rank"]), *(_cell(r, k) for k in ("sent_bytes", "received_bytes", "staging_peak_bytes",
-                                                                    "receive_rounds")),
-                          str(r["rounds"]), f"{r['seconds']:.3f}",
+                                                                    "receive_rounds", "rounds")),
+                          f"{r['seconds']:.3f}",
                           "yes" if r["bit_exact"] else f"NO: {', '.join(r['mismatched'])}")
         out.print(table)
         verdict = "equal the twin's" if res["equal_to_twin"] else "DIFFER from the twin's"

@@ -84,8 +84,11 @@ def test_moe_reshard_is_bit_exact_and_moves_the_twins_bytes(make_plan, tmp_path:
         assert [r["received_bytes"] for r in ranks] == st.received.tolist()
         assert [r["sent_bytes"] for r in ranks] == st.sent.tolist()
         assert [r["staging_peak_bytes"] for r in ranks] == st.extra_bytes.tolist()
-        if method == "directed":  # one chunk per round: as many receive rounds as the twin counts chunks
+        if method == "directed":  # one chunk per round: as many receive rounds as the twin counts chunks, and as
+            # many all-to-all-v calls on every rank as the busiest sender or receiver has chunks
             assert [r["receive_rounds"] for r in ranks] == st.rounds.tolist()
+            assert [r["rounds"] for r in ranks] == [st.collective_rounds] * 8
+            assert all(r["equal_to_twin"] for r in ranks)
         assert min(r["seconds"] for r in ranks) > 0
         peaks[method] = max(r["staging_peak_bytes"] for r in ranks)
         totals[method] = sum(r["received_bytes"] for r in ranks)

@@ -92,11 +92,22 @@ def collective_time(cluster: Cluster, profile: Profile, ranks: Sequence[int], op
     for reduce_scatter and each rank's total send volume for the all-to-alls (all_to_all, ep_dispatch,
     ep_combine).
     """
-    uses = cluster.tiers(ranks)
+    return _over(cluster.tiers(ranks), cluster, profile, op, nbytes, len(set(ranks)))
+
+
+def world_round_s(cluster: Cluster, profile: Profile, op: Collective) -> float:
+    """The fixed cost of one near-empty `op` over every device of the cluster (a transfer round of the weight
+    reshard, which runs on the default process group)."""
+    return _over(cluster.world_tiers, cluster, profile, op, 1.0, cluster.devices)
+
+
+def _over(uses: Sequence[TierUse], cluster: Cluster, profile: Profile, op: Collective, nbytes: float,
+          group: int) -> float:
+    """`op` over a group of `group` ranks that crosses the tiers `uses` (see collective_time)."""
     if not uses:
         return 0.0
     if op in ALL_TO_ALL:
-        return _all_to_all_time(uses, cluster, profile, op, nbytes, len(set(ranks)))
+        return _all_to_all_time(uses, cluster, profile, op, nbytes, group)
     total = 0.0
     remaining = nbytes
     for use in uses:

@@ -133,6 +133,7 @@ class ReshardStats:
     bytes_per_tier: dict[str, int]
     extra_bytes: np.ndarray  # staging memory per device
     rounds: np.ndarray  # transfer rounds of each device: chunks received (directed), tensors exported (gathers)
+    sent_rounds: np.ndarray  # directed: chunks each device sends; gathers: zeros
     transfers: int  # number of block transfers (before chunking)
     tier_bytes: dict[str, np.ndarray]  # tier -> per device, the larger of bytes sent and received on it
 
@@ -147,6 +148,14 @@ class ReshardStats:
     @property
     def rounds_max(self) -> int:
         return int(self.rounds.max()) if len(self.rounds) else 0
+
+    @property
+    def collective_rounds(self) -> int:
+        """Collective calls of the transfer, every device taking part in each: directed, all-to-all-v rounds that
+        carry at most one chunk into and one out of a device, so the busiest sender or receiver sets their number
+        (Konig; executor/reshard/schedule.py packs them so); gathers, one per tensor exported."""
+        sent = int(self.sent_rounds.max()) if len(self.sent_rounds) else 0
+        return max(self.rounds_max, sent)
 
     @property
     def extra_bytes_max(self) -> int:
@@ -329,6 +338,7 @@ class _Totals:
         n = self.n = pl.devices
         self.received = np.zeros(n, dtype=np.int64)
         self.rounds = np.zeros(n, dtype=np.int64)  # directed: chunks received; gathers: tensors gathered
+        self.sent_rounds = np.zeros(n, dtype=np.int64)  # directed: chunks sent
         self.staged_in = np.zeros(n, dtype=np.int64)  # largest receive staging buffer
         self.packed_out = np.zeros(n, dtype=np.int64)  # largest send buffer that needs packing
         self.arrays = _Arrays(pl, cluster)
@@ -346,7 +356,7 @@ class _Totals:
         self.staged_in[got] = np.maximum(self.staged_in[got], staged)
 
     def from_stages(self, cls: _Class, x: np.ndarray, dsts: np.ndarray, stage: np.ndarray, own: np.ndarray,
-                    piece: int, packed: int) -> None:
+                    piece: int, packed: int, chunks: int = 0) -> None:
         """Distinct devices `dsts` (of training stages `stage`) each get the class's block of `piece` bytes from
         position `x` of every stage of the class, except from itself (`own`: it holds it). `packed`: the send
         buffer each sender packs (0: none)."""
@@ -369,6 +379,8 @@ class _Totals:
             tier = np.where(own_flow, TRASH, self.arrays.tiers(src, dsts)) * n
             np.add.at(self.port_out, tier + src, nbytes)
             np.add.at(self.port_in, tier + dsts, nbytes)
+        if chunks:
+            np.add.at(self.sent_rounds, src[~own_flow], np.broadcast_to(cls.mult * chunks, src.shape)[~own_flow])
         if packed:
             senders = src[~own_flow] if own.any() else src
             self.packed_out[senders] = np.maximum(self.packed_out[senders], packed)
@@ -393,7 +405,7 @@ class _Totals:
         # directed: a device sends one chunk and receives one in the same all-to-all-v round
         return ReshardStats(method=method, received=self.received, sent=port_out[:TRASH].sum(axis=0),
                             bytes_per_tier=dict(tiers), extra_bytes=self.staged_in + self.packed_out,
-                            rounds=self.rounds, transfers=self.count, tier_bytes=ports)
+                            rounds=self.rounds, sent_rounds=self.sent_rounds, transfers=self.count, tier_bytes=ports)
 
 
 def _gather_staging(pl: Placement, t: TensorSpec, method: ReshardMethod) -> int:
@@ -456,7 +468,7 @@ def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod)
                         totals.receive(g.dsts, copies, piece, -(-piece // chunk), step)
                         x = np.where(peer_holds, g.local, h.lut[g_codes])
                         totals.from_stages(cls, x, g.dsts, g.stage, own, piece,
-                                           step if needs_packing(sub, h.block) else 0)
+                                           step if needs_packing(sub, h.block) else 0, -(-piece // chunk))
                         continue
                     totals.receive(g.dsts, copies, piece, 0, _gather_staging(pl, t, method))
                     moving = np.flatnonzero(peer_holds)

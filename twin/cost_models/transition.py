@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from twin.cost_models.comm import host_copy_time, tier_bandwidth
+from twin.cost_models.comm import host_copy_time, tier_bandwidth, world_round_s
 from twin.cost_models.efficiency import memory_seconds
 from twin.cost_models.export import export_host_s
 from twin.cost_models.memory import GB, RolloutMemory, TrainMemory
@@ -27,16 +27,23 @@ def reshard_time(stats: ReshardStats, cluster: Cluster, profile: Profile, rm: Ro
                  tm: TrainMemory) -> float:
     """The one reshard-time formula (closed form, simulation and planner): concurrent flows share each
     device's port on each tier, so the transfer lasts as long as the busiest port (send or receive, any
-    tier, ports of different tiers in parallel); plus the fixed cost of its transfer rounds (one chunk per
-    device per all-to-all-v round; one exported tensor per gather), the trainer's export loop, the local
-    copy into the engine, verl's hand-over of the entries to the engine and the engine's host work loading them."""
+    tier, ports of different tiers in parallel); plus the fixed cost of its collective rounds (`round_s`), the
+    trainer's export loop, the local copy into the engine, verl's hand-over of the entries to the engine and the
+    engine's host work loading them."""
     worst = 0.0
     for tier, per_device in stats.tier_bytes.items():
         busiest = float(per_device.max())
         worst = max(worst, busiest / tier_bandwidth(cluster, profile, tier, busiest))
-    return (worst + stats.rounds_max * profile["reshard_round_latency_us"] * 1e-6
+    return (worst + stats.collective_rounds * round_s(stats.method, cluster, profile)
             + export_loop_s(tm, stats.method, profile) + local_copy_s(rm, cluster, profile)
             + handover_s(rm, profile) + rollout_load_s(rm, profile))
+
+
+def round_s(method: str, cluster: Cluster, profile: Profile) -> float:
+    """The fixed cost of one transfer round, from the collective model over every device (the reshard's process
+    group): an all-to-all-v round of the directed method (its base and per-peer latency), a near-empty
+    all-gather per tensor a gather method exports (its latency steps on each tier)."""
+    return world_round_s(cluster, profile, "all_to_all" if method == "directed" else "all_gather")
 
 
 def handover_s(rm: RolloutMemory, profile: Profile) -> float:
@@ -69,7 +76,7 @@ def reshard_lower_bound(tm: TrainMemory, rm: RolloutMemory, method: str, cluster
     The gathers export every tensor; with the directed method a device receives at least one block of every
     tensor outside its own pipeline stage, and at least one chunk per chunk-size of what its rollout shard
     needs beyond the most its training shard can hold."""
-    lat = profile["reshard_round_latency_us"] * 1e-6
+    lat = round_s(method, cluster, profile)
     export = export_loop_s(tm, method, profile)
     table = tensor_table(tm.inv)
     if method == "directed":

@@ -90,6 +90,11 @@ class Cluster:
                 total += data["bandwidth_gbs"]
         return total, spec.latency_us.value
 
+    @cached_property
+    def world_tiers(self) -> tuple[TierUse, ...]:
+        """The tiers a collective over every device crosses."""
+        return self.tiers(range(self.devices))
+
     def tiers(self, ranks: Sequence[int]) -> tuple[TierUse, ...]:
         """The tiers a collective over `ranks` crosses, from the fastest (innermost) to the slowest."""
         key = tuple(sorted(set(ranks)))
