@@ -359,7 +359,7 @@ class _Totals:
                     piece: int, packed: int, chunks: int = 0) -> None:
         """Distinct devices `dsts` (of training stages `stage`) each get the class's block of `piece` bytes from
         position `x` of every stage of the class, except from itself (`own`: it holds it). `packed`: the send
-        buffer each sender packs (0: none)."""
+        buffer each sender packs (0: none); `chunks`: the chunks each block is cut into (directed; 0: not counted)."""
         n = self.n
         src = cls.offsets + x  # (k, m)
         nbytes = cls.mult * piece  # (k, 1)
@@ -464,11 +464,11 @@ def reshard_stats(pl: Placement, cluster: Cluster | None, method: ReshardMethod)
                     own = peer_holds & (g_mult > 0)  # the receiver holds it itself
                     copies = cls.total - np.where(own, g_mult, 0)
                     if directed:
-                        step = min(piece, chunk)
-                        totals.receive(g.dsts, copies, piece, -(-piece // chunk), step)
+                        step, chunks = min(piece, chunk), -(-piece // chunk)
+                        totals.receive(g.dsts, copies, piece, chunks, step)
                         x = np.where(peer_holds, g.local, h.lut[g_codes])
                         totals.from_stages(cls, x, g.dsts, g.stage, own, piece,
-                                           step if needs_packing(sub, h.block) else 0, -(-piece // chunk))
+                                           step if needs_packing(sub, h.block) else 0, chunks)
                         continue
                     totals.receive(g.dsts, copies, piece, 0, _gather_staging(pl, t, method))
                     moving = np.flatnonzero(peer_holds)
