@@ -173,6 +173,7 @@ def cpu_run_config(
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         f"ray_kwargs.ray_init.num_cpus={RAY_LOGICAL_CPUS}",
         f"+ray_kwargs.ray_init.num_gpus={world}",
+        "+ray_kwargs.ray_init.include_dashboard=False",  # its processes cost CPU seconds a CPU-size run cannot spare
         # trainer
         f"trainer.device={PLATFORM_NAME}",
         "trainer.nnodes=1",

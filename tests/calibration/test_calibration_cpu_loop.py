@@ -20,8 +20,9 @@ import yaml
 from executor.reward import compute_score
 
 # the jobs time this host and the twin predicts the run from them: no other test may share the host meanwhile
-# (tests/conftest.py; under pytest-xdist the other worker waits)
-pytestmark = pytest.mark.host_alone
+# (tests/conftest.py; under pytest-xdist the other worker waits); the steps that time nothing (the assets before, the
+# report and the reshard check after) share it
+pytestmark = pytest.mark.host_alone_in_parts
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "scenarios" / "cpu-tiny-grpo.yaml"
@@ -173,29 +174,33 @@ def _run_watched(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProces
 
 
 @pytest.fixture(scope="module")
-def loop(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def loop(tmp_path_factory: pytest.TempPathFactory, alone_on_host, engines_turn) -> dict:
     w = tmp_path_factory.mktemp("loop")
-    # three timed repeats after one warm-up: the CPU's fp16 GEMMs alone took minutes at the default 5 + 2. The share
-    # of the host that other programs took while the jobs ran is kept to print beside the run's: the profile
-    # predicts the host as the jobs found it (benchmarks/cpu_loop_stage_cpu.py: the run's stage windows kept both
-    # cores busy, other programs' share included)
-    _, _, others_jobs = _run_watched(["calibration", "run", "gemm", "attention", "collectives", "copy", "decode",
-                                      "train", "overhead", "-o", "jobs.jsonl", "--repeats", "3", "--warmup", "1"],
-                                     cwd=w)
-    cli("calibration", "fit", "jobs.jsonl", "--kind", "cpu", "-o", "cpu-fit.yaml", cwd=w)
-    cli("twin", "plan", "--scenario", str(SCENARIO), "--keep-layout", "--profile", "cpu-fit.yaml", "-o", "plan.json",
-        cwd=w)
     sc = yaml.safe_load(SCENARIO.read_text())
     cli("executor", "cpu-assets", "assets", "--train-problems", str(STEPS * sc["workload"]["global_batch"]), cwd=w)
-    run, leftovers, others = _run_watched(["executor", "run", "plan.json", "--model-path", "assets/model", "--data-dir",
-                                   "assets/data", "--steps", str(STEPS), "--workdir", "run"], cwd=w)
+    # from the first job to the end of the run the host is the loop's: the profile predicts the host as the jobs
+    # found it, for a run on the same host (benchmarks/cpu_loop_stage_cpu.py: the run's stage windows kept both
+    # cores busy, other programs' share included)
+    with alone_on_host():
+        # three timed repeats after one warm-up: the CPU's fp16 GEMMs alone took minutes at the default 5 + 2. The
+        # share of the host that other programs took while the jobs ran is kept to print beside the run's
+        _, _, others_jobs = _run_watched(["calibration", "run", "gemm", "attention", "collectives", "copy", "decode",
+                                          "train", "overhead", "-o", "jobs.jsonl", "--repeats", "3", "--warmup",
+                                          "1"], cwd=w)
+        cli("calibration", "fit", "jobs.jsonl", "--kind", "cpu", "-o", "cpu-fit.yaml", cwd=w)
+        cli("twin", "plan", "--scenario", str(SCENARIO), "--keep-layout", "--profile", "cpu-fit.yaml", "-o",
+            "plan.json", cwd=w)
+        run, leftovers, others = _run_watched(["executor", "run", "plan.json", "--model-path", "assets/model",
+                                               "--data-dir", "assets/data", "--steps", str(STEPS), "--workdir", "run"],
+                                              cwd=w)
     cli("calibration", "ingest", "run/run_record.json", "-o", "runs.jsonl", cwd=w)
     cli("calibration", "case", "runs.jsonl", "--scenario", str(SCENARIO), "-o", "case.yaml", cwd=w)
     table = cli("calibration", "report", "--profile", "cpu-fit.yaml", "--cases", "case.yaml", cwd=w).stdout
     report = json.loads(cli("calibration", "report", "--profile", "cpu-fit.yaml", "--cases", "case.yaml", "--json",
                             cwd=w).stdout)
-    reshard = json.loads(cli("executor", "check-reshard", "plan.json", "--method", "directed", "--model-config",
-                             "assets/model/config.json", "--json", cwd=w).stdout)
+    with engines_turn():
+        reshard = json.loads(cli("executor", "check-reshard", "plan.json", "--method", "directed", "--model-config",
+                                 "assets/model/config.json", "--json", cwd=w).stdout)
     profile = yaml.safe_load((w / "cpu-fit.yaml").read_text())
     return {"dir": w, "run_log": run.stdout, "leftovers": leftovers, "others_cpu": others,
             "others_cpu_jobs": others_jobs, "report_table": table, "report": report, "reshard": reshard,

