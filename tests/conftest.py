@@ -3,9 +3,9 @@
 - a test marked `host_alone` times this host, so no other test runs beside it: every test holds a shared lock on
   the host while it runs (set-up and teardown included, so module fixtures too) and a `host_alone` one an exclusive
   lock, taken through a gate that stops new tests from starting while it waits;
-- a test marked `host_alone_in_parts` times the host only in some of its steps: it holds no host lock of its own
-  and takes the host alone around those steps (`with alone_on_host(): ...`), so that its untimed steps (building
-  assets, reading results) share the host with other tests;
+- a test marked `host_alone_in_parts` times the host only in some of its steps: it holds the host shared like any
+  test and trades that for the host alone around those steps (`with alone_on_host(): ...`), so that its untimed
+  steps (building assets, reading results) share the host with other tests;
 - a test marked `engines` runs real engines (a verl run, four ranks with both engines) that keep most of a CI host
   busy: it may run beside short tests, which fill the cores it leaves idle, but never beside another `engines` test
   (two of them side by side each took 2-2.5x as long); it takes the `engines` lock before the host's. A test whose
@@ -39,7 +39,7 @@ _LOCKS = pytest.StashKey[Path]()
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{HOST_ALONE}: the test times this host; no other test runs beside it")
     config.addinivalue_line("markers", f"{HOST_ALONE_IN_PARTS}: the test takes the host alone around its timed steps "
-                                       "(the alone_on_host fixture) and holds no host lock otherwise")
+                                       "(the alone_on_host fixture) and shares it otherwise")
     config.addinivalue_line("markers", f"{ENGINES}: the test runs real engines; no other {ENGINES} test runs beside it")
     if not hasattr(config, "workerinput"):  # the controlling process, before xdist starts its workers
         config.stash[_LOCKS] = Path(tempfile.mkdtemp(prefix="ascend-rl-twin-tests-"))
@@ -85,13 +85,35 @@ def _engines_turn(needed: bool) -> Iterator[None]:
             fcntl.flock(turn, fcntl.LOCK_UN)
 
 
+_PARTS_HOLD: list[contextlib.ExitStack] = []  # the shared hold of the running host_alone_in_parts test
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
-    if item.get_closest_marker(HOST_ALONE_IN_PARTS) is not None:  # its steps take the locks (the fixtures below)
-        return (yield)
+    if item.get_closest_marker(HOST_ALONE_IN_PARTS) is not None:  # shares the host but in its alone steps
+        hold = contextlib.ExitStack()
+        hold.enter_context(_host(exclusive=False))
+        _PARTS_HOLD[:] = [hold]
+        try:
+            return (yield)
+        finally:
+            _PARTS_HOLD.pop().close()
     with _engines_turn(item.get_closest_marker(ENGINES) is not None), \
             _host(exclusive=item.get_closest_marker(HOST_ALONE) is not None):
         return (yield)
+
+
+@contextlib.contextmanager
+def _alone_step() -> Iterator[None]:
+    """Trade the running test's shared hold for the host alone, and take the shared hold back after."""
+    _PARTS_HOLD.pop().close()
+    try:
+        with _host(exclusive=True):
+            yield
+    finally:
+        hold = contextlib.ExitStack()
+        hold.enter_context(_host(exclusive=False))
+        _PARTS_HOLD.append(hold)
 
 
 @pytest.fixture(scope="module")
@@ -99,24 +121,16 @@ def alone_on_host(request: pytest.FixtureRequest) -> Callable[[], contextlib.Abs
     """`with alone_on_host(): ...` runs a step with the host to itself; only in a `host_alone_in_parts` module."""
     if request.node.get_closest_marker(HOST_ALONE_IN_PARTS) is None:
         raise pytest.UsageError(f"{request.node.nodeid}: alone_on_host needs the module marked {HOST_ALONE_IN_PARTS}")
-    return lambda: _host(exclusive=True)
+    return _alone_step
 
 
 @pytest.fixture(scope="module")
 def engines_turn(request: pytest.FixtureRequest) -> Callable[[], contextlib.AbstractContextManager]:
-    """`with engines_turn(): ...` runs a step beside no other `engines` test or step (in a `host_alone_in_parts`
-    module sharing the host, as its tests hold no host lock); not in a module marked `engines`, which holds the lock
-    already (a second lock on it from this process would wait for itself)."""
+    """`with engines_turn(): ...` runs a step beside no other `engines` test or step; not in a module marked
+    `engines`, which holds the lock already (a second lock on it from this process would wait for itself)."""
     if request.node.get_closest_marker(ENGINES) is not None:
         raise pytest.UsageError(f"{request.node.nodeid}: marked {ENGINES}, it holds the engines lock throughout")
-    in_parts = request.node.get_closest_marker(HOST_ALONE_IN_PARTS) is not None
-
-    @contextlib.contextmanager
-    def turn() -> Iterator[None]:
-        with _engines_turn(True), _host(exclusive=False) if in_parts else contextlib.nullcontext():
-            yield
-
-    return turn
+    return lambda: _engines_turn(True)
 
 
 @pytest.fixture
