@@ -6,7 +6,9 @@ every device), so thousands of pairs are screened exactly except for the reshard
 below without its transfer list. Each pair is screened at each of its gpu_memory_utilization steps (a
 candidate apiece), and a layout is ranked by its best step. The best candidates by that bound are then
 evaluated in full (exact reshard transfer lists; the simulation from the command line), best first, until no
-unevaluated candidate can beat the k-th best layout.
+unevaluated candidate can beat the k-th best layout; one over the memory limit with its exact reshard buffers
+is not simulated. Training variants are screened by their optimizer step's memory before their activations, and
+the reshard's bound is computed once per parallel structure.
 
 Every candidate keeps a memory headroom (a fraction of HBM, by default the profile's memory uncertainty)
 in every phase, and the ranking uses a quantile of the step-time band (`risk`): p50 the prediction,
@@ -27,7 +29,7 @@ from pathlib import Path
 
 from twin.catalog.config import ModelConfig
 from twin.catalog.registry import load_config, load_model
-from twin.cost_models.memory import RolloutMemory, TrainMemory, rollout_parts, train_parts
+from twin.cost_models.memory import RolloutMemory, TrainMemory, optimizer_step_part, rollout_parts, train_parts
 from twin.cost_models.rollout import RolloutCost
 from twin.cost_models.scheduling import driver_seconds
 from twin.cost_models.stages import train_stage_seconds
@@ -42,7 +44,7 @@ from twin.layout.rules import check_pair
 from twin.optimizations import RECIPE_OPTIMIZATIONS
 from twin.plan import Plan, PlanOptimization, Risk, SearchSummary
 from twin.profile import Profile, profile_for_kind
-from twin.results import MemoryBreakdown, SimulationResult
+from twin.results import SimulationResult
 from twin.scenario import ClusterRef, Scenario, Workload
 from twin.topology.clusters import ClusterKind, cluster_kind
 from twin.topology.routing import Cluster
@@ -73,9 +75,10 @@ def default_headroom(profile: Profile) -> tuple[float, str]:
                         "memory_headroom_fraction; pass --headroom")
     return param.value, f"profile {profile.id}: memory_headroom_fraction, sourced there"
 
-# Full evaluations of one search at most: a guard, not the usual end. With the vectorised reshard statistics a full
-# evaluation at 16,384 devices costs about 0.25 s, and deepseek-r1's search there ends on its own after 99 (the bound
-# proves the rest slower); at 128 cards a search evaluates about 15. Past the cap the search stops and says so.
+# Full evaluations of one search at most: a guard, not the usual end at 128 cards (deepseek-r1 there: 36, 19 of
+# them over the memory limit with their exact reshard buffers). At 8192 cards (16,384 devices) a full evaluation
+# costs about 0.15 s and deepseek-r1's search on A3 and on A2 ends at the cap (benchmarks/plan_speed.py, 2026-12-02:
+# the best unevaluated bound 2-5 % below the 5th best). Past the cap the search stops and says so.
 MAX_FULL_EVALUATIONS = 128
 
 
@@ -116,8 +119,8 @@ class RolloutSide:
     cost: RolloutCost
     offload_s: float = 0.0  # the rollout side's share of the offload moments (at its utilization)
     times: dict[float, float] = field(default_factory=dict)  # utilization -> rollout seconds
-    steps: dict[float, tuple[RolloutSide, dict[str, MemoryBreakdown]]] = field(default_factory=dict)
-    # utilization -> this side at that utilization and what it adds to every device in each phase
+    steps: dict[float, tuple[RolloutSide, dict[str, float]]] = field(default_factory=dict)
+    # utilization -> this side at that utilization and the GB it adds to every device in each phase
 
 
 @dataclass(order=True)
@@ -152,6 +155,7 @@ class Planner:
         self.limit_gb = self.hbm_gb * (1 - self.headroom)  # what every phase may use
         self.risk: Risk = risk
         self.shared: dict[tuple, dict] = {}  # parallel structure -> placement and reshard lists (knobs aside)
+        self.reshard_bounds: dict[tuple, float] = {}  # parallel structure -> the screen's reshard bound
 
     # ---- the training side -------------------------------------------------------------------------
     def train_parts(self, lay: TrainLayout) -> tuple[TrainMemory, dict[str, float]]:
@@ -161,6 +165,10 @@ class Planner:
         return tm, {phase: max(p[phase].total for p in per_stage) for phase in per_stage[0]}
 
     def _train_side(self, lay: TrainLayout) -> TrainSide | None:
+        tm = TrainMemory(self.inv, lay, self.devices, self.sc, self.profile)
+        if any(optimizer_step_part(tm, s).total > self.limit_gb for s in range(tm.n_stages)):
+            self.rejected["training: update_actor exceeds HBM less headroom"] += 1  # its step alone, screened first
+            return None
         for micro in LOG_PROB_MICRO_BATCHES:
             tm, parts = self.train_parts(lay.model_copy(update={"log_prob_micro_batch": micro}))
             if parts["update"] > self.limit_gb:
@@ -217,14 +225,15 @@ class Planner:
         rm = RolloutMemory(self.inv, lay, self.profile, self.hbm_gb)
         return RolloutSide(lay, rm, RolloutCost(self.inv, self.sc, self.cluster, self.profile, rm))
 
-    def rollout_step(self, side: RolloutSide, util: float) -> tuple[RolloutSide, dict[str, MemoryBreakdown]]:
-        """`side` at `util` and what it adds to every device in each phase: the same for every training side."""
+    def rollout_step(self, side: RolloutSide, util: float) -> tuple[RolloutSide, dict[str, float]]:
+        """`side` at `util` and the GB it adds to every device in each phase: the same for every training side."""
         if util not in side.steps:
             lay = side.layout.model_copy(update={"gpu_memory_utilization": util})
             rm = RolloutMemory(self.inv, lay, self.profile, self.hbm_gb)
             offload = sum(rollout_offload_moments(rm, self.sc, self.cluster, self.profile).values())
+            parts = rollout_parts(self.sc, rm, 0.0, sleep_frees_memory(self.sc))
             side.steps[util] = (RolloutSide(lay, rm, side.cost, offload, side.times),
-                                rollout_parts(self.sc, rm, 0.0, sleep_frees_memory(self.sc)))
+                                {phase: b.total for phase, b in parts.items()})
         return side.steps[util]
 
     @cached_property
@@ -238,6 +247,15 @@ class Planner:
         return side.times[util]
 
     # ---- pairing -----------------------------------------------------------------------------------
+    def reshard_bound(self, t: TrainSide, r: RolloutSide) -> float:
+        """The reshard's lower bound, once per parallel structure (the same at every utilization step and for
+        every memory knob)."""
+        key = parallel_structure(t.layout, r.layout, self.cfg.num_layers)
+        if key not in self.reshard_bounds:
+            self.reshard_bounds[key] = reshard_lower_bound(t.memory, r.memory, reshard_method(self.sc), self.cluster,
+                                                           self.profile)
+        return self.reshard_bounds[key]
+
     def utilization(self, train_rollout_gb: float) -> float:
         """The largest gpu_memory_utilization (in steps, at most the cap) that keeps the headroom in the rollout
         phase: vLLM takes utilization x HBM beside what training leaves on the device."""
@@ -272,23 +290,28 @@ class Planner:
             self.rejected["rollout: no memory left for vLLM" if self.utilization(t.parts["rollout"]) <= 0 else
                           "rollout: KV cache below one full sequence"] += 1
             return []
-        pf = self.profile
-        # the reshard's bound depends on the rollout weights, not on the KV cache: one for every step
-        reshard = reshard_lower_bound(t.memory, r.memory, reshard_method(self.sc), self.cluster, pf)
+        reshard = self.reshard_bound(t, r)
         out = []
         for util in reversed(utils):
             side, add = self.rollout_step(r, util)
             over = next((ph for ph in ("update", "log_prob", "transition")
-                         if t.parts[ph] + add[ph].total > self.limit_gb), None)
+                         if t.parts[ph] + add[ph] > self.limit_gb), None)
             if over:
                 if not out:
                     self.rejected[f"pair: {over} exceeds HBM less headroom"] += 1
                 break
-            peak = max(t.parts[phase] + add[phase].total for phase in add)
+            peak = max(t.parts[phase] + add[phase] for phase in add)
             bound = (t.seconds + self.rollout_seconds(r, util) + self.driver_s + t.offload_s + side.offload_s
                      + reshard)
             out.append(Candidate(bound, next(index), t, side, util, peak))
         return out
+
+
+def parallel_structure(t: TrainLayout, r: RolloutLayout, num_layers: int) -> tuple:
+    """What a pair's placement and its reshard (transfer lists, rounds, export) depend on: not recompute,
+    offload, micro-batches or vLLM's knobs."""
+    return (t.engine, t.tp, t.pp, t.ep, t.cp, t.etp, t.moe_tp_extend_ep, t.vpp, t.stage_layers(num_layers),
+            r.tp, r.dp, r.ep)
 
 
 def _pareto(sides: list[TrainSide]) -> list[TrainSide]:
@@ -349,26 +372,25 @@ class PlanOutcome:
 
 
 def evaluate(planner: Planner, layout: Layout, finalize: Callable[[Evaluation], SimulationResult]
-             ) -> tuple[SimulationResult, Evaluation, str | None]:
-    """The full evaluation of one layout, and why it does not fit (None when it keeps the headroom)."""
+             ) -> tuple[SimulationResult | None, Evaluation, str | None]:
+    """The full evaluation of one layout, and why it does not fit (None when it keeps the headroom). The exact
+    memory (the reshard's transfer lists included) is checked first: a layout over the limit is not simulated
+    (no result)."""
     ev = Evaluation(planner.sc, planner.profile, layout, planner.base_dir)
-    # the placement and the reshard transfer lists depend on the parallel structure only (not on recompute,
-    # offload, micro-batches or vLLM's knobs): layouts that share it share them, as Evaluation.with_profile does
-    t, r = layout.train, layout.rollout
-    key = (t.engine, t.tp, t.pp, t.ep, t.cp, t.etp, t.moe_tp_extend_ep, t.vpp, t.stage_layers(planner.cfg.num_layers),
-           r.tp, r.dp, r.ep)
+    # the placement and the reshard transfer lists depend on the parallel structure only: layouts that share it
+    # share them, as Evaluation.with_profile does
+    key = parallel_structure(layout.train, layout.rollout, planner.cfg.num_layers)
     if key in planner.shared:
         ev.__dict__.update(planner.shared[key])
     else:
         planner.shared[key] = {"cluster": ev.cluster, "placement": ev.placement,
                                "_reshard": ev.__dict__.setdefault("_reshard", {})}
-    result = finalize(ev)
-    if result.memory_peak_gb_max > planner.limit_gb:
-        beyond = "" if result.fits else ", more than HBM itself"
-        return result, ev, (f"{result.peak_phase} needs {result.memory_peak_gb_max:.1f} GB, over the "
-                            f"{planner.limit_gb:.1f} GB limit (HBM {planner.hbm_gb:g} GB less {planner.headroom:.1%} "
-                            f"headroom){beyond}")
-    return result, ev, None
+    mem = ev.memory_report
+    if mem.peak_gb_max > planner.limit_gb:
+        beyond = "" if mem.fits else ", more than HBM itself"
+        return None, ev, (f"{mem.peak_phase} needs {mem.peak_gb_max:.1f} GB, over the {planner.limit_gb:.1f} GB "
+                          f"limit (HBM {planner.hbm_gb:g} GB less {planner.headroom:.1%} headroom){beyond}")
+    return finalize(ev), ev, None
 
 
 def evaluate_next(planner: Planner, outcome: PlanOutcome, finalize: Callable[[Evaluation], SimulationResult]

@@ -346,17 +346,23 @@ def update_parts(tm: TrainMemory, stage: int, allocated: bool = False) -> tuple[
     """The two candidate peaks of update_actor on one device of `stage`: forward/backward (activations) and the
     optimizer step (its state and scratch). `allocated`: what the torch allocator has handed out, without the
     framework's memory outside it (HCCL buffers, runtime workspace) and without fragmentation."""
-    pf, off = tm.pf, tm.lay.offload
-    overhead = 0.0 if allocated else pf["framework_overhead_gb"] * GB
+    overhead = 0.0 if allocated else tm.pf["framework_overhead_gb"] * GB
     weights = tm.param_bytes(stage) + tm.ref_resident(stage)
     grads, opt = tm.grads_bytes(stage), tm.optimizer_bytes(stage)
-    # the step holds its state on the device, but for one bucket of the swap optimizer, and none of the CPU one's
-    step_opt = {"swap": pf["swap_optimizer_bucket_gb"] * GB, "cpu": 0.0}.get(off.optimizer, opt)
-    fwd_bwd = _gb(weights=weights, grads=grads, optimizer=opt if off.optimizer == "none" else 0,
+    fwd_bwd = _gb(weights=weights, grads=grads, optimizer=opt if tm.lay.offload.optimizer == "none" else 0,
                   activations=tm.update_activation_bytes(stage, fragmented=not allocated), overhead=overhead)
-    step = _gb(weights=weights, grads=grads, optimizer=step_opt + tm.optimizer_step_temp_bytes(stage),
-               overhead=overhead)
-    return fwd_bwd, step
+    return fwd_bwd, optimizer_step_part(tm, stage, allocated)
+
+
+def optimizer_step_part(tm: TrainMemory, stage: int, allocated: bool = False) -> MemoryBreakdown:
+    """update_actor's optimizer-step peak on one device of `stage` (no activations): a lower bound of its peak
+    that needs no activation model, which the planner screens training layouts with."""
+    pf, off = tm.pf, tm.lay.offload
+    # the step holds its state on the device, but for one bucket of the swap optimizer, and none of the CPU one's
+    step_opt = {"swap": pf["swap_optimizer_bucket_gb"] * GB, "cpu": 0.0}.get(off.optimizer, tm.optimizer_bytes(stage))
+    return _gb(weights=tm.param_bytes(stage) + tm.ref_resident(stage), grads=tm.grads_bytes(stage),
+               optimizer=step_opt + tm.optimizer_step_temp_bytes(stage),
+               overhead=0.0 if allocated else pf["framework_overhead_gb"] * GB)
 
 
 def train_parts(tm: TrainMemory, stage: int) -> dict[str, MemoryBreakdown]:

@@ -1,0 +1,68 @@
+"""The planner's screen and full evaluation: what each step skips must be what it would have rejected anyway."""
+
+from twin.cost_models.memory import TrainMemory, optimizer_step_part, update_parts
+from twin.cost_models.transition import reshard_lower_bound
+from twin.evaluate import reshard_method
+from twin.layout.models import Layout, Offload, Recompute
+from twin.planner import Planner, default_scenario, evaluate, parallel_structure, train_variants
+
+SC = default_scenario("deepseek-r1", "a3", 128)
+
+
+def test_the_optimizer_step_part_is_update_parts_step_and_bounds_the_update_peak():
+    planner = Planner(SC)
+    lay = next(iter(planner.train_structures()))
+    for variant in train_variants(lay):
+        tm = TrainMemory(planner.inv, variant, planner.devices, SC, planner.profile)
+        for stage in range(tm.n_stages):
+            fwd_bwd, step = update_parts(tm, stage)
+            assert optimizer_step_part(tm, stage) == step
+            assert optimizer_step_part(tm, stage, allocated=True) == update_parts(tm, stage, allocated=True)[1]
+            assert step.total <= max(fwd_bwd.total, step.total)
+
+
+def test_a_variant_whose_optimizer_step_exceeds_the_limit_is_rejected_before_its_activations(monkeypatch):
+    planner = Planner(SC)
+    lay = next(lay for lay in planner.train_structures() if lay.engine == "megatron")
+    bare = lay.model_copy(update={"recompute": Recompute(granularity="none"), "offload": Offload()})
+    tm = TrainMemory(planner.inv, bare, planner.devices, SC, planner.profile)
+    assert max(optimizer_step_part(tm, s).total for s in range(tm.n_stages)) > planner.limit_gb  # 671B unsharded Adam
+    def no_activations(*_args, **_kw):
+        raise AssertionError("the activation model ran for a variant its optimizer step rules out")
+
+    monkeypatch.setattr(TrainMemory, "update_activation_bytes", no_activations)
+    assert planner._train_side(bare) is None
+    assert planner.rejected == {"training: update_actor exceeds HBM less headroom": 1}
+
+
+def test_the_screens_reshard_bound_is_computed_once_per_parallel_structure():
+    planner = Planner(SC)
+    trains, _ = planner.train_sides(planner.train_structures())
+    rollouts, _ = planner.rollout_sides()
+    method = reshard_method(SC)
+    structures = set()
+    for t in trains:
+        for r in rollouts[:6]:
+            structures.add(parallel_structure(t.layout, r.layout, planner.cfg.num_layers))
+            assert planner.reshard_bound(t, r) == reshard_lower_bound(t.memory, r.memory, method, planner.cluster,
+                                                                      planner.profile)
+    assert 0 < len(planner.reshard_bounds) == len(structures) < len(trains) * 6  # memory knobs share a structure
+
+
+def test_a_layout_over_the_limit_with_its_exact_reshard_buffers_is_not_simulated():
+    planner = Planner(SC, headroom=0.0)
+    layout = Layout(train=next(iter(planner.train_structures())), rollout=planner.rollout_sides()[0][0].layout)
+    calls = []
+
+    def finalize(ev):
+        calls.append(ev)
+        return ev.analytical(alternatives=False)
+
+    planner.limit_gb = 1.0  # nothing fits in 1 GB
+    result, ev, unfit = evaluate(planner, layout, finalize)
+    assert result is None and calls == []
+    mem = ev.memory_report
+    assert unfit.startswith(f"{mem.peak_phase} needs {mem.peak_gb_max:.1f} GB, over the 1.0 GB limit")
+    planner.limit_gb = 1e6
+    result, _, unfit = evaluate(planner, layout, finalize)
+    assert unfit is None and len(calls) == 1 and result.memory_peak_gb_max == ev.memory_report.peak_gb_max
