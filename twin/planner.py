@@ -7,7 +7,8 @@ below without its transfer list. Each pair is screened at each of its gpu_memory
 candidate apiece), and a layout is ranked by its best step. The best candidates by that bound are then
 evaluated in full (exact reshard transfer lists; the simulation from the command line), best first, until no
 unevaluated candidate can beat the k-th best layout; one over the memory limit with its exact reshard buffers
-is not simulated. Training variants are screened by their optimizer step's memory before their activations, and
+is not simulated, and a utilization step bounded at or above its layout's best key is left pending (it cannot
+improve its layout; --pareto may still evaluate it). Training variants are screened by their optimizer step's memory before their activations, and
 the reshard's bound is computed once per parallel structure.
 
 Every candidate keeps a memory headroom (a fraction of HBM, by default the profile's memory uncertainty)
@@ -393,10 +394,11 @@ def evaluate(planner: Planner, layout: Layout, finalize: Callable[[Evaluation], 
     return finalize(ev), ev, None
 
 
-def evaluate_next(planner: Planner, outcome: PlanOutcome, finalize: Callable[[Evaluation], SimulationResult]
-                  ) -> Evaluated | None:
-    """Pop the pending candidate with the lowest bound and evaluate it in full (None when it does not fit)."""
-    return evaluate_candidate(planner, outcome, heapq.heappop(outcome.pending), finalize)
+def cannot_improve(outcome: PlanOutcome, cand: Candidate) -> bool:
+    """Whether a screened candidate cannot lower its layout's key: another utilization step of its layout is
+    ranked at or below the candidate's bound, and the candidate's own key is at least that bound."""
+    done = outcome.best.get(layout_group(Layout(train=cand.train.layout, rollout=cand.rollout.layout)))
+    return done is not None and cand.bound_s >= done.key
 
 
 def evaluate_candidate(planner: Planner, outcome: PlanOutcome, cand: Candidate,
@@ -452,23 +454,31 @@ def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[
     outcome = PlanOutcome(None, [], None, summary, pending=heap)
     finalize = finalize or (lambda ev: ev.analytical(alternatives=False))
     ex: list[Evaluated] = []
+    skipped: list[Candidate] = []  # steps that cannot improve their layout: left pending (--pareto, --explain)
     tick = progress(f"evaluating in full (at most {MAX_FULL_EVALUATIONS})", MAX_FULL_EVALUATIONS) if progress else None
     # the bound is below the step time, which is below its p90: nothing left can beat the k-th key (a step of a
     # layout already ranked can only lower that layout's key, never below the bound)
     while heap and (len(ex) < top or heap[0].bound_s < ex[top - 1].key):
         if deadline is not None and ex and time.perf_counter() > deadline:
-            stopped = stopped or f"time limit reached with {len(heap):,} screened candidates not evaluated in full"
+            stopped = stopped or (f"time limit reached with {len(heap) + len(skipped):,} screened candidates not "
+                                  "evaluated in full")
             break
         if summary.simulated >= MAX_FULL_EVALUATIONS and ex:
             stopped = stopped or (f"{summary.simulated} candidates evaluated in full (the most the planner evaluates); "
-                                  f"{len(heap):,} screened candidates were not, the best of them bounded below at "
-                                  f"{heap[0].bound_s:.1f} s against {ex[min(top, len(ex)) - 1].key:.1f} s for "
-                                  f"the {top}th best")
+                                  f"{len(heap) + len(skipped):,} screened candidates were not, the best of them "
+                                  f"bounded below at {heap[0].bound_s:.1f} s against "
+                                  f"{ex[min(top, len(ex)) - 1].key:.1f} s for the {top}th best")
             break
-        if evaluate_next(planner, outcome, finalize):
+        cand = heapq.heappop(heap)
+        if cannot_improve(outcome, cand):
+            skipped.append(cand)
+            continue
+        if evaluate_candidate(planner, outcome, cand, finalize):
             ex = outcome.distinct()
         if tick:
             tick()
+    for cand in skipped:
+        heapq.heappush(heap, cand)
     summary.stopped = stopped
     if not ex:
         outcome.best_unfit = outcome.best_unfit or _closest(planner)

@@ -1,10 +1,21 @@
 """The planner's screen and full evaluation: what each step skips must be what it would have rejected anyway."""
 
+from dataclasses import replace
+
 from twin.cost_models.memory import TrainMemory, optimizer_step_part, update_parts
 from twin.cost_models.transition import reshard_lower_bound
 from twin.evaluate import reshard_method
 from twin.layout.models import Layout, Offload, Recompute
-from twin.planner import Planner, default_scenario, evaluate, parallel_structure, train_variants
+from twin.planner import (
+    Planner,
+    cannot_improve,
+    default_scenario,
+    evaluate,
+    layout_group,
+    parallel_structure,
+    search,
+    train_variants,
+)
 
 SC = default_scenario("deepseek-r1", "a3", 128)
 
@@ -66,3 +77,15 @@ def test_a_layout_over_the_limit_with_its_exact_reshard_buffers_is_not_simulated
     planner.limit_gb = 1e6
     result, _, unfit = evaluate(planner, layout, finalize)
     assert unfit is None and len(calls) == 1 and result.memory_peak_gb_max == ev.memory_report.peak_gb_max
+
+
+def test_a_utilization_step_bounded_at_or_above_its_layouts_best_key_cannot_improve_it():
+    planner = Planner(default_scenario("tiny", "cpu", 2))
+    outcome = search(planner, top=2)
+    assert outcome.summary.candidates == outcome.summary.simulated + len(outcome.pending)  # none lost
+    best = outcome.distinct()[0]
+    assert cannot_improve(outcome, replace(best.candidate, bound_s=best.key))  # another step of the same layout
+    assert not cannot_improve(outcome, replace(best.candidate, bound_s=best.key - 1e-6))
+    other = next(c for c in outcome.pending if layout_group(Layout(train=c.train.layout, rollout=c.rollout.layout))
+                 not in outcome.best)
+    assert not cannot_improve(outcome, other)
