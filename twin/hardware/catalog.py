@@ -69,8 +69,8 @@ def load_cluster_file(path: Path | str) -> ClusterKind:
     device file relative to the cluster file. A malformed file is a one-line TwinError naming the field."""
     path = Path(path)
     label = f"cluster file {path}"
-    if not path.is_file():
-        raise TwinError(f"{label}: no such file")
+    if not path.exists():
+        raise TwinError(f"{label}: no such file")  # a directory, device or FIFO: read_mapping says which
     key = (str(path.resolve()), path.stat().st_mtime)
     if key in _USER:
         return _USER[key]

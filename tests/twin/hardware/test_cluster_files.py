@@ -92,6 +92,8 @@ def test_a_malformed_file_is_one_line_naming_file_and_field(tmp_path):
     (tmp_path / "y.yaml").write_text("name: [unclosed\n")
     _one_line(twin("clusters", "--cluster", str(tmp_path / "y.yaml")), "y.yaml", "not valid YAML")
     _one_line(twin("clusters", "--cluster", str(tmp_path / "none.yaml")), "none.yaml: no such file")
+    (tmp_path / "dir.yaml").mkdir()
+    _one_line(twin("clusters", "--cluster", str(tmp_path / "dir.yaml")), "dir.yaml: is a directory, not a regular file")
 
 
 def test_validation_of_the_structure(tmp_path):
