@@ -73,9 +73,10 @@ def command_file(
     from executor.options import LaunchOptions
     from executor.targets import target_for
     from executor.validate import validate_source
-    from twin.fileio import write_atomic
+    from twin.fileio import check_target, write_atomic
     from twin.plan import load_plan
 
+    check_target(output, f"--output {output}", [plan_path])  # before any work: never over the plan it reads
     if when_told:
         prepare()
         if sys.stdin.readline().strip() != "write":
@@ -86,5 +87,5 @@ def command_file(
                             steps=steps)
     spec = target_for(plan.scenario.cluster.kind).build(plan, options, HostEnv(from_source=True))
     validate_source(spec.overrides)  # ValidationFailed: one line naming each problem, nothing written
-    write_atomic(output, render(spec, plan_path, workdir))
+    write_atomic(output, render(spec, plan_path, workdir), f"--output {output}", [plan_path])
     output.chmod(0o755)

@@ -43,3 +43,13 @@ def test_an_invalid_override_writes_nothing_and_says_why(make_plan, tmp_path: Pa
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "max_num_seqs" in done.stderr
     assert not (tmp_path / "c.sh").exists()
+
+
+def test_the_plan_it_reads_is_never_its_output(make_plan, tmp_path: Path) -> None:
+    plan = make_plan()
+    before = plan.read_bytes()
+    for extra, told in (((), None), (("--when-told",), "write\n")):
+        done = _command_file(plan, plan, *extra, told=told)
+        assert done.returncode != 0 and "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "is also an input of this command" in done.stderr
+        assert plan.read_bytes() == before
