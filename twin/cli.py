@@ -518,6 +518,10 @@ def print_plan_table(outcome: PlanOutcome, sc: Scenario, devices: int) -> None:
                   f"{s.pairs_evaluated:,} pairs with knobs, {s.pairs_fitting:,} fit ({s.candidates:,} candidates with "
                   f"their gpu_memory_utilization steps) in {s.wall_s:.1f} s; {s.simulated} evaluated in full in all "
                   f"(the search, and --pareto and --explain where asked). Rejected: {rejected}")
+    if s.screen_overshoot > 0:
+        console.print(f"note: a full evaluation came in {s.screen_overshoot:.2%} below its screen bound (the screen's "
+                      "closed-form rollout): a layout within that of the last ranked may not have been evaluated",
+                      markup=False)
 
 
 @app.command("schema")

@@ -122,6 +122,8 @@ class SearchSummary(BaseModel):
     wall_s: float
     stopped: str | None = None  # why the search ended before it had screened and ranked everything (--time-limit)
     front_stopped: str | None = None  # --pareto: why not every candidate on the screen's front was evaluated
+    # the most a screen bound exceeded its full evaluation's step time, as a fraction of it (0: the bounds held)
+    screen_overshoot: float = Field(default=0.0, ge=0.0)
 
 
 class Plan(BaseModel):

@@ -89,3 +89,14 @@ def test_a_utilization_step_bounded_at_or_above_its_layouts_best_key_cannot_impr
     other = next(c for c in outcome.pending if layout_group(Layout(train=c.train.layout, rollout=c.rollout.layout))
                  not in outcome.best)
     assert not cannot_improve(outcome, other)
+
+
+def test_the_summary_records_how_far_a_screen_bound_exceeded_its_simulated_step():
+    from twin.sim.step import simulated
+
+    outcome = search(Planner(default_scenario("tiny", "cpu", 2)), top=1, finalize=simulated)
+    over = [(e.candidate.bound_s - e.result.step_s) / e.result.step_s for e in outcome.evaluated]
+    assert outcome.summary.screen_overshoot == max(0.0, *over)
+    assert outcome.summary.screen_overshoot > 0  # the closed form's rollout is polled one 2 s poll later here
+    analytical = search(Planner(default_scenario("tiny", "cpu", 2)), top=1)
+    assert analytical.summary.screen_overshoot == 0.0  # against the closed form itself the bound holds
