@@ -1,5 +1,6 @@
 """Continuous batching, KV-limited admission and lockstep instances in the rollout simulation."""
 
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -7,6 +8,7 @@ import pytest
 
 from twin.evaluate import Evaluation
 from twin.scenario import LengthDist, load_scenario
+from twin.sim import rollout as rollout_sim
 from twin.sim.rollout import simulate_rollout
 from twin.sim.trace import Trace
 
@@ -82,3 +84,40 @@ def test_the_long_tail_runs_at_a_small_batch():
     assert out.steps > 10_000  # the longest of 256 draws: far past the mean of 2500
     assert tokens / 256 == pytest.approx(2500, rel=0.2)
     assert tokens / out.steps < 256 / 8
+
+
+def _traced(ev, kv, seed, t0):
+    rng, trace = np.random.default_rng(seed), Trace()
+    out = simulate_rollout(ev.rollout_cost, kv, ev.sc, rng, trace, t0)
+    return out, trace.spans, rng.bit_generator.state
+
+
+def test_a_kv_cache_beyond_max_num_seqs_longest_sequences_changes_nothing():
+    """Why the replay may cap the KV cache: the simulation itself (not the capping wrapper) gives the same."""
+    ev = Evaluation(load_scenario(SCENARIOS / "own-qwen3-30b-a3b-a3-16dies.yaml"))
+    cap = ev.rollout_cost.ro.max_num_seqs * ev.sc.workload.max_seq_len
+
+    def simulated(kv):
+        rng, trace = np.random.default_rng(3), Trace()
+        out = rollout_sim._simulate(ev.rollout_cost, kv, ev.sc, rng, trace)
+        return (out.seconds, out.steps, out.components_s), trace.spans, rng.bit_generator.state
+
+    at_cap = simulated(cap)
+    assert simulated(cap + 1) == at_cap and simulated(10 * cap) == at_cap
+    assert simulated(cap // 8)[0][1] > at_cap[0][1]  # below the cap the cache binds: more engine steps
+
+
+def test_a_rollout_simulated_again_is_replayed_exactly(monkeypatch):
+    monkeypatch.setattr(rollout_sim, "_SIMULATED", OrderedDict())
+    ev = Evaluation(load_scenario(SCENARIOS / "own-qwen3-30b-a3b-a3-16dies.yaml"))
+    kv = ev.memory_report.kv_tokens
+    first, spans, state = _traced(ev, kv, 5, 0.0)
+    assert len(rollout_sim._SIMULATED) == 1
+    first.components_s["forward"] = -1.0  # a caller's change stays its own
+    again, shifted, after = _traced(ev, kv, 5, 100.0)
+    assert len(rollout_sim._SIMULATED) == 1  # replayed, not simulated
+    assert again.components_s["forward"] > 0 and after == state
+    assert [(s.lane, s.name, s.start_s, s.dur_s) for s in shifted] == [
+        (s.lane, s.name, s.start_s + 100.0, s.dur_s) for s in spans]
+    other = _traced(ev, kv, 6, 0.0)[0]  # other draws: simulated anew
+    assert len(rollout_sim._SIMULATED) == 2 and other.seconds != again.seconds
