@@ -464,8 +464,9 @@ def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[
     ex: list[Evaluated] = []
     skipped: list[Candidate] = []  # steps that cannot improve their layout: left pending (--pareto, --explain)
     tick = progress(f"evaluating in full (at most {MAX_FULL_EVALUATIONS})", MAX_FULL_EVALUATIONS) if progress else None
-    # the bound is below the step time, which is below its p90: nothing left can beat the k-th key (a step of a
-    # layout already ranked can only lower that layout's key, never below the bound)
+    # the bound is below the step time (but for screen_overshoot, recorded), which is below its p90: nothing left
+    # can beat the k-th key (a step of a layout already ranked can only lower that layout's key, never below the
+    # bound)
     while heap and (len(ex) < top or heap[0].bound_s < ex[top - 1].key):
         if deadline is not None and ex and time.perf_counter() > deadline:
             stopped = stopped or (f"time limit reached with {len(heap) + len(skipped):,} screened candidates not "
