@@ -27,7 +27,7 @@ import numpy as np
 
 from calibration.identify import RELATIVE_THRESHOLD, Identifiability, log_jacobian
 from calibration.lsq import PRIOR_WEIGHT, ParameterSpace
-from calibration.targets import Target, case_targets, distinct_targets, target_values
+from calibration.targets import Target, below_floor_refusal, case_targets, distinct_targets, target_values
 from twin.evaluate import Evaluation
 from twin.profile import FitRecord, Profile
 from twin.scenario import Scenario
@@ -69,6 +69,9 @@ class CaseFit:
         if not self.distinct:
             raise ValueError("none of the cases has measured values to fit")
         self.evs = {c.name: Evaluation(c, base) for c in cases}
+        impossible = below_floor_refusal(self.targets, self.evs)
+        if impossible:
+            raise ValueError(impossible)
         self.progress = progress or (lambda _msg: None)
 
     def simulate(self, profile: Profile) -> Stages:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from calibration.errors import CalibrationError
-from calibration.targets import Target, case_targets, target_values
+from calibration.targets import Target, case_targets, floor_of, target_values
 from twin.disaggregated import is_separate
 from twin.profile import Profile, serves_kind
 from twin.scenario import Scenario
@@ -39,6 +39,12 @@ class Row:
     target: Target
     group: Group
     predicted: float
+    floor_s: float | None = None  # the compute floor of a training stage (twin/cost_models/floors.py)
+
+    @property
+    def below_floor(self) -> bool:
+        """Measured faster than the case's workload can run: its assumed lengths or batch are wrong."""
+        return self.floor_s is not None and self.target.goal < self.floor_s
 
     @property
     def kind(self) -> Kind:
@@ -124,7 +130,8 @@ class Report:
             "fitted_cases": self.profile.provenance.cases,
             "rows": [{"case": r.target.case, "group": r.group, "quantity": r.target.quantity,
                       "reference": r.target.reference, "measured": r.target.goal, "predicted": r.predicted,
-                      "error": r.error, "error_unit": "s" if r.in_seconds else "relative"} for r in self.rows],
+                      "error": r.error, "error_unit": "s" if r.in_seconds else "relative", "floor_s": r.floor_s,
+                      "below_floor": r.below_floor} for r in self.rows],
             "mape": {g: {k: vars(self.mape(g, k)) for k in KIND_TITLES} for g in GROUPS},
             "skipped": self.skipped,
             "memory": [{"case": m.case, "group": m.group, "measured_gb": m.measured_gb, "predicted_gb": m.predicted_gb,
@@ -175,7 +182,7 @@ def build_report(profile: Profile, cases: list[Scenario]) -> Report:
     needed = with_rows | {t.reference for t in targets if t.reference}
     evs = {sc.name: Evaluation(sc, profile) for sc in kept if sc.name in needed}
     stages = {name: simulate(ev)[0].stages_s for name, ev in evs.items()}
-    rows = [Row(t, "fitted" if t.case in fitted else "held_out", p)
+    rows = [Row(t, "fitted" if t.case in fitted else "held_out", p, floor_of(t, evs[t.case]))
             for t, p in zip(targets, target_values(targets, stages, evs), strict=True)]
     memory = []
     for sc in kept:

@@ -16,8 +16,13 @@ def quantity_label(row: Row) -> str:
     return f"{t.quantity} / {t.reference}'s" if t.reference else t.quantity
 
 
+FLOOR_NOTE = ("! measured below the compute floor of the case's workload (its FLOPs at the devices' peak, "
+              "twin/cost_models/floors.py): the scenario's assumed lengths or batch cannot be what ran")
+
+
 def error_text(row: Row) -> str:
-    return f"{row.error:+.3g} s *" if row.in_seconds else f"{row.error * 100:+.1f} %"
+    text = f"{row.error:+.3g} s *" if row.in_seconds else f"{row.error * 100:+.1f} %"
+    return f"{text} !" if row.below_floor else text
 
 
 def mape_text(m: Mape) -> str:
@@ -52,6 +57,8 @@ def print_report(console: Console, report: Report) -> None:
         print_sync(console, report)
     if any(r.in_seconds for r in report.rows):
         console.print(SECONDS_NOTE, highlight=False, soft_wrap=True)
+    if any(r.below_floor for r in report.rows):
+        console.print(FLOOR_NOTE, highlight=False, soft_wrap=True)
     for case, why in report.skipped.items():
         console.print(f"not compared: {case}: {why}", highlight=False, soft_wrap=True)
     if report.cross_validated is not None:

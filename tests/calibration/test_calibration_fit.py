@@ -3,6 +3,7 @@ overwritten, provenance recorded."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -261,3 +262,25 @@ def test_job_fit_reads_the_per_call_terms_off_the_overhead_job():
     assert profile["dispatch_ray_s_per_gb"] == pytest.approx(0.02 / 0.1)  # 20 ms more for 0.1 GB more per worker
     assert profile["rollout_poll_s"] == 2.0 and "verl's code" in profile.params["rollout_poll_s"].source
     assert not profile.params["rollout_poll_s"].fitted  # confirmed, not moved
+
+
+def test_a_case_measured_below_its_compute_floor_is_refused_and_marked(tmp_path):
+    """C8's 16-GPU FSDP run with the response mean assumed until 2026-12-02 (2500 tokens): its published
+    old_log_prob (88 s) is faster than 6144 sequences of 2650 tokens can run at the GPUs' peak (100.9 s)."""
+    text = (ROOT / "scenarios" / "c8-dapo-qwen25-math-7b-h20-16-fsdp.yaml").read_text()
+    assert "response_len: {mean: 1300," in text
+    (tmp_path / "c8.yaml").write_text(text.replace("response_len: {mean: 1300,", "response_len: {mean: 2500,"))
+    fit = _cli("fit", "--cases", "c8.yaml", "--profile", str(ROOT / "twin" / "profiles" / "gpu-reference.yaml"),
+               "-o", "x.yaml", cwd=tmp_path)
+    assert fit.returncode == 2 and not (tmp_path / "x.yaml").exists()
+    assert fit.stderr.strip() == (
+        "calibration: error: case c8-dapo-qwen25-math-7b-h20-16-fsdp: measured old_log_prob 88 s is below the 100.9 s "
+        "its workload's FLOPs take at the devices' peak (twin/cost_models/floors.py): the scenario's lengths or batch "
+        "cannot be what ran; correct them before fitting")
+    report = _cli("report", "--profile", str(ROOT / "twin" / "profiles" / "gpu.yaml"), "--cases", "c8.yaml", "--json",
+                  cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    rows = {r["quantity"]: r for r in json.loads(report.stdout)["rows"]}
+    assert rows["stage:old_log_prob"]["below_floor"] and rows["stage:update"]["below_floor"]
+    assert rows["stage:old_log_prob"]["floor_s"] == pytest.approx(100.88, abs=0.01)
+    assert rows["stage:rollout"]["floor_s"] is None and not rows["step"]["below_floor"]

@@ -23,8 +23,8 @@ GRAPH_GAP = pytest.mark.xfail(strict=True, reason="a3-fit-9: eager/graph rollout
                                                  "measured; the measured step also moved from vLLM V0 to V1 and "
                                                  "turned on AIV acceleration, which the twin does not model (graph "
                                                  "mode alone: 1.85x of the measured 2.59x)")
-# C8's 7B rows are judge cases of the gpu profile (gpu-fit-4, which frees only the eager rollout's host time per
-# kernel; these rows decode in graph mode): the ablation is their ratio.
+# C8's 7B rows are judge cases of the gpu profile (gpu-fit-5, which frees the dense GEMM scale and the eager
+# rollout's host time per kernel; these rows decode in graph mode): the ablation is their ratio.
 
 
 def _sim(name: str, **changes):
@@ -84,8 +84,8 @@ def test_c8_rollout_scales_from_32_to_128_gpus_as_measured():
 
 
 def test_c8_step_scales_from_32_to_128_gpus_as_measured():
-    """The step: measured 356.30 / 790.10 = 0.45, with the GPU profile (none of its fitted values is in these graph-mode
-    runs). It was 0.59 while
+    """The step: measured 356.30 / 790.10 = 0.45, with the GPU profile (of its fitted values only the GEMM scale is in
+    these graph-mode runs). It was 0.59 while
     FSDP's data-parallel size ignored Ulysses (4x too little work per GPU at 32 GPUs)."""
     predicted, measured = _c8_scaling(None)
     assert predicted == pytest.approx(measured, rel=0.25)
