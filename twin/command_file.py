@@ -8,8 +8,10 @@ without writing.
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +23,19 @@ if TYPE_CHECKING:
 TIMEOUT_S = 300  # the executor's checks take seconds; a hung one is stopped
 
 
+def executor_command() -> list[str] | None:
+    """How to start the executor installed with this twin: its console script on PATH, else its module under this
+    interpreter when it sits beside the twin's package (an environment used without activating it has no
+    `executor` on PATH); found, not imported. None when neither is there."""
+    exe = shutil.which("executor")
+    if exe is not None:
+        return [exe]
+    spec = importlib.util.find_spec("executor")
+    home = Path(__file__).parent.parent  # the directory the twin's package sits in
+    beside = spec is not None and spec.origin is not None and Path(spec.origin).parent.parent == home
+    return [sys.executable, "-m", "executor"] if beside else None
+
+
 class CommandFile:
     """A started `executor command-file --when-told` for the plan about to be saved at `plan_path`."""
 
@@ -28,9 +43,9 @@ class CommandFile:
         self.plan_path = plan_path
         self.target = plan_path.with_suffix(".command.sh")
         self.told = False
-        exe = shutil.which("executor")
+        exe = executor_command()
         self.proc = None if exe is None else subprocess.Popen(
-            [exe, "command-file", str(plan_path), "-o", str(self.target), "--when-told"], stdin=subprocess.PIPE,
+            [*exe, "command-file", str(plan_path), "-o", str(self.target), "--when-told"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def tell(self) -> None:

@@ -1,7 +1,9 @@
 """`twin plan` as a user runs it with the explain, headroom and risk options, and the command file it
 writes beside the plan through the installed executor."""
 
+import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -10,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from twin import cli
-from twin.command_file import command_file_for
+from twin.command_file import command_file_for, executor_command
 from twin.plan import plan_json_schema
 
 
-def twin(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "twin", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+def twin(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "twin", *args], capture_output=True, text=True, cwd=cwd, timeout=300,
+                          env=env)
 
 
 @pytest.mark.skipif(shutil.which("executor") is None, reason="the executor console script is not installed")
@@ -52,10 +55,23 @@ def test_json_plan_writes_the_command_file_too(tmp_path):
 
 def test_without_executor_the_command_file_is_skipped_in_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with command_file_for(tmp_path / "plan.json") as started:
         started.report(cli.console)
     assert capsys.readouterr().out == "executor is not installed: no command file written\n"
     assert not (tmp_path / "plan.command.sh").exists()
+
+
+def test_an_environment_used_without_activating_it_still_writes_the_command_file(tmp_path, monkeypatch):
+    """No `executor` on PATH (a virtual environment's twin run by its path): the executor beside the twin's package
+    runs under the twin's interpreter."""
+    assert shutil.which("executor", path="/usr/bin:/bin") is None
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert executor_command() == [sys.executable, "-m", "executor"]
+    out = twin("plan", "--model", "qwen2.5-7b", "--cards", "8", "--top", "1", "-o", "plan.json", cwd=tmp_path,
+               env={**os.environ, "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert "verl.trainer.main_ppo" in (tmp_path / "plan.command.sh").read_text()
 
 
 @pytest.mark.skipif(shutil.which("executor") is None, reason="the executor console script is not installed")
