@@ -120,6 +120,8 @@ def _case_files(paths: list[Path]) -> list[Path]:
             files += sorted(p.glob("*.yaml"))
         elif p.is_file():
             files.append(p)
+        elif p.exists():  # a device, FIFO or socket: nothing a scenario is read from
+            raise CalibrationError(f"cases {p}: not a regular file or a directory")
         else:
             raise CalibrationError(f"cases {p}: no such file or directory")
     return files

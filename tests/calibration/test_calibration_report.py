@@ -186,6 +186,7 @@ def test_a_verl_run_is_a_held_out_case(tmp_path, run_cli):
     (["--profile", "nope.yaml"], "profile nope.yaml: no such file"),
     (["--profile", str(A3_PROFILE), "--runs", "runs.jsonl"], "--runs and --scenario go together"),
     (["--profile", str(A3_PROFILE), "--cases", "no-such-dir"], "no such file or directory"),
+    (["--profile", str(A3_PROFILE), "--cases", "/dev/null"], "cases /dev/null: not a regular file or a directory"),
     (["--profile", str(A3_PROFILE), "--cases", str(SCENARIOS / "c2-dsr1-a3-128-eager-gloo.yaml")],
      "relative to c2-dsr1-a3-128-graph-basic, which is not among the cases"),
     (["--profile", str(A3_PROFILE), "--cases", str(SCENARIOS / "c5-qwen25-32b-a2-16npus.yaml")],
