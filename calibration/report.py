@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from calibration.errors import CalibrationError
-from calibration.targets import Target, case_targets, floor_of, target_values
+from calibration.targets import Target, below, case_targets, floor_of, target_values
 from twin.disaggregated import is_separate
 from twin.profile import Profile, serves_kind
 from twin.scenario import Scenario
@@ -44,7 +44,7 @@ class Row:
     @property
     def below_floor(self) -> bool:
         """Measured faster than the case's workload can run: its assumed lengths or batch are wrong."""
-        return self.floor_s is not None and self.target.goal < self.floor_s
+        return below(self.target, self.floor_s)
 
     @property
     def kind(self) -> Kind:

@@ -80,20 +80,22 @@ def case_targets(cases: list[Scenario]) -> list[Target]:
 def floor_of(target: Target, ev: Evaluation) -> float | None:
     """The compute floor of a target's training stage (twin.cost_models.floors); None for any other quantity,
     for a ratio to another case and for a stage measured as 0 (skipped: no pass ran)."""
-    from twin.cost_models.floors import FLOORED_STAGES, training_floors_s
-
     stage = target.quantity.removeprefix("stage:")
-    if not target.is_stage or target.reference or stage not in FLOORED_STAGES or target.goal == 0:
+    if not target.is_stage or target.reference or target.goal == 0:
         return None
-    return training_floors_s(ev)[stage]
+    return ev.training_floors.get(stage)
+
+
+def below(target: Target, floor: float | None) -> bool:
+    """Measured faster than its compute floor: the case's assumed workload cannot be what ran."""
+    return floor is not None and target.goal < floor
 
 
 def below_floor_refusal(targets: list[Target], evs: dict[str, Evaluation]) -> str | None:
-    """One line naming the first target measured below its compute floor (its case's assumed workload cannot
-    be what ran), or None."""
+    """One line naming the first target measured below its compute floor, or None."""
     for t in targets:
         floor = floor_of(t, evs[t.case])
-        if floor is not None and t.goal < floor:
+        if below(t, floor):
             return (f"case {t.case}: measured {t.quantity.removeprefix('stage:')} {t.goal:.4g} s is below the "
                     f"{floor:.4g} s its workload's FLOPs take at the devices' peak (twin/cost_models/floors.py): the "
                     "scenario's lengths or batch cannot be what ran; correct them before fitting")

@@ -13,6 +13,7 @@ from pathlib import Path
 from twin import __version__
 from twin.catalog.inventory import Inventory
 from twin.catalog.registry import load_model
+from twin.cost_models.floors import training_floors_s
 from twin.cost_models.memory import GB, MemoryReport, RolloutMemory, TrainMemory, phase_memory
 from twin.cost_models.placement import Placement
 from twin.cost_models.reshard import RESHARD_METHODS, ReshardMethod, ReshardStats, reshard_stats
@@ -99,6 +100,11 @@ class Evaluation:
         host = self.sc.cluster.host_memory_gb_per_node or self.kind.host_memory_gb_per_node.value
         return phase_memory(self.train_memory, self.rollout_memory, self.reshard().extra_bytes_max,
                             sleep_frees_memory(self.sc), self.kind.devices_per_node, host)
+
+    @cached_property
+    def training_floors(self) -> dict[str, float]:
+        """Seconds below which old_log_prob, ref and update cannot run (twin/cost_models/floors.py), once."""
+        return training_floors_s(self)
 
     @cached_property
     def train_cost(self) -> TrainCost:

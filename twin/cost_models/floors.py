@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from twin.evaluate import Evaluation
 
 BACKWARD_PER_FORWARD = 2  # a backward computes the gradients of the inputs and of the weights: two GEMMs per one
-FLOORED_STAGES = ("old_log_prob", "ref", "update")
 
 
 def batch_forward_flops(ev: Evaluation) -> float:
