@@ -6,7 +6,9 @@ so that `executor --help` stays fast.
 
 from __future__ import annotations
 
+import os
 import shlex
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
@@ -81,7 +83,9 @@ def run(
         target = target_for(plan.scenario.cluster.kind)
         if not dry_run:
             target.require_hardware(plan.predictions.devices)
-        spec = target.build(plan, options, HostEnv())
+        # a real run looks patch targets up in the installed source, as `executor command-file` does: each is
+        # imported and patched in the process that imports it, and a hook that fails there is reported after the run
+        spec = target.build(plan, options, HostEnv(from_source=not dry_run))
         validate(spec.overrides)
         refuse_unsupported(spec)
         if dry_run:
@@ -114,8 +118,9 @@ def _workdir(given: Path | None, name: str, plan_path: Path) -> Path:
 def _real_run(plan_path, plan, spec, target, paths, options) -> None:
     from executor.errors import ExecutorError
     from executor.launch import new_record, run_trainer
+    from executor.npu_opt.worker_hook_env import PATCHES_ENV
     from executor.preflight import preflight
-    from executor.probe import probe_workers
+    from executor.probe import hook_problem, probe_workers
 
     problems = preflight(plan, options, target)
     if problems:
@@ -123,10 +128,15 @@ def _real_run(plan_path, plan, spec, target, paths, options) -> None:
     missing = [r.id for r in spec.optimizations if r.state == "unavailable"]
     if missing:
         err.print(f"executor: warning: running without {', '.join(missing)} (unavailable here)", markup=False)
-    probe_workers(spec, paths.patch_reports)
-    status = run_trainer(spec, paths, new_record(plan_path, plan, spec, paths))
-    if status:
-        raise fail(f"verl exited with status {status}; log {paths.log}", status)
+    if os.environ.get("RAY_ADDRESS"):  # an existing cluster: its nodes need not be this host
+        probe_workers(spec, paths.patch_reports)
+    started = time.time()
+    ended = run_trainer(spec, paths, new_record(plan_path, plan, spec, paths))
+    # a local session's workers are this host's processes: their own reports say whether the hook ran in them
+    problem = hook_problem(paths.patch_reports, started, ended.pid, spec.env.get(PATCHES_ENV, ""),
+                           ran=ended.status == 0)
+    if problem or ended.status:
+        raise fail(f"{problem or f'verl exited with status {ended.status}'}; log {paths.log}", ended.status or 2)
 
 
 from executor.command_file import command_file  # noqa: E402

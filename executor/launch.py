@@ -9,6 +9,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 from executor.npu_opt.base import OptReport
 from executor.options import RunPaths
@@ -38,7 +39,14 @@ def new_record(plan_path: Path, plan: Plan, spec: LaunchSpec, paths: RunPaths) -
     )
 
 
-def run_trainer(spec: LaunchSpec, paths: RunPaths, record: RunRecord) -> int:
+class TrainerExit(NamedTuple):
+    """How verl's trainer ended: its exit status and its process id (verl's driver)."""
+
+    status: int
+    pid: int
+
+
+def run_trainer(spec: LaunchSpec, paths: RunPaths, record: RunRecord) -> TrainerExit:
     """Run `python -m verl.trainer.main_ppo ...`, tee its output to the log, record start and end."""
     paths.workdir.mkdir(parents=True, exist_ok=True)
     save_record(record, paths.record)
@@ -49,6 +57,7 @@ def run_trainer(spec: LaunchSpec, paths: RunPaths, record: RunRecord) -> int:
             spec.command, env=env, cwd=paths.workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             bufsize=1,
         ) as proc:
+            pid = proc.pid
             try:
                 for line in proc.stdout:
                     sys.stdout.write(line)
@@ -60,4 +69,4 @@ def run_trainer(spec: LaunchSpec, paths: RunPaths, record: RunRecord) -> int:
     finally:
         save_record(record.model_copy(update={"ended_at": datetime.now(timezone.utc), "exit_status": status}),
                     paths.record)
-    return status
+    return TrainerExit(status, pid)

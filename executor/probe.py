@@ -1,8 +1,11 @@
-"""Start Ray worker processes with a launch's runtime environment and collect what the worker hook did.
+"""What the worker hook did in a run's processes, read from their reports, and a probe of a Ray cluster's workers.
 
 Every verl process imports `executor.npu_opt.worker_hook` (VERL_USE_EXTERNAL_MODULES); each writes a
-report with its pid. Probing a few workers before the trainer starts shows, in processes that are not
-the driver, that the environment arrived and that every requested patch found its targets.
+report with its pid. After a run, `hook_problem` reads the reports the run's own processes wrote: a hook that
+failed names the process and the patch, and a run that asked for patches must have reports from processes that
+are not verl's driver (its Ray workers), or its environment did not reach them. Before a run on an existing Ray
+cluster (RAY_ADDRESS), whose nodes need not be this host, `probe_workers` starts Ray workers there with the
+launch's environment and refuses the launch when the hook fails in one.
 """
 
 from __future__ import annotations
@@ -24,12 +27,35 @@ class WorkerReport(BaseModel):
 
     pid: int
     host: str
+    argv: list[str] = []
+    time: float = 0.0  # when the hook ran (epoch seconds)
     results: list[WorkerPatchResult]
 
+    @property
+    def errors(self) -> list[str]:
+        return [r.error for r in self.results if r.error]
 
-def read_reports(report_dir: Path, pids: set[int] | None = None) -> list[WorkerReport]:
+
+def read_reports(report_dir: Path, pids: set[int] | None = None, since: float = 0.0) -> list[WorkerReport]:
+    """The hook's reports in `report_dir` (of `pids` only, when given; written at `since` or later)."""
     reports = [WorkerReport.model_validate(json.loads(p.read_text())) for p in sorted(report_dir.glob("*.json"))]
-    return [r for r in reports if pids is None or r.pid in pids]
+    return [r for r in reports if (pids is None or r.pid in pids) and r.time >= since]
+
+
+def hook_problem(report_dir: Path, since: float, driver_pid: int, patches: str, ran: bool) -> str | None:
+    """What the reports of a run started at `since` (verl's driver `driver_pid`) say went wrong, in one line: the
+    first process whose hook failed; or, for a run that ran (`ran`) and asked for `patches` (comma-separated
+    ids), no report from any process but the driver. None when nothing did."""
+    reports = read_reports(report_dir, since=since) if report_dir.is_dir() else []
+    failed = next((r for r in reports if r.errors), None)
+    if failed is not None:
+        program = Path(failed.argv[0]).name if failed.argv else "its program unknown"
+        where = "verl's driver" if failed.pid == driver_pid else f"process {failed.pid} ({program})"
+        return f"worker hook failed in {where}: {failed.errors[0]}"
+    if ran and patches and not any(r.pid != driver_pid for r in reports):
+        return (f"no Ray worker of the run reported the worker hook (reports in {report_dir}): the patches "
+                f"{patches} did not reach verl's workers, so the run's statuses do not hold")
+    return None
 
 
 def _probe_actor():
@@ -58,8 +84,7 @@ def probe_workers(spec: LaunchSpec, report_dir: Path, count: int = 1) -> list[Wo
         try:
             pids = set(ray.get([a.import_verl.remote() for a in actors], timeout=300))
         except ray.exceptions.RayError as exc:
-            failed = read_reports(report_dir)
-            errors = [r.error for rep in failed for r in rep.results if r.error]
+            errors = [e for rep in read_reports(report_dir) for e in rep.errors]
             raise ExecutorError(f"worker hook failed in a Ray worker: {errors[0] if errors else exc}") from None
     finally:
         ray.shutdown()

@@ -57,8 +57,8 @@ def test_run_trainer_streams_log_and_records_start_and_end(make_plan, build, tmp
     spec = spec.model_copy(update={"overrides": [*spec.overrides, "actor_rollout_ref.actor.ppo_mini_batch_size=1024"]})
     paths = RunPaths(workdir=tmp_path / "run")
     record = new_record(plan_path, load_plan(plan_path), spec, paths)
-    status = run_trainer(spec, paths, record)
-    assert status != 0
+    status, pid = run_trainer(spec, paths, record)
+    assert status != 0 and pid != os.getpid()
     assert "must be >= actor.ppo_mini_batch_size (1024)" in paths.log.read_text()
     assert "must be >= actor.ppo_mini_batch_size (1024)" in capfd.readouterr().out
     saved = load_record(paths.record)

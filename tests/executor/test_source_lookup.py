@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from executor import source_lookup
-from executor.npu_opt.host import HostEnv
+from executor.npu_opt.host import HostEnv, in_source
 from executor.npu_opt.patch_target import PatchTarget
 from executor.source_lookup import Undecided, lookup, parameters
 from executor.typecheck import imported_hints, source_hints, type_problems
@@ -194,3 +194,17 @@ def test_command_file_imports_neither_verl_nor_torch(make_plan, tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
     assert "verl.trainer.main_ppo" in (tmp_path / "c.sh").read_text()
+
+
+def test_cpu_target_patch_targets_from_source_match_the_import():
+    """`executor run` checks the CPU target's patch targets in the installed source (the process that imports a
+    patched module resolves it there): the source must say what the import says, for every target on this host."""
+    from executor.cpu import megatron_compat, megatron_verl_compat, vllm_compat
+
+    patches = (*vllm_compat.PATCHES, *megatron_compat.PATCHES, *megatron_verl_compat.PATCHES)
+    targets = [t for p in patches for t, _ in getattr(p, "patches", ())]
+    assert len(targets) > 20
+    from_source = [HostEnv(from_source=True).check(t) for t in targets]
+    assert [HostEnv().check(t) for t in targets] == from_source
+    decided = [t for t in targets if in_source(t)]  # found from the source alone, not by the import fallback
+    assert len(decided) == len(targets), sorted({t.label for t in targets} - {t.label for t in decided})
