@@ -48,10 +48,21 @@ def _write_report(results: list[WorkerPatchResult]) -> None:
 
 
 def run() -> list[WorkerPatchResult]:
-    """Apply the requested patches in this process; raise PatchTargetMissing naming every failure."""
+    """Apply the requested patches in this process; raise PatchTargetMissing naming every failure. A patch that
+    waits for its module and fails when it loads is written into the report then (the import raises after)."""
+    from executor.npu_opt.patching import on_late_failure
+
     ids = [i for i in os.environ.get(PATCHES_ENV, "").split(",") if i]
     results = [_apply(i) for i in ids]
     _write_report(results)
+
+    def late(opt_id: str, error: str) -> None:
+        for r in results:
+            if r.id == opt_id:
+                r.error = error
+        _write_report(results)
+
+    on_late_failure(late)
     errors = [r.error for r in results if r.error]
     if errors:
         raise PatchTargetMissing("; ".join(errors))

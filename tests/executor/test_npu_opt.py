@@ -106,6 +106,41 @@ def test_patches_wait_for_their_module_and_apply_once(tmp_path: Path, monkeypatc
     assert post_import.when_imported(name, lambda m: None) is True  # loaded: callbacks run at once
 
 
+def test_a_waiting_patch_that_fails_as_its_module_loads_is_written_into_the_hooks_report(
+        tmp_path: Path, monkeypatch) -> None:
+    """The hook reports a patch as pending; when its module loads without the target, the import raises and the
+    report now names the error, so the executor can say which process failed and why (executor/probe.py)."""
+    from executor.npu_opt import patching, worker_hook
+    from executor.npu_opt import registry as registry_module
+    from executor.npu_opt.worker_hook_env import PATCHES_ENV, REPORT_DIR_ENV
+    from executor.probe import hook_problem
+
+    name = f"fake_engine_late_{tmp_path.name.replace('-', '_')}"
+    _write_module(tmp_path, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    missing = PatchTarget(module=name, attribute="Engine.gone", dist="test")
+
+    class Late:
+        id, worker_dists = "test_late", ()
+
+        def apply_in_worker(self):
+            return install(self.id, [(missing, lambda orig: orig)])
+
+    monkeypatch.setattr(patching, "_failure_listeners", [])
+    monkeypatch.setattr(registry_module, "find", lambda opt_id: Late() if opt_id == "test_late" else None)
+    monkeypatch.setenv(PATCHES_ENV, "test_late")
+    monkeypatch.setenv(REPORT_DIR_ENV, str(tmp_path / "reports"))
+    (result,) = worker_hook.run()
+    assert result.pending == [missing.label] and result.error is None
+    reports = tmp_path / "reports"
+    assert hook_problem(reports, 0.0, driver_pid=-1, patches="test_late", ran=True) is None  # this pid reported
+    with pytest.raises(PatchTargetMissing, match="'gone' is missing"):
+        importlib.import_module(name)
+    problem = hook_problem(reports, 0.0, driver_pid=-1, patches="test_late", ran=False)
+    assert problem is not None and problem.startswith("worker hook failed in process ")
+    assert problem.endswith(f"patch target {missing.label}: 'gone' is missing from the installed test")
+
+
 def test_reports_name_what_each_optimization_set(make_plan, build, tmp_path: Path) -> None:
     reports = {r.id: r for r in build(make_plan(), tmp_path).optimizations}
     assert reports["skip_old_log_prob"].overrides == ["algorithm.rollout_correction.bypass_mode=true",
