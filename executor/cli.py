@@ -128,13 +128,15 @@ def _real_run(plan_path, plan, spec, target, paths, options) -> None:
     missing = [r.id for r in spec.optimizations if r.state == "unavailable"]
     if missing:
         err.print(f"executor: warning: running without {', '.join(missing)} (unavailable here)", markup=False)
-    if os.environ.get("RAY_ADDRESS"):  # an existing cluster: its nodes need not be this host
+    cluster = bool(os.environ.get("RAY_ADDRESS"))  # an existing cluster: its nodes need not be this host
+    if cluster:
         probe_workers(spec, paths.patch_reports)
     started = time.time()
     ended = run_trainer(spec, paths, new_record(plan_path, plan, spec, paths))
-    # a local session's workers are this host's processes: their own reports say whether the hook ran in them
+    # a local session's workers are this host's processes: their own reports say whether the hook ran in them (a
+    # cluster's other nodes write theirs on their own disks, so there only the failures seen here are read)
     problem = hook_problem(paths.patch_reports, started, ended.pid, spec.env.get(PATCHES_ENV, ""),
-                           ran=ended.status == 0)
+                           expect_workers=ended.status == 0 and not cluster)
     if problem or ended.status:
         raise fail(f"{problem or f'verl exited with status {ended.status}'}; log {paths.log}", ended.status or 2)
 

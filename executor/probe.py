@@ -37,22 +37,29 @@ class WorkerReport(BaseModel):
 
 
 def read_reports(report_dir: Path, pids: set[int] | None = None, since: float = 0.0) -> list[WorkerReport]:
-    """The hook's reports in `report_dir` (of `pids` only, when given; written at `since` or later)."""
-    reports = [WorkerReport.model_validate(json.loads(p.read_text())) for p in sorted(report_dir.glob("*.json"))]
+    """The hook's reports in `report_dir` (of `pids` only, when given; written at `since` or later); one that cannot
+    be read is an ExecutorError naming it."""
+    reports = []
+    for path in sorted(report_dir.glob("*.json")):
+        try:
+            reports.append(WorkerReport.model_validate(json.loads(path.read_text())))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:  # json's and pydantic's errors are ValueErrors
+            raise ExecutorError(f"worker hook report {path} cannot be read ({type(exc).__name__})") from None
     return [r for r in reports if (pids is None or r.pid in pids) and r.time >= since]
 
 
-def hook_problem(report_dir: Path, since: float, driver_pid: int, patches: str, ran: bool) -> str | None:
+def hook_problem(report_dir: Path, since: float, driver_pid: int, patches: str, expect_workers: bool) -> str | None:
     """What the reports of a run started at `since` (verl's driver `driver_pid`) say went wrong, in one line: the
-    first process whose hook failed; or, for a run that ran (`ran`) and asked for `patches` (comma-separated
-    ids), no report from any process but the driver. None when nothing did."""
+    first process whose hook failed; or, where its workers' reports are expected here (`expect_workers`: a local
+    session's run that ran) and it asked for `patches` (comma-separated ids), no report from any process but the
+    driver. None when nothing did."""
     reports = read_reports(report_dir, since=since) if report_dir.is_dir() else []
     failed = next((r for r in reports if r.errors), None)
     if failed is not None:
         program = Path(failed.argv[0]).name if failed.argv else "its program unknown"
         where = "verl's driver" if failed.pid == driver_pid else f"process {failed.pid} ({program})"
         return f"worker hook failed in {where}: {failed.errors[0]}"
-    if ran and patches and not any(r.pid != driver_pid for r in reports):
+    if expect_workers and patches and not any(r.pid != driver_pid for r in reports):
         return (f"no Ray worker of the run reported the worker hook (reports in {report_dir}): the patches "
                 f"{patches} did not reach verl's workers, so the run's statuses do not hold")
     return None

@@ -133,10 +133,11 @@ def test_a_waiting_patch_that_fails_as_its_module_loads_is_written_into_the_hook
     (result,) = worker_hook.run()
     assert result.pending == [missing.label] and result.error is None
     reports = tmp_path / "reports"
-    assert hook_problem(reports, 0.0, driver_pid=-1, patches="test_late", ran=True) is None  # this pid reported
+    # this process reported, and is not the driver
+    assert hook_problem(reports, 0.0, driver_pid=-1, patches="test_late", expect_workers=True) is None
     with pytest.raises(PatchTargetMissing, match="'gone' is missing"):
         importlib.import_module(name)
-    problem = hook_problem(reports, 0.0, driver_pid=-1, patches="test_late", ran=False)
+    problem = hook_problem(reports, 0.0, driver_pid=-1, patches="test_late", expect_workers=False)
     assert problem is not None and problem.startswith("worker hook failed in process ")
     assert problem.endswith(f"patch target {missing.label}: 'gone' is missing from the installed test")
 
