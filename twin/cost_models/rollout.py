@@ -4,9 +4,11 @@ A decode step reads the device's weights (every local expert that receives a tok
 its running sequences once, computes at the roofline's pace, runs the TP collectives and the EP
 dispatch/combine of every MoE layer on the topology, and pays the host-side costs the recipes measured:
 pre/post-processing, vLLM scheduling, and the DP end-of-sequence synchronisation (two per step, on gloo
-or HCCL) when several DP ranks share one engine instance. The host's pre/post-processing has a part per
-step and a part per running sequence (the scheduler, the state updates and the output processing loop over
-the running requests), so a step of a long tail's few sequences pays less host time than a full one.
+or HCCL) when several DP ranks share one engine instance. The host's pre/post-processing and the scheduler
+each have a part per step and a part per running sequence (input preparation, the state updates and the
+output processing loop over the running requests; the scheduler's pass over them), so a step of a long
+tail's few sequences pays less host time than a full one (benchmarks/vllm_step_host_cpu.py measures both
+parts of both in vLLM).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class DecodeStep:
     comm_s: ArrayLike  # TP collectives and EP dispatch/combine
     launch_s: float  # eager operator launches on the host (0 in graph mode)
     host_s: ArrayLike  # pre/post-processing: a part per step and a part per running sequence
-    schedule_s: float  # vLLM scheduler
+    schedule_s: ArrayLike  # vLLM scheduler: a part per step and a part per running sequence
     sync_s: float  # DP end-of-sequence synchronisation
 
     @property
@@ -118,7 +120,7 @@ class RolloutCost:
         comm = intercept + slope * np.maximum(batch, 1.0) * imbalance  # idle ranks still join the collectives
         launch = 0.0 if ro.graph_mode else self.ops_per_step * pf["eager_op_launch_us"] * 1e-6
         host = self.host_per_step_s + batch * pf["vllm_host_us_per_seq"] * 1e-6
-        schedule = pf["vllm_schedule_ms"] * 1e-3
+        schedule = pf["vllm_schedule_ms"] * 1e-3 + batch * pf["vllm_schedule_us_per_seq"] * 1e-6
         sync = 0.0
         if self.dp_per_instance > 1:
             sync = EOS_SYNCS_PER_STEP * pf[f"eos_sync_ms_{self.eos_backend}"] * 1e-3

@@ -187,9 +187,9 @@ def _simulate(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.random.Gene
         inst_time = per_step.max(axis=1).sum(axis=1) * ~done_inst
         slowest = per_step.sum(axis=2).argmax(axis=1) + np.arange(instances) * group
         for name, value in (("forward", step.forward_s), ("comm", step.comm_s), ("host", step.host_s),
-                            ("prefill", prefill)):
+                            ("schedule", step.schedule_s), ("prefill", prefill)):
             parts[name] += np.broadcast_to(value, rank_time.shape)[slowest].sum(axis=1) * ~done_inst
-        for name, value in (("launch", step.launch_s), ("schedule", step.schedule_s), ("sync", step.sync_s)):
+        for name, value in (("launch", step.launch_s), ("sync", step.sync_s)):
             parts[name] += value * k * ~done_inst
         clocks += inst_time
         steps += k * ~done_inst

@@ -52,6 +52,19 @@ def test_host_time_has_a_part_per_step_and_a_part_per_running_sequence():
     assert steps.host_s == pytest.approx([2.01e-3, 4.56e-3], rel=1e-12)
 
 
+def test_scheduler_time_has_a_part_per_step_and_a_part_per_running_sequence():
+    """vLLM's scheduler = its per-step part + its per-sequence part x the running sequences, apart from the host's
+    pre/post-processing: with 0.8 ms a step and 144 us a sequence, a lone sequence pays 0.944 ms, a batch of 64
+    pays 0.8 + 9.216 = 10.016 ms (C2's 10 ms a step at its 64 sequences per replica)."""
+    ev = Evaluation(load_scenario(SCENARIOS / "c8-dapo-qwen25-math-7b-h20-32.yaml"))
+    profile = ev.profile.with_values({"vllm_schedule_ms": 0.8, "vllm_schedule_us_per_seq": 144.0,
+                                      "decode_host_ms_graph": 2.0, "vllm_host_us_per_seq": 0.0}, "test")
+    rc = ev.with_profile(profile).rollout_cost
+    steps = rc.decode_step(np.array([1.0, 64.0]), np.array([1000.0, 1000.0]))
+    assert steps.schedule_s == pytest.approx([0.944e-3, 10.016e-3], rel=1e-12)
+    assert steps.host_s == pytest.approx([2e-3, 2e-3], rel=1e-12)
+
+
 def test_longest_of_n_lognormal_responses_and_its_cap():
     """C8's responses: lognormal, mean 2500, sigma 0.8 (mu = ln 2500 - 0.32 = 7.50405), at most 28672. The expected
     longest of N is the 1 - 1/(N + 1) quantile: N = 64 gives z = 2.16004, exp(7.50405 + 0.8 x 2.16004) = 10,220

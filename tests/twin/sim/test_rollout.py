@@ -72,6 +72,19 @@ def test_per_sequence_host_time_adds_up_to_the_tokens_a_replica_decodes():
     assert some.components_s["host"] - none.components_s["host"] == pytest.approx(256_000 * 18e-6, rel=1e-9)
 
 
+def test_per_sequence_scheduler_time_adds_up_to_the_tokens_a_replica_decodes():
+    """The scheduler's per-sequence part sums the same way, into its own component: the same 256,000 tokens x 6 us
+    = 1.536 s on top of 0.1 ms a step, and the host's component does not move."""
+    sc = _c8_128_fixed(1000)
+    base = {"vllm_host_us_per_seq": 18.0, "decode_host_ms_graph": 0.5, "vllm_schedule_ms": 0.1}
+    none = _with(sc, vllm_schedule_us_per_seq=0.0, **base)
+    some = _with(sc, vllm_schedule_us_per_seq=6.0, **base)
+    assert some.steps == none.steps
+    assert none.components_s["schedule"] == pytest.approx(none.steps * 0.1e-3, rel=1e-9)
+    assert some.components_s["schedule"] - none.components_s["schedule"] == pytest.approx(256_000 * 6e-6, rel=1e-9)
+    assert some.components_s["host"] == pytest.approx(none.components_s["host"], rel=1e-12)
+
+
 def test_the_long_tail_runs_at_a_small_batch():
     """C8 at 128 GPUs with lognormal lengths (mean 2500): the slowest replica decodes about 256 x 2500 tokens over
     the steps of its longest response, so its mean batch over time is about 256 x 2500 / steps, a tenth of
