@@ -58,14 +58,13 @@ def _instrument(llm: Any) -> dict[str, list[float]]:
 
 
 def _per_step(rec: dict[str, list[float]], first: int) -> dict[str, float]:
-    """Median seconds of each part over the steps from index `first` (the whole batch decoding)."""
-    def med(name: str) -> float:
-        return statistics.median(rec[name][first:-2])  # the last two steps finish requests
-    runner_other = [e + s - f for e, s, f in zip(rec["execute"], rec["sample"], rec["forward"], strict=True)]
-    frontend = [e - c for e, c in zip(rec["engine_step"], rec["core_step"], strict=True)]
-    return {"schedule": med("schedule"), "forward": med("forward"), "update": med("update"),
-            "runner_other": statistics.median(runner_other[first:-2]),
-            "frontend": statistics.median(frontend[first:-2])}
+    """Median seconds of each part over the steps from index `first` (the whole batch decoding) to the last two
+    (which finish requests)."""
+    series = {"schedule": rec["schedule"], "forward": rec["forward"], "update": rec["update"],
+              "runner_other": [e + s - f for e, s, f in zip(rec["execute"], rec["sample"], rec["forward"],
+                                                           strict=True)],
+              "frontend": [e - c for e, c in zip(rec["engine_step"], rec["core_step"], strict=True)]}
+    return {part: statistics.median(series[part][first:-2]) for part in PARTS}
 
 
 def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
