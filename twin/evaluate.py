@@ -30,15 +30,9 @@ from twin.layout.rules import validate_layout
 from twin.profile import Profile, profile_for_kind
 from twin.results import ReshardFigures, ReshardResult, SimulationResult
 from twin.scenario import Scenario
-from twin.topology.clusters import cluster_kind
+from twin.topology.clusters import cluster_kind, sleep_frees_memory
 from twin.topology.routing import Cluster, sized_cluster
 from twin.uncertainty import uncertainty_for
-
-
-def sleep_frees_memory(scenario: Scenario) -> bool:
-    """Whether vLLM's sleep mode releases device memory: the scenario's software, else the cluster kind's."""
-    frees = scenario.software.sleep_frees_memory
-    return cluster_kind(scenario.cluster.kind).vllm_sleep_frees_memory if frees is None else frees
 
 
 def reshard_method(scenario: Scenario) -> ReshardMethod:
@@ -129,7 +123,7 @@ class Evaluation:
             "advantage": driver["advantage"],
             "update": train["update"],
             "reshard": reshard_time(self.reshard(), self.cluster, pf, self.rollout_memory,
-                                    self.train_memory),
+                                    self.train_memory, self.sc),
             "offload": offload_time(self.train_memory, self.rollout_memory, self.sc, self.cluster, pf),
         }
 

@@ -260,7 +260,7 @@ class Planner:
         key = parallel_structure(t.layout, r.layout, self.cfg.num_layers)
         if key not in self.reshard_bounds:
             self.reshard_bounds[key] = reshard_lower_bound(t.memory, r.memory, reshard_method(self.sc), self.cluster,
-                                                           self.profile)
+                                                           self.profile, self.sc)
         return self.reshard_bounds[key]
 
     def utilization(self, train_rollout_gb: float) -> float:

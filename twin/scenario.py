@@ -121,7 +121,7 @@ class Software(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    verl: str | None = None
+    verl: str | None = Field(default=None, pattern=r"^\d+\.\d+(\.[0-9A-Za-z.+-]+)?$")
     vllm: str | None = None
     vllm_ascend: str | None = None
     mindspeed: str | None = None
@@ -129,6 +129,16 @@ class Software(BaseModel):
     sleep_frees_memory: bool | None = None  # vLLM sleep mode releases weights and KV cache; unset: the cluster kind's
     weight_sync: Literal["per_tensor", "checkpoint_engine"] | None = None  # verl trainer -> rollout sync
     rollout_poll: bool | None = None  # the trainer polls for finished generation (verl >= 0.6 fully async/V1)
+
+    @property
+    def syncs_through_server(self) -> bool:
+        """verl >= 0.8 syncs a colocated rollout through Ray calls to its vLLM server actor (ServerAdapter, verl
+        ef6eaa05d, 0.8.0.dev, 2026-01-27), timed by the driver's update_weights timer; earlier verl (and a scenario
+        that names none: the published cases the profiles were fitted on) syncs inside the trainer's processes."""
+        if self.verl is None:
+            return False
+        major, minor = (int(part) for part in self.verl.split(".")[:2])
+        return (major, minor) >= (0, 8)
 
 
 class ClusterRef(BaseModel):

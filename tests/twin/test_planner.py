@@ -56,7 +56,7 @@ def test_the_screens_reshard_bound_is_computed_once_per_parallel_structure():
         for r in rollouts[:6]:
             structures.add(parallel_structure(t.layout, r.layout, planner.cfg.num_layers))
             assert planner.reshard_bound(t, r) == reshard_lower_bound(t.memory, r.memory, method, planner.cluster,
-                                                                      planner.profile)
+                                                                      planner.profile, SC)
     assert 0 < len(planner.reshard_bounds) == len(structures) < len(trains) * 6  # memory knobs share a structure
 
 

@@ -14,6 +14,7 @@ from twin.cost_models.reshard import ReshardStats, chunk_bytes
 from twin.cost_models.static import tensor_table
 from twin.profile import Profile
 from twin.scenario import Scenario
+from twin.topology.clusters import sleep_frees_memory
 from twin.topology.routing import Cluster
 
 
@@ -23,20 +24,48 @@ def local_copy_s(rm: RolloutMemory, cluster: Cluster, profile: Profile) -> float
     return float(memory_seconds(cluster.kind, profile, 2.0 * rm.weight_bytes))
 
 
+# verl 0.9.1's colocated sync beyond the hand-over, one replica's calls (the replicas make theirs at once), from its
+# code (workers/engine_workers.py update_weights, workers/rollout/vllm_rollout/vllm_rollout.py
+# ServerAdapter.update_weights, vllm_async_server.py, trainer/ppo/v1/trainer_colocate_async.py on_step_end): Ray
+# calls to the rollout server actor (collective_rpc, clear_kv_cache, set_global_steps; then
+# resume_generation_replicas' resume_engine_generation and open_submission_gate), calls into vLLM's engine core
+# (clear_kv_cache's reset_prefix_cache, reset_mm_cache and reset_encoder_cache; resume_generation) and collective RPCs
+# the engine core passes to its TP workers (update_weights_from_ipc). Where sleep mode frees the weights the sync
+# first resumes them: a server call (wake_up), its wake-up through the engine core to the workers and a
+# reset_prefix_cache.
+SYNC_CALLS = {"server": 5, "engine": 4, "collective": 1}
+WAKE_UP_CALLS = {"server": 1, "engine": 1, "collective": 1}
+
+
+def sync_calls_s(profile: Profile, scenario: Scenario) -> float:
+    """The framework calls of one colocated sync where verl makes it through the rollout's server actor
+    (`Software.syncs_through_server`): the driver's worker-group call to the trainer ranks, which the driver's
+    update_weights timer holds, and the calls `SYNC_CALLS` (and, where sleep mode frees memory, `WAKE_UP_CALLS`)
+    counts, each at its measured round trip (benchmarks/verl_sync_rpcs_cpu.py). Earlier verl syncs inside the
+    worker-group call that wakes the rollout (an offload moment): none here."""
+    if not scenario.software.syncs_through_server:
+        return 0.0
+    cost_ms = {"server": profile["ray_actor_call_ms"], "engine": profile["vllm_engine_call_ms"],
+               "collective": profile["vllm_collective_rpc_ms"]}
+    wakes = sleep_frees_memory(scenario)
+    calls = {kind: SYNC_CALLS[kind] + (WAKE_UP_CALLS[kind] if wakes else 0) for kind in SYNC_CALLS}
+    return profile["worker_call_s"] + sum(calls[kind] * cost_ms[kind] for kind in calls) * 1e-3
+
+
 def reshard_time(stats: ReshardStats, cluster: Cluster, profile: Profile, rm: RolloutMemory,
-                 tm: TrainMemory) -> float:
+                 tm: TrainMemory, scenario: Scenario) -> float:
     """The one reshard-time formula (closed form, simulation and planner): concurrent flows share each
     device's port on each tier, so the transfer lasts as long as the busiest port (send or receive, any
     tier, ports of different tiers in parallel); plus the fixed cost of its collective rounds (`round_s`), the
-    trainer's export loop, the local copy into the engine, verl's hand-over of the entries to the engine and the
-    engine's host work loading them."""
+    trainer's export loop, the local copy into the engine, verl's hand-over of the entries to the engine, the
+    engine's host work loading them and the framework calls around them (`sync_calls_s`)."""
     worst = 0.0
     for tier, per_device in stats.tier_bytes.items():
         busiest = float(per_device.max())
         worst = max(worst, busiest / tier_bandwidth(cluster, profile, tier, busiest))
     return (worst + stats.collective_rounds * round_s(stats.method, cluster, profile)
             + export_loop_s(tm, stats.method, profile) + local_copy_s(rm, cluster, profile)
-            + handover_s(rm, profile) + rollout_load_s(rm, profile))
+            + handover_s(rm, profile) + rollout_load_s(rm, profile) + sync_calls_s(profile, scenario))
 
 
 def round_s(method: str, cluster: Cluster, profile: Profile) -> float:
@@ -70,9 +99,10 @@ def export_loop_s(tm: TrainMemory, method: str, profile: Profile) -> float:
 
 
 def reshard_lower_bound(tm: TrainMemory, rm: RolloutMemory, method: str, cluster: Cluster,
-                        profile: Profile) -> float:
+                        profile: Profile, scenario: Scenario) -> float:
     """A lower bound of the reshard time of a layout pair without its transfer list (for the planner's
-    screen): the local copy and the engine's load, plus the transfer rounds every device must take part in.
+    screen): the local copy, the engine's load and the sync's framework calls, plus the transfer rounds every
+    device must take part in.
     The gathers export every tensor; with the directed method a device receives at least one block of every
     tensor outside its own pipeline stage, and at least one chunk per chunk-size of what its rollout shard
     needs beyond the most its training shard can hold."""
@@ -85,7 +115,8 @@ def reshard_lower_bound(tm: TrainMemory, rm: RolloutMemory, method: str, cluster
         rounds = max(int(per_stage.sum() - per_stage.max()), math.ceil(missing / chunk_bytes(tm.inv)))
     else:
         rounds = len(table.numel)
-    return local_copy_s(rm, cluster, profile) + rollout_load_s(rm, profile) + rounds * lat + export
+    return (local_copy_s(rm, cluster, profile) + rollout_load_s(rm, profile) + rounds * lat + export
+            + sync_calls_s(profile, scenario))
 
 
 def offload_moments(tm: TrainMemory, rm: RolloutMemory, scenario: Scenario, cluster: Cluster,
@@ -132,13 +163,15 @@ def train_offload_moments(tm: TrainMemory, scenario: Scenario, cluster: Cluster,
 def rollout_offload_moments(rm: RolloutMemory, scenario: Scenario, cluster: Cluster, profile: Profile
                             ) -> dict[str, float]:
     """The rollout side's share: the engine's weights kept through sleep (no sleep mode) and its released cache;
-    the rollout's sleep and the weight sync are worker-group calls of their own."""
+    the rollout's sleep and its wake-up for the weight sync are worker-group calls of their own (where verl syncs
+    through the rollout's server, the sync's call is in `sync_calls_s`)."""
     rollout_w = rm.weight_bytes if scenario.has("no_sleep_mode") else 0.0
     released = rm.kv_cache_bytes(rm.lay.gpu_memory_utilization) + rm.weight_bytes
+    wake_call = 0.0 if scenario.software.syncs_through_server else profile["worker_call_s"]
     return {
         "after_rollout": host_copy_time(cluster, profile, rollout_w) + _release(profile, released)
         + profile["worker_call_s"],
-        "before_reshard": host_copy_time(cluster, profile, rollout_w) + profile["worker_call_s"],
+        "before_reshard": host_copy_time(cluster, profile, rollout_w) + wake_call,
     }
 
 

@@ -9,11 +9,15 @@ name their source; the calibration profile scales them, it never replaces the to
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import networkx as nx
 
 from twin.errors import TwinError
 from twin.hardware import CLUSTER_KINDS, ClusterKind, LinkTier, TierName, cluster_kind
+
+if TYPE_CHECKING:
+    from twin.scenario import Scenario
 
 __all__ = ["CLUSTER_KINDS", "ClusterKind", "LinkTier", "TierName", "build_graph", "cluster_kind", "device_node"]
 
@@ -73,3 +77,9 @@ def _build_graph(kind: ClusterKind, cards: int) -> nx.Graph:
             g.add_node(pod_switch, role="switch", tier=kind.pod_tier)
             link(node_switch, pod_switch, kind.pod_tier, count=len(local))
     return g
+
+
+def sleep_frees_memory(scenario: Scenario) -> bool:
+    """Whether vLLM's sleep mode releases device memory: the scenario's software, else the cluster kind's."""
+    frees = scenario.software.sleep_frees_memory
+    return cluster_kind(scenario.cluster.kind).vllm_sleep_frees_memory if frees is None else frees

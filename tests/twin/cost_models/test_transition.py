@@ -7,10 +7,18 @@ import pytest
 from twin.catalog.registry import load_config
 from twin.cost_models.comm import host_copy_time
 from twin.cost_models.static import tensor_table
-from twin.cost_models.transition import export_loop_s, handover_s, offload_moments, rollout_load_s
+from twin.cost_models.transition import (
+    export_loop_s,
+    handover_s,
+    offload_moments,
+    reshard_time,
+    rollout_load_s,
+    sync_calls_s,
+)
 from twin.evaluate import Evaluation
 from twin.profile import reference_profile
-from twin.scenario import load_scenario
+from twin.scenario import Software, load_scenario
+from twin.topology.clusters import sleep_frees_memory
 
 SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 
@@ -109,3 +117,41 @@ def test_verls_hand_over_costs_its_sync_and_every_entry_the_engine_loads():
     assert handover_s(ev.rollout_memory, ev.profile) == pytest.approx(2e-3 + 45_395 * 65e-6, rel=1e-12)
     cpu = Evaluation(load_scenario(SCENARIOS / "cpu-tiny-grpo.yaml"))
     assert handover_s(cpu.rollout_memory, cpu.profile) == pytest.approx(2e-3 + 27 * 65e-6, rel=1e-12)
+
+
+def test_a_colocated_sync_through_the_server_pays_verls_framework_calls_around_the_hand_over():
+    """verl >= 0.8 (the CPU run's 0.9.1): the driver's worker-group call, 5 Ray calls to the server actor at 2.2 ms, 4
+    engine-core calls at 2.8 ms and one collective RPC at 2.5 ms (benchmarks/verl_sync_rpcs_cpu.py): on the CPU kind
+    (no sleep mode) 0.05 + (11.0 + 11.2 + 2.5) ms = 74.7 ms; where sleep mode frees the weights their wake-up adds one
+    call of each kind (7.5 ms). The reshard holds the calls and the offload's moment before it no longer holds the
+    worker-group call. Earlier verl (and C1, which names none) syncs inside the rollout's wake-up call: no calls, and
+    the moment keeps it."""
+    cpu = Evaluation(load_scenario(SCENARIOS / "cpu-tiny-grpo.yaml"))
+    pf = cpu.profile
+    assert (pf["worker_call_s"], pf["ray_actor_call_ms"], pf["vllm_engine_call_ms"],
+            pf["vllm_collective_rpc_ms"]) == (0.05, 2.2, 2.8, 2.5)
+    assert cpu.sc.software.syncs_through_server and not sleep_frees_memory(cpu.sc)
+    assert sync_calls_s(pf, cpu.sc) == pytest.approx(0.0747, rel=1e-12)
+    sleeping = cpu.sc.model_copy(update={"software": cpu.sc.software.model_copy(update={"sleep_frees_memory": True})})
+    assert sync_calls_s(pf, sleeping) == pytest.approx(0.0747 + 0.0075, rel=1e-12)
+    args = (cpu.reshard(), cpu.cluster, pf, cpu.rollout_memory, cpu.train_memory)
+    assert cpu.stage_times()["reshard"] == reshard_time(*args, cpu.sc)
+    assert reshard_time(*args, sleeping) - reshard_time(*args, cpu.sc) == pytest.approx(0.0075, rel=1e-9)
+    assert offload_moments(cpu.train_memory, cpu.rollout_memory, cpu.sc, cpu.cluster, pf)["before_reshard"] == 0.0
+    c1 = Evaluation(load_scenario(SCENARIOS / "c1-dsr1-a3-128.yaml"))
+    assert not c1.sc.software.syncs_through_server and sync_calls_s(c1.profile, c1.sc) == 0.0
+    before = offload_moments(c1.train_memory, c1.rollout_memory, c1.sc, c1.cluster, c1.profile)["before_reshard"]
+    assert c1.sc.has("no_sleep_mode")  # the engine's weights come back from the host, then the call
+    assert before == pytest.approx(host_copy_time(c1.cluster, c1.profile, c1.rollout_memory.weight_bytes)
+                                   + c1.profile["worker_call_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize(("verl", "through_server"), [("0.7.0", False), ("0.8.0.dev", True), ("0.9.1", True),
+                                                     ("1.0", True), (None, False)])
+def test_which_verl_syncs_through_the_rollout_server(verl, through_server):
+    assert Software(verl=verl).syncs_through_server is through_server
+
+
+def test_a_verl_version_that_is_not_one_is_refused():
+    with pytest.raises(ValueError, match="verl"):
+        Software(verl="latest")
