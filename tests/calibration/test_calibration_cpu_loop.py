@@ -48,6 +48,9 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 #   H    local  -23.6 %  -61.0 %       -36.4 %    -28.5 %  -46.0 %  -26.1 %   (2026-12-03, the sync's framework calls
 #                                                                              in the reshard: 35.5 ms predicted, 65.7
 #                                                                              measured; others 4 % / 2 %)
+#   I    CI     -17.1 %  +54.3 %       +42.7 %    -11.8 %  -21.0 %            (2026-12-03, bb26c0d: the sync 32.2 ms
+#                                                                              predicted, 40.8 measured; step within
+#                                                                              the bar; others 3 % / 4 %)
 # Six CI runs of 2026-11-30 (ci20-ci25): rollout -0.5 to -69 %, old_log_prob +28 to -79 %, advantage +27 to -61 %,
 # update -24 to -70 %, reshard -96.6 to -99.5 %. In C (load average 8.4 before the jobs, 7.7 after the run) every
 # stage but the weight sync was within 25 %; in D the jobs ran while other programs took 64 % of the host and the run
