@@ -149,8 +149,9 @@ class Report:
 def build_report(profile: Profile, cases: list[Scenario]) -> Report:
     """Simulate the cases of the profile's cluster kind that have measured values and compare."""
     from twin.cost_models.memory import GB, update_allocated_gb
-    from twin.evaluate import Evaluation, sleep_frees_memory
+    from twin.evaluate import Evaluation
     from twin.sim.step import simulate
+    from twin.topology.clusters import sleep_frees_memory
 
     names = [c.name for c in cases if c.measured is not None]
     twice = sorted({n for n in names if names.count(n) > 1})

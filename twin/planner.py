@@ -43,7 +43,7 @@ from twin.cost_models.stages import train_stage_seconds
 from twin.cost_models.training import TrainCost
 from twin.cost_models.transition import reshard_lower_bound, rollout_offload_moments, train_offload_moments
 from twin.errors import TwinError
-from twin.evaluate import Evaluation, reshard_method, sleep_frees_memory
+from twin.evaluate import Evaluation, reshard_method
 from twin.explain import risk_key, runner_up
 from twin.layout.enumerate import enumerate_rollout, enumerate_train
 from twin.layout.models import Layout, Offload, Recompute, RolloutLayout, TrainLayout
@@ -53,7 +53,7 @@ from twin.plan import Plan, PlanOptimization, Risk, SearchSummary
 from twin.profile import Profile, profile_for_kind
 from twin.results import SimulationResult
 from twin.scenario import ClusterRef, Scenario, Workload
-from twin.topology.clusters import ClusterKind, cluster_kind
+from twin.topology.clusters import ClusterKind, cluster_kind, sleep_frees_memory
 from twin.topology.routing import Cluster
 
 MAX_NUM_SEQS = (32, 64, 128, 256)
