@@ -116,6 +116,9 @@ class Workload(BaseModel):
         return self.responses * (self.prompt_len.mean + self.response_len.mean)
 
 
+VERL_SYNCS_THROUGH_SERVER = (0, 8)  # Software.syncs_through_server
+
+
 class Software(BaseModel):
     """Versions where behaviour depends on them (DESIGN 4.2); unset: what the profile was fitted on."""
 
@@ -138,7 +141,7 @@ class Software(BaseModel):
         if self.verl is None:
             return False
         major, minor = (int(part) for part in self.verl.split(".")[:2])
-        return (major, minor) >= (0, 8)
+        return (major, minor) >= VERL_SYNCS_THROUGH_SERVER
 
 
 class ClusterRef(BaseModel):

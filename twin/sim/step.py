@@ -192,8 +192,7 @@ class StepSimulation:
         self.trace.mark_memory(env.now, "transition", mem["transition"])
         stages["offload"] += yield from self._timed(drv, "transition", "rollout weights onload",
                                                     moments["before_reshard"])
-        reshard = reshard_time(ev.reshard(), ev.cluster, pf, ev.rollout_memory, ev.train_memory,
-                               sc)
+        reshard = reshard_time(ev.reshard(), ev.cluster, pf, ev.rollout_memory, ev.train_memory, sc)
         stages["reshard"] = yield from self._timed("reshard", "comm", f"reshard ({ev.method})", reshard)
         stages["offload"] += yield from self._timed(drv, "transition", "actor weights offload",
                                                     moments["after_reshard"])

@@ -19,7 +19,8 @@ from twin.hardware import CLUSTER_KINDS, ClusterKind, LinkTier, TierName, cluste
 if TYPE_CHECKING:
     from twin.scenario import Scenario
 
-__all__ = ["CLUSTER_KINDS", "ClusterKind", "LinkTier", "TierName", "build_graph", "cluster_kind", "device_node"]
+__all__ = ["CLUSTER_KINDS", "ClusterKind", "LinkTier", "TierName", "build_graph", "cluster_kind", "device_node",
+           "sleep_frees_memory"]
 
 
 def device_node(rank: int) -> tuple[str, int]:
