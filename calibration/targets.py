@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from twin.scenario import Scenario
+from twin.workload import tokens_per_step_of_longest
 
 if TYPE_CHECKING:
     from twin.evaluate import Evaluation
@@ -132,15 +133,26 @@ def _step_is_stage_sum(sc: Scenario, reference: str | None) -> bool:
         return False
     step = m.step_s
     if step is None and m.tps_per_card:
-        step = sc.workload.tokens_per_step / m.tps_per_card / sc.cluster.cards
+        step = tps_tokens(sc) / m.tps_per_card / sc.cluster.cards
     return step is not None and abs(sum(m.stages_s.values()) - step) <= SUM_TOLERANCE * step
+
+
+def tps_tokens(sc: Scenario) -> float:
+    """The tokens a case's published TPS counts per step (`measured.tps_tokens`): the step's at the mean
+    lengths, every response at the step's longest lengths, or every generated round's at the mean lengths."""
+    wl, counted = sc.workload, sc.measured.tps_tokens if sc.measured is not None else "mean"
+    if counted == "max":
+        return tokens_per_step_of_longest(wl)
+    if counted == "generated":
+        return wl.tokens_per_step * wl.gen_rounds * wl.generation_prompts / wl.global_batch
+    return wl.tokens_per_step
 
 
 def quantity(stages: Mapping[str, float], sc: Scenario, devices: int, name: str) -> float:
     """The value of quantity `name` for one step with these stage seconds (the step is their sum)."""
     if name.startswith("stage:"):
         return stages[name.removeprefix("stage:")]
-    tokens = sc.workload.tokens_per_step
+    tokens = tps_tokens(sc)
     step = sum(stages.values())
     return {
         "step": step,

@@ -28,6 +28,9 @@ def check_plan(plan: Plan, path: Path | str) -> None:
     sc = plan.scenario
     if sc.layout is not None and sc.layout != plan.layout:
         raise _refuse(path, "layout", "differs from scenario.layout (the plan's two copies of its layout disagree)")
+    if sc.software.framework != "verl":
+        raise _refuse(path, "scenario.software.framework", f"{sc.software.framework!r}: the executor launches verl "
+                      "runs only (a MindSpeed-RL scenario is for the twin's predictions and calibration)")
     if plan.layout.placement != "colocated":
         raise _refuse(path, "layout.placement", f"{plan.layout.placement!r}: the executor launches colocated runs "
                       "(verl's hybrid engine) only")

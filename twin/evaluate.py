@@ -36,8 +36,12 @@ from twin.uncertainty import uncertainty_for
 
 
 def reshard_method(scenario: Scenario) -> ReshardMethod:
-    """The recipes' directed path when switched on, else what current verl does."""
-    return "directed" if scenario.has("directed_reshard") else "verl_bucketed"
+    """The recipes' directed path when switched on, else what the framework does: current verl's checkpoint
+    engine, or MindSpeed-RL's ShardingManager, which gathers every stage's tensors over PP, TP and the experts'
+    ranks into the engine's parameter buckets (docs/features/resharding.md, MindSpeed-RL eb89512)."""
+    if scenario.has("directed_reshard"):
+        return "directed"
+    return "all_gather" if scenario.software.framework == "mindspeed_rl" else "verl_bucketed"
 
 
 class Evaluation:

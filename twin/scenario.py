@@ -124,6 +124,10 @@ class Software(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    # the RL framework that ran it: verl (what the executor launches) or MindSpeed-RL, whose published runs are
+    # calibration and judge cases; its data and weight paths differ from verl's (`parallel_pull`, evaluate's
+    # `reshard_method`)
+    framework: Literal["verl", "mindspeed_rl"] = "verl"
     verl: str | None = Field(default=None, pattern=r"^\d+\.\d+(\.[0-9A-Za-z.+-]+)?$")
     vllm: str | None = None
     vllm_ascend: str | None = None
@@ -132,6 +136,19 @@ class Software(BaseModel):
     sleep_frees_memory: bool | None = None  # vLLM sleep mode releases weights and KV cache; unset: the cluster kind's
     weight_sync: Literal["per_tensor", "checkpoint_engine"] | None = None  # verl trainer -> rollout sync
     rollout_poll: bool | None = None  # the trainer polls for finished generation (verl >= 0.6 fully async/V1)
+
+    @model_validator(mode="after")
+    def _one_framework(self) -> Software:
+        if self.framework == "mindspeed_rl" and self.verl is not None:
+            raise ValueError(f"framework mindspeed_rl runs without verl: drop verl {self.verl}")
+        return self
+
+    @property
+    def parallel_pull(self) -> bool:
+        """MindSpeed-RL's workers pull their inputs from its TransferDock store each for itself, at once
+        (docs/features/data_module_design.md, MindSpeed-RL eb89512); verl's driver hands every worker its share
+        through Ray one after another."""
+        return self.framework == "mindspeed_rl"
 
     @property
     def syncs_through_server(self) -> bool:
@@ -167,6 +184,12 @@ class Measured(BaseModel):
     stages_s: dict[str, NonNegative] = {}
     tps_per_card: Positive | None = None
     tps_per_device: Positive | None = None  # as logged per die on A3 (verl's perf/throughput)
+    # what the TPS figures count (MindSpeed-RL mindspeed_rl/utils/utils.py compute_tps and its callers):
+    # mean: the step's responses at the mean lengths (verl; MindSpeed-RL's GRPO with log_max_throughput false,
+    # its DAPO without dynamic sampling); max: every response at the step's longest prompt and response
+    # (MindSpeed-RL's GRPO with log_max_throughput, its default since eb89512, 2025-07-10); generated: every
+    # response of every generation round at the mean lengths (MindSpeed-RL's DAPO with dynamic sampling)
+    tps_tokens: Literal["mean", "max", "generated"] = "mean"
     rollout_tps_per_card: Positive | None = None  # prompt + response tokens / rollout seconds / cards
     reshard_extra_gib_per_device: dict[str, NonNegative] = {}  # reshard method -> extra memory, GiB
     memory_peak_gb: Positive | None = None  # the published per-device peak (GB)
@@ -218,7 +241,7 @@ class Scenario(BaseModel):
         m = self.measured
         if self.layout is None or self.layout.placement != "separate" or m is None:
             return self
-        others = [k for k, v in m.model_dump(exclude={"use", "source", "stages_s"}).items() if v]
+        others = [k for k, v in m.model_dump(exclude={"use", "source", "stages_s", "tps_tokens"}).items() if v]
         others += [f"stages_s.{k}" for k in m.stages_s if k != "weight_sync"]
         if others:
             raise ValueError(f"a separate placement measures its weight sync only (measured.stages_s.weight_sync), "

@@ -34,8 +34,9 @@ def scenario_domain(sc: Scenario) -> dict[str, str | float]:
         "cluster_kind": sc.cluster.kind,
     }
     software = getattr(sc, "software", None)  # the scenario's software versions, where its schema has them
-    if software is not None:
-        point["software"] = software.model_dump_json() if hasattr(software, "model_dump_json") else str(software)
+    if software is not None:  # what it states, so that a field the schema gains later leaves a recorded domain as it is
+        point["software"] = (software.model_dump_json(exclude_defaults=True) if hasattr(software, "model_dump_json")
+                             else str(software))
     return point
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from twin.errors import TwinError
 from twin.fileio import read_text
-from twin.scenario import LengthDist
+from twin.scenario import LengthDist, Workload
 
 # Sequences drawn per simulated step at most (131,072: 16x the 8192 responses of the recipes' step). Past it
 # the simulation draws this many representative sequences, each standing for several, scales the
@@ -65,3 +65,16 @@ def length_quantile(dist: LengthDist, q: float) -> float:
         return math.exp(_lognormal_mu(dist) + dist.sigma * NormalDist().inv_cdf(min(max(q, 1e-9), 1 - 1e-9)))
     values = _empirical(str(dist.file))
     return float(np.quantile(values, q))
+
+
+def expected_longest(dist: LengthDist, draws: int) -> float:
+    """The longest of `draws` lengths, as the quantile n / (n + 1) (where the largest of n draws falls on
+    average, in probability), truncated at max: for a batch's longest prompt or response."""
+    return min(float(dist.max), length_quantile(dist, draws / (draws + 1)))
+
+
+def tokens_per_step_of_longest(wl: Workload) -> float:
+    """The TPS numerator of MindSpeed-RL's log_max_throughput (`Measured.tps_tokens: max`): every response
+    counted at the step's longest prompt plus its longest response (global_batch prompts, responses answers)."""
+    return wl.responses * (expected_longest(wl.prompt_len, wl.global_batch)
+                           + expected_longest(wl.response_len, wl.responses))

@@ -164,4 +164,9 @@ def test_flipped_optimization_and_diverging_layout_copies(make_plan) -> None:
         copy["layout"]["placement"] = "separate"
     with pytest.raises(TwinError, match=r"field 'layout\.placement': 'separate': the executor launches colocated"):
         check_plan(Plan.model_validate(separate), "p.json")
+    mindspeed = json.loads(json.dumps(raw))
+    mindspeed["scenario"]["software"] = {"framework": "mindspeed_rl"}
+    with pytest.raises(TwinError, match=r"field 'scenario\.software\.framework': 'mindspeed_rl': the executor "
+                                        r"launches verl runs only"):
+        check_plan(Plan.model_validate(mindspeed), "p.json")
     check_plan(Plan.model_validate(raw), "p.json")  # the unedited plan passes

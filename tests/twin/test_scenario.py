@@ -21,3 +21,13 @@ def test_a_separate_placement_measures_its_weight_sync_only():
             Scenario.model_validate(bad)
     colocated = {**raw, "layout": {**raw["layout"], "placement": "colocated"}}
     assert Scenario.model_validate(colocated).layout.placement == "colocated"  # validated as a layout later
+
+
+def test_a_mindspeed_rl_run_names_no_verl_version():
+    raw = yaml.safe_load(C9.read_text())
+    ok = Scenario.model_validate({**raw, "software": {"framework": "mindspeed_rl"}})
+    assert ok.software.parallel_pull and not Scenario.model_validate(raw).software.parallel_pull
+    with pytest.raises(ValidationError, match=r"framework mindspeed_rl runs without verl: drop verl 0\.9\.1"):
+        Scenario.model_validate({**raw, "software": {"framework": "mindspeed_rl", "verl": "0.9.1"}})
+    with pytest.raises(ValidationError, match="framework"):
+        Scenario.model_validate({**raw, "software": {"framework": "openrlhf"}})

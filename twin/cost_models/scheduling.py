@@ -21,13 +21,15 @@ UPDATE_INPUT_BYTES_PER_TOKEN = 48  # the above + old/ref log-probs, advantages (
 
 def dispatch_seconds(sc: Scenario, pf: Profile, lay: TrainLayout, devices: int, bytes_per_token: int) -> float:
     """Task-dispatch skew before a worker-group call: inputs serialised through Ray one worker at a time,
-    or handed device-to-device with the TensorCache (d2d_tensor_cache)."""
+    handed device-to-device with the TensorCache (d2d_tensor_cache), or pulled by every worker at once from
+    MindSpeed-RL's TransferDock (`Software.parallel_pull`: one worker's share at Ray's rate)."""
     if sc.has("d2d_tensor_cache"):
         return pf["dispatch_d2d_s"] + pf["worker_call_s"]
     wl = sc.workload
     dp = lay.dp(devices)  # every rank of a replica (its TP, PP and CP or Ulysses ranks) receives its inputs
     per_worker_gb = wl.responses * (wl.prompt_len.mean + wl.response_len.mean) * bytes_per_token / dp / GB
-    ray = devices * (pf["dispatch_ray_s_per_worker"] + per_worker_gb * pf["dispatch_ray_s_per_gb"])
+    workers_in_turn = 1 if sc.software.parallel_pull else devices
+    ray = workers_in_turn * (pf["dispatch_ray_s_per_worker"] + per_worker_gb * pf["dispatch_ray_s_per_gb"])
     return ray + pf["worker_call_s"]
 
 

@@ -65,7 +65,7 @@ def reshard_time(stats: ReshardStats, cluster: Cluster, profile: Profile, rm: Ro
         worst = max(worst, busiest / tier_bandwidth(cluster, profile, tier, busiest))
     return (worst + stats.collective_rounds * round_s(stats.method, cluster, profile)
             + export_loop_s(tm, stats.method, profile) + local_copy_s(rm, cluster, profile)
-            + handover_s(rm, profile) + rollout_load_s(rm, profile) + sync_calls_s(profile, scenario))
+            + handover_s(rm, profile, scenario) + rollout_load_s(rm, profile) + sync_calls_s(profile, scenario))
 
 
 def round_s(method: str, cluster: Cluster, profile: Profile) -> float:
@@ -75,11 +75,14 @@ def round_s(method: str, cluster: Cluster, profile: Profile) -> float:
     return world_round_s(cluster, profile, "all_to_all" if method == "directed" else "all_gather")
 
 
-def handover_s(rm: RolloutMemory, profile: Profile) -> float:
+def handover_s(rm: RolloutMemory, profile: Profile, scenario: Scenario) -> float:
     """verl's colocated hand-over of the synced weights to the rollout engine on the same device (its ServerAdapter
     sends them through BucketedWeightSender to the vLLM worker's BucketedWeightReceiver: a ZMQ socket pair and one
     IPC or shared-memory bucket): a fixed cost per sync and host work per entry handed over, the same entries the
-    engine then loads (benchmarks/verl_weight_handover_cpu.py)."""
+    engine then loads (benchmarks/verl_weight_handover_cpu.py). MindSpeed-RL's ShardingManager writes the converted
+    weights into the engine's parameter buckets in the same process (docs/features/resharding.md): no hand-over."""
+    if scenario.software.framework != "verl":
+        return 0.0
     entries, _ = tensor_table(rm.inv).rollout_load_work
     return profile["weight_handover_sync_ms"] * 1e-3 + entries * profile["weight_handover_entry_us"] * 1e-6
 

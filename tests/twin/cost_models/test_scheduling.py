@@ -35,3 +35,15 @@ def test_ray_minus_tensorcache_reproduces_c3s_measured_differences():
                                                                                  156.8 - 105.1)):
         gap = dispatch_seconds(ray, pf, lay, 256, per_token) - dispatch_seconds(d2d, pf, lay, 256, per_token)
         assert gap == pytest.approx(measured, abs=0.1)
+
+
+def test_mindspeed_rls_workers_pull_their_shares_at_once():
+    """MindSpeed-RL's TransferDock (software.framework mindspeed_rl): one worker's share at Ray's rate, not 256 in
+    turn: C3's update inputs (0.15370 GB a worker) take 0.155 + 0.15370 x 0.762 s plus the worker-group call."""
+    pf = reference_profile("a3")
+    sc, lay = _c3("c3-dsr1-a3-128-gloo-ray")
+    pulled = sc.model_copy(update={"software": sc.software.model_copy(update={"framework": "mindspeed_rl"})})
+    share = 8192 * 3127 * 48 / 8 / 1e9
+    expected = 0.155 + share * 0.762 + pf["worker_call_s"]
+    assert dispatch_seconds(pulled, pf, lay, 256, UPDATE_INPUT_BYTES_PER_TOKEN) == pytest.approx(expected, rel=1e-12)
+    assert dispatch_seconds(sc, pf, lay, 256, UPDATE_INPUT_BYTES_PER_TOKEN) > 90 * expected  # verl: 70.2 s

@@ -114,9 +114,12 @@ def test_verls_hand_over_costs_its_sync_and_every_entry_the_engine_loads():
     27 entries (2 layers of 12, the embedding, the final norm and the head) 3.755 ms."""
     ev = Evaluation(load_scenario(SCENARIOS / "c1-dsr1-a3-128.yaml"))
     assert (ev.profile["weight_handover_sync_ms"], ev.profile["weight_handover_entry_us"]) == (2.0, 65.0)
-    assert handover_s(ev.rollout_memory, ev.profile) == pytest.approx(2e-3 + 45_395 * 65e-6, rel=1e-12)
+    assert handover_s(ev.rollout_memory, ev.profile, ev.sc) == pytest.approx(2e-3 + 45_395 * 65e-6, rel=1e-12)
     cpu = Evaluation(load_scenario(SCENARIOS / "cpu-tiny-grpo.yaml"))
-    assert handover_s(cpu.rollout_memory, cpu.profile) == pytest.approx(2e-3 + 27 * 65e-6, rel=1e-12)
+    assert handover_s(cpu.rollout_memory, cpu.profile, cpu.sc) == pytest.approx(2e-3 + 27 * 65e-6, rel=1e-12)
+    # MindSpeed-RL writes the weights into the engine's buckets in its own process: nothing is handed over
+    ms = load_scenario(SCENARIOS / "c5-dsr1-a3-384dies.yaml")
+    assert ms.software.framework == "mindspeed_rl" and handover_s(ev.rollout_memory, ev.profile, ms) == 0.0
 
 
 def test_a_colocated_sync_through_the_server_pays_verls_framework_calls_around_the_hand_over():
