@@ -144,7 +144,7 @@ def tps_tokens(sc: Scenario) -> float:
     if counted == "max":
         return tokens_per_step_of_longest(wl)
     if counted == "generated":
-        return wl.tokens_per_step * wl.gen_rounds * wl.generation_prompts / wl.global_batch
+        return wl.generated_responses * (wl.prompt_len.mean + wl.response_len.mean)
     return wl.tokens_per_step
 
 

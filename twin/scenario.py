@@ -91,6 +91,11 @@ class Workload(BaseModel):
         """Prompts generated per round."""
         return self.gen_batch or self.global_batch
 
+    @property
+    def generated_responses(self) -> float:
+        """Responses generated (and scored: DAPO's filter reads their rewards) over all rounds of a step."""
+        return self.gen_rounds * self.generation_prompts * self.n
+
     @model_validator(mode="after")
     def _mini_batch(self) -> Workload:
         if self.mini_batch is not None and self.mini_batch > self.global_batch:

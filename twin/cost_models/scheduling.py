@@ -62,15 +62,16 @@ def framework_seconds(pf: Profile, stage: str, responses: float) -> float:
 
 
 def driver_seconds(sc: Scenario, pf: Profile) -> dict[str, float]:
-    """Reward scoring of every response, and the advantage: a memory-bound pass of the driver over the
-    padded (responses x longest response) score tensors.
+    """Reward scoring of every generated response (every round of DAPO's dynamic sampling: its filter reads the
+    rewards), and the advantage: a memory-bound pass of the driver over the padded (responses x longest response)
+    score tensors of the kept batch.
 
     Where the profile carries the overhead job's terms, both are what verl's code measured: the reward runs
     inside the agent-loop path (its per-response term times verl's reward loop), so no separate reward stage,
     and the advantage is verl's stage method timed whole (TransferQueue reads and writes, padding, GRPO)."""
     wl = sc.workload
     n = wl.responses
-    reward = 0.0 if carries(pf, "rollout") else n * pf["reward_ms_per_response"] * 1e-3
+    reward = 0.0 if carries(pf, "rollout") else wl.generated_responses * pf["reward_ms_per_response"] * 1e-3
     if carries(pf, "advantage"):
         return {"reward": reward, "advantage": framework_seconds(pf, "advantage", n)}
     padded = n * wl.response_len.max * ADVANTAGE_BYTES_PER_TOKEN

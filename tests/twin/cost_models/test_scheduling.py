@@ -47,3 +47,15 @@ def test_mindspeed_rls_workers_pull_their_shares_at_once():
     expected = 0.155 + share * 0.762 + pf["worker_call_s"]
     assert dispatch_seconds(pulled, pf, lay, 256, UPDATE_INPUT_BYTES_PER_TOKEN) == pytest.approx(expected, rel=1e-12)
     assert dispatch_seconds(sc, pf, lay, 256, UPDATE_INPUT_BYTES_PER_TOKEN) > 90 * expected  # verl: 70.2 s
+
+
+def test_dapos_filter_scores_every_generated_round():
+    """Qwen3-32B's DAPO on MindSpeed-RL (C5 family): 2 rounds x 32 prompts x 8 responses are scored, 512 at the
+    profile's per-response reward time, where the kept batch has 256."""
+    from twin.cost_models.scheduling import driver_seconds
+
+    pf = reference_profile("a3")
+    sc = load_scenario(SCENARIOS / "c5-dapo-qwen3-32b-a3-16dies.yaml")
+    wl = sc.workload
+    assert (wl.gen_rounds, wl.generation_prompts, wl.n, wl.responses) == (2, 32, 8, 256)
+    assert driver_seconds(sc, pf)["reward"] == pytest.approx(512 * pf["reward_ms_per_response"] * 1e-3, rel=1e-12)
