@@ -51,6 +51,10 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 #   I    CI     -17.1 %  +54.3 %       +42.7 %    -11.8 %  -21.0 %            (2026-12-03, bb26c0d: the sync 32.2 ms
 #                                                                              predicted, 40.8 measured; step within
 #                                                                              the bar; others 3 % / 4 %)
+#   J    CI     -18.1 %  +15.8 %       +23.2 %    -21.2 %  -55.9 %            (2026-12-03, d66124c, a slow hour: the
+#                                                                              sync 32.9 ms predicted, 74.6 measured;
+#                                                                              every other stage and the step within
+#                                                                              the bar; others 5 % / 4 %)
 # Six CI runs of 2026-11-30 (ci20-ci25): rollout -0.5 to -69 %, old_log_prob +28 to -79 %, advantage +27 to -61 %,
 # update -24 to -70 %, reshard -96.6 to -99.5 %. In C (load average 8.4 before the jobs, 7.7 after the run) every
 # stage but the weight sync was within 25 %; in D the jobs ran while other programs took 64 % of the host and the run
