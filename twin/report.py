@@ -34,7 +34,7 @@ def print_result(console: Console, r: SimulationResult, measured: Measured | Non
         stages.add_row(name, f"{sec:.2f}", "" if m is None else f"{m:.2f}", _err(sec, m))
     mstep = measured.step_s if measured else None
     stages.add_row("[bold]step[/]", f"{r.step_s:.2f}", "" if mstep is None else f"{mstep:.2f}", _err(r.step_s, mstep))
-    # a TPS counted at the step's longest lengths (MindSpeed-RL's log_max_throughput) is not this row's
+    # a TPS counted at the step's longest lengths or over every generated round (measured.tps_tokens) is not this row's
     mtps = measured.tps_per_card if measured and measured.tps_tokens == "mean" else None
     stages.add_row("[bold]TPS / card[/]", f"{r.tps_per_card:.1f}", "" if mtps is None else f"{mtps:.1f}",
                    _err(r.tps_per_card, mtps))
