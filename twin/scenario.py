@@ -122,6 +122,7 @@ class Workload(BaseModel):
 
 
 VERL_SYNCS_THROUGH_SERVER = (0, 8)  # Software.syncs_through_server
+VERL_PUTS_INPUTS_ONCE = (0, 6)  # Software.puts_inputs_once
 
 
 class Software(BaseModel):
@@ -160,10 +161,21 @@ class Software(BaseModel):
         """verl >= 0.8 syncs a colocated rollout through Ray calls to its vLLM server actor (ServerAdapter, verl
         ef6eaa05d, 0.8.0.dev, 2026-01-27), timed by the driver's update_weights timer; earlier verl (and a scenario
         that names none: the published cases the profiles were fitted on) syncs inside the trainer's processes."""
+        return self._verl_at_least(VERL_SYNCS_THROUGH_SERVER)
+
+    @property
+    def puts_inputs_once(self) -> bool:
+        """verl >= 0.6 puts each data-parallel chunk of a worker-group call's inputs into Ray's object store once,
+        on threads (decorator.py dispatch_nd_compute: #2893, 3e2bceb1a, every trainer on it; parallel_put: #3495,
+        04726dbf1), and each worker's task carries a reference; earlier verl (and a scenario that names none)
+        passes every worker its share as the task's argument, serialised one task after another."""
+        return self._verl_at_least(VERL_PUTS_INPUTS_ONCE)
+
+    def _verl_at_least(self, version: tuple[int, int]) -> bool:
         if self.verl is None:
             return False
         major, minor = (int(part) for part in self.verl.split(".")[:2])
-        return (major, minor) >= VERL_SYNCS_THROUGH_SERVER
+        return (major, minor) >= version
 
 
 class ClusterRef(BaseModel):

@@ -31,3 +31,10 @@ def test_a_mindspeed_rl_run_names_no_verl_version():
         Scenario.model_validate({**raw, "software": {"framework": "mindspeed_rl", "verl": "0.9.1"}})
     with pytest.raises(ValidationError, match="framework"):
         Scenario.model_validate({**raw, "software": {"framework": "openrlhf"}})
+
+
+@pytest.mark.parametrize(("verl", "puts_once"), [("0.5.0", False), ("0.6.0", True), ("0.9.1", True), (None, False)])
+def test_verl_puts_a_calls_inputs_once_from_0_6(verl, puts_once):
+    from twin.scenario import Software
+
+    assert Software(verl=verl).puts_inputs_once is puts_once

@@ -15,21 +15,43 @@ from twin.layout.models import TrainLayout
 from twin.profile import Profile
 from twin.scenario import Scenario
 
+# verl's threaded puts of the replicas' shares (#3495, 04726dbf1): 28.85 s -> 19.86 s for a 6400 x 20480 batch
+PARALLEL_PUT_SPEEDUP = 28.85 / 19.86
 LOG_PROB_INPUT_BYTES_PER_TOKEN = 24  # input_ids, attention_mask, position_ids (int64)
 UPDATE_INPUT_BYTES_PER_TOKEN = 48  # the above + old/ref log-probs, advantages (fp32), response mask (int64)
 
 
+def dispatched_tokens_per_sequence(sc: Scenario) -> float:
+    """Tokens of one sequence in the tensors a worker-group call carries. verl's driver holds every sequence
+    padded to the configured limits: prompts left-padded to prompt_length (RLHFDataset) and responses
+    right-padded to response_length (verl 0.9.1 experimental/agent_loop/agent_loop.py `_postprocess`, as its
+    earlier vLLM rollout did), so a call ships (prompt max + response max) tokens a sequence whatever was
+    generated. MindSpeed-RL's TransferDock stores each sample's tensors at its own length and pads only the
+    batch a worker pulls (mindspeed_rl/trainer/utils/transfer_dock.py `_put`, `get_experience`): the means."""
+    wl = sc.workload
+    if sc.software.parallel_pull:
+        return wl.prompt_len.mean + wl.response_len.mean
+    return float(wl.prompt_len.max + wl.response_len.max)
+
+
 def dispatch_seconds(sc: Scenario, pf: Profile, lay: TrainLayout, devices: int, bytes_per_token: int) -> float:
-    """Task-dispatch skew before a worker-group call: inputs serialised through Ray one worker at a time,
-    handed device-to-device with the TensorCache (d2d_tensor_cache), or pulled by every worker at once from
-    MindSpeed-RL's TransferDock (`Software.parallel_pull`: one worker's share at Ray's rate)."""
+    """Task-dispatch skew before a worker-group call: inputs serialised through Ray one worker at a time (verl
+    before 0.6), each replica's share put once on threads and a Ray call to every worker (verl >= 0.6:
+    `Software.puts_inputs_once`), handed device-to-device with the TensorCache (d2d_tensor_cache), or pulled by
+    every worker at once from MindSpeed-RL's TransferDock (`Software.parallel_pull`: one worker's share at Ray's
+    rate)."""
     if sc.has("d2d_tensor_cache"):
         return pf["dispatch_d2d_s"] + pf["worker_call_s"]
     wl = sc.workload
     dp = lay.dp(devices)  # every rank of a replica (its TP, PP and CP or Ulysses ranks) receives its inputs
-    per_worker_gb = wl.responses * (wl.prompt_len.mean + wl.response_len.mean) * bytes_per_token / dp / GB
-    workers_in_turn = 1 if sc.software.parallel_pull else devices
-    ray = workers_in_turn * (pf["dispatch_ray_s_per_worker"] + per_worker_gb * pf["dispatch_ray_s_per_gb"])
+    per_worker_gb = wl.responses * dispatched_tokens_per_sequence(sc) * bytes_per_token / dp / GB
+    share = pf["dispatch_ray_s_per_worker"] + per_worker_gb * pf["dispatch_ray_s_per_gb"]
+    if sc.software.parallel_pull:
+        ray = share
+    elif sc.software.puts_inputs_once:  # each replica's share serialised once, then a Ray call per worker
+        ray = dp * share / PARALLEL_PUT_SPEEDUP + devices * pf["ray_actor_call_ms"] * 1e-3
+    else:
+        ray = devices * share
     return ray + pf["worker_call_s"]
 
 

@@ -37,11 +37,26 @@ def test_a_log_prob_pass_with_ulysses_costs_each_gpu_its_share_of_the_tokens():
 
 
 def test_ray_dispatch_sends_each_ulysses_rank_its_replicas_inputs():
-    # 8192 x (150 + 2500) tokens x 48 B over 8 replicas = 0.130 GB to each of the 32 workers
+    # verl before 0.6: 8192 x (2048 + 28672) padded tokens x 48 B over 8 replicas = 1.510 GB in each of the 32
+    # workers' tasks, serialised one after another
     pf = reference_profile("h20")
     sc = load_scenario(C8_32).model_copy(update={"optimizations": ()})
-    share = 8192 * 2650 * 48 / 8 / 1e9
+    sc = sc.model_copy(update={"software": sc.software.model_copy(update={"verl": None})})
+    share = 8192 * 30720 * 48 / 8 / 1e9
     expected = 32 * (pf["dispatch_ray_s_per_worker"] + share * pf["dispatch_ray_s_per_gb"]) + pf["worker_call_s"]
+    lay = TrainLayout(engine="fsdp", cp=4)
+    assert dispatch_seconds(sc, pf, lay, 32, UPDATE_INPUT_BYTES_PER_TOKEN) == pytest.approx(expected, rel=1e-12)
+
+
+def test_verl_06_puts_each_replicas_inputs_once_and_calls_every_worker():
+    # C8 at 32 GPUs on verl 0.6: the 8 replicas' 1.510 GB shares are put once, on threads (28.85 / 19.86 faster
+    # than one after another, verl #3495), then one Ray call to each of the 32 workers
+    pf = reference_profile("h20")
+    sc = load_scenario(C8_32).model_copy(update={"optimizations": ()})
+    assert sc.software.puts_inputs_once
+    share = 8192 * 30720 * 48 / 8 / 1e9
+    puts = 8 * (pf["dispatch_ray_s_per_worker"] + share * pf["dispatch_ray_s_per_gb"]) * 19.86 / 28.85
+    expected = puts + 32 * pf["ray_actor_call_ms"] * 1e-3 + pf["worker_call_s"]
     lay = TrainLayout(engine="fsdp", cp=4)
     assert dispatch_seconds(sc, pf, lay, 32, UPDATE_INPUT_BYTES_PER_TOKEN) == pytest.approx(expected, rel=1e-12)
 
