@@ -32,7 +32,8 @@ def test_p90_changes_the_ranking_when_bands_differ():
         r = ev.analytical(alternatives=False)
         return with_band(r, 0.97, wide) if layout_group(ev.layout) == layout_group(first) else with_band(r, 0.99, 1.01)
 
-    p90 = search(Planner(SC, risk="p90"), 3, finalize=banded)
+    # five places: candidates within 0.1 % of the second may rank between it and the p50 winner
+    p90 = search(Planner(SC, risk="p90"), 5, finalize=banded)
     assert p90.plan.risk == "p90" and p90.plan.layout == p50.plan.runner_ups[0].layout
     keys = [e.key for e in p90.evaluated]
     assert keys == sorted(keys) and keys[0] == p90.ranked[0].uncertainty.step_s[1]

@@ -151,7 +151,7 @@ class TrainCost:
         overlaps attention: see `cp_exposed_s`)."""
         lay, h = self.lay, self.cfg.hidden_size
         if lay.engine == "fsdp":
-            return 0.0
+            return self.ulysses_per_layer_s(tokens) * passes
         act = tokens / lay.cp * h * BF16
         t = 0.0
         if lay.tp > 1:
@@ -172,11 +172,76 @@ class TrainCost:
                   + collective_time(self.cluster, self.pf, ep, "ep_combine", send))
         return t * passes
 
+    def ulysses_per_layer_s(self, tokens: float) -> float:
+        """verl's Ulysses sequence parallelism (an FSDP layout's `cp`) in one layer's forward: all-to-alls of the
+        queries, keys and values before attention (gather the sequence, scatter the heads; keys and values
+        repeated up to the SP size where fewer heads) and one of the output after it, four calls each sending
+        (sp - 1)/sp of its tensor's local rows (verl/models/transformers/monkey_patch.py
+        _ulysses_flash_attention_forward). They sit on the layer's critical path."""
+        sp = self.lay.cp
+        if sp <= 1:
+            return 0.0
+        cfg = self.cfg
+        if cfg.mla is not None:
+            widths = [cfg.num_attention_heads * d for d in (cfg.mla.qk_head_dim, cfg.mla.qk_head_dim,
+                                                            cfg.mla.v_head_dim, cfg.mla.v_head_dim)]
+        else:
+            kv = max(cfg.num_kv_heads, sp) * cfg.head_dim
+            widths = [cfg.num_attention_heads * cfg.head_dim, kv, kv, cfg.num_attention_heads * cfg.head_dim]
+        rows = tokens / sp
+        return sum(collective_time(self.cluster, self.pf, self._groups["cp"], "all_to_all",
+                                   rows * w * BF16 * (sp - 1) / sp) for w in widths)
+
+    @cached_property
+    def fsdp_unit_numel(self) -> dict[bool, float]:
+        """Parameters of one FSDP unit, a decoder layer (verl wraps each one), of each kind: dense and MoE."""
+        per_layer: dict[int, int] = {}
+        for t in self.inv.main():
+            if t.layer is not None:
+                per_layer[t.layer] = per_layer.get(t.layer, 0) + t.numel
+        out: dict[bool, float] = {}
+        for i in range(self.cfg.num_layers):
+            out.setdefault(self.cfg.is_moe_layer(i), float(per_layer.get(i, 0)))
+        return out
+
+    def fsdp_unit_s(self, moe: bool, kind: PassKind) -> float:
+        """FSDP2's parameter traffic of one unit in one pass over the FSDP group (every device: verl's fsdp_size
+        -1): a forward or log-prob pass all-gathers its bf16 parameters; a backward gathers them again
+        (reshard_after_forward, verl's default) and reduce-scatters its gradients in fp32 (verl's
+        MixedPrecisionPolicy reduce_dtype), on every micro-batch (use_no_sync_for_gradient_accumulation false,
+        verl's default; verl before its engine workers made no exception for accumulation either)."""
+        cache = self.__dict__.setdefault("_fsdp_unit_cache", {})
+        key = (moe, kind == "backward")
+        if key not in cache:
+            numel = self.fsdp_unit_numel[moe]
+            group = list(range(self.devices))
+            t = collective_time(self.cluster, self.pf, group, "all_gather", numel * BF16)
+            if kind == "backward":
+                t += collective_time(self.cluster, self.pf, group, "reduce_scatter", numel * FP32)
+            cache[key] = t
+        return cache[key]
+
+    def fsdp_exposed_s(self, stage: int, compute_s: ArrayLike, kind: PassKind) -> ArrayLike:
+        """FSDP2's parameter traffic of one pass beyond what the units' compute hides: it prefetches the next
+        unit's gather (and reduces the last unit's gradients) while a unit computes, so each unit shows what its
+        traffic takes beyond its compute, and the first unit's gather waits for nothing to hide it."""
+        if self.lay.engine != "fsdp" or self.devices <= 1:
+            return 0.0
+        sl = self.stage_layers[stage]
+        per_unit = np.asarray(compute_s, dtype=float) / max(sl.layers, 1)
+        exposed = 0.0
+        for moe, count in ((False, sl.dense_layers), (True, sl.moe_layers)):
+            if count:
+                exposed = exposed + count * np.maximum(0.0, self.fsdp_unit_s(moe, kind) - per_unit)
+        first = self.fsdp_unit_s(sl.moe_layers > 0 and sl.dense_layers == 0, "forward")
+        return exposed + first
+
     def cp_exposed_s(self, tokens: ArrayLike, attention_s: ArrayLike, passes: int) -> ArrayLike:
         """CP's ring exchange beyond what the attention of the blocks already held hides (a ring step's
-        transfer overlaps the previous block's attention)."""
+        transfer overlaps the previous block's attention). FSDP's `cp` is Ulysses: no ring (see
+        `ulysses_per_layer_s`)."""
         lay = self.lay
-        if lay.cp <= 1:
+        if lay.cp <= 1 or lay.engine == "fsdp":
             return 0.0
         tokens = np.asarray(tokens, dtype=float)
         per_byte = collective_time(self.cluster, self.pf, self._groups["cp"], "all_gather", 1e9) / 1e9
@@ -241,7 +306,8 @@ class TrainCost:
             attn = attn * (2.0 + extra)
             passes = 2
         intercept, slope = self._comm_coefficients(stage, passes)
-        comm = intercept + slope * np.asarray(tokens, dtype=float) + self.cp_exposed_s(tokens, attn, passes)
+        comm = (intercept + slope * np.asarray(tokens, dtype=float) + self.cp_exposed_s(tokens, attn, passes)
+                + self.fsdp_exposed_s(stage, fwd, kind))
         return PassTime(compute_s=fwd + pf["microbatch_overhead_ms"] * 1e-3, comm_s=comm)
 
     def zero_memory_recompute_s(self, stage: int, tokens: ArrayLike) -> ArrayLike:
@@ -333,14 +399,14 @@ class TrainCost:
         return steps * (per_batch + bubble) * slowest, m
 
     def optimizer_time(self) -> float:
-        """Gradient sync (reduce-scatter + all-gather) and the Adam step, per optimizer step, summed."""
+        """Gradient sync (reduce-scatter + all-gather; FSDP's is in every backward) and the Adam step, per
+        optimizer step, summed."""
         lay, pf, mem = self.lay, self.pf, self.mem
         worst = 0.0
         for s in range(mem.n_stages):
             dense, expert = float(mem.stages.dense_numel[s]), float(mem.stages.expert_numel[s])
             if lay.engine == "fsdp":
-                sync = collective_time(self.cluster, pf, list(range(self.devices)), "reduce_scatter",
-                                       (dense + expert) * self.devices * FP32)
+                sync = 0.0  # every backward reduce-scatters its gradients (fsdp_unit_s)
                 state_numel = dense + expert
             else:
                 dp_group = self._groups["dp"]

@@ -26,7 +26,7 @@ def test_fsdp_ulysses_ranks_share_one_replicas_sequences(sp, replicas):
 
 def test_a_log_prob_pass_with_ulysses_costs_each_gpu_its_share_of_the_tokens():
     # the same sequences over 8 replicas of SP4 or 32 replicas of SP1: every GPU computes 1/32 of the tokens
-    # either way, so the pass costs the same up to the SP all-to-alls (none counted in FSDP's compute)
+    # either way, so the pass computes the same; the SP all-to-alls are its communication (ulysses_per_layer_s)
     sc = load_scenario(C8_32)
     times = {}
     for sp in (1, 4):
@@ -105,3 +105,56 @@ def test_a_cpu_optimizer_on_a_kind_without_host_bandwidth_is_one_clear_error():
     ev.train_cost.cluster.__dict__["kind"] = kind
     with pytest.raises(TwinError, match="has no host_memory_bandwidth_gbs_per_node"):
         ev.train_cost.optimizer_time()
+
+
+@pytest.fixture
+def recorded_collectives(monkeypatch):
+    """Every collective the training model asks for, as (op, bytes), each costing 1 ms."""
+    import twin.cost_models.training as training
+
+    calls: list[tuple[str, float]] = []
+
+    def record(cluster, profile, ranks, op, nbytes):
+        calls.append((op, float(nbytes)))
+        return 1e-3
+
+    monkeypatch.setattr(training, "collective_time", record)
+    return calls
+
+
+def test_ulysses_moves_queries_keys_values_and_output_per_layer(recorded_collectives):
+    # Qwen2.5-7B at SP4, 1024 tokens: 256 rows a rank; queries and output 28 heads x 128, keys and values 4 heads x
+    # 128 (already >= SP 4, no repeat); each rank sends 3/4 of each bf16 tensor
+    tc = Evaluation(load_scenario(C8_32)).train_cost
+    assert tc.ulysses_per_layer_s(1024.0) == pytest.approx(4e-3)
+    assert recorded_collectives == [("all_to_all", 1_376_256.0), ("all_to_all", 196_608.0),
+                                    ("all_to_all", 196_608.0), ("all_to_all", 1_376_256.0)]
+
+
+def test_fsdp_gathers_each_layer_per_pass_and_reduces_its_fp32_gradients_in_backward(recorded_collectives):
+    # a Qwen2.5-7B decoder layer: q and o 3584 x 3584, k and v 512 x 3584, their biases 3584 + 512 + 512, gate, up
+    # and down 18944 x 3584, two norms of 3584: 233,057,792 parameters
+    tc = Evaluation(load_scenario(C8_32)).train_cost
+    assert tc.fsdp_unit_numel == {False: 233_057_792.0}
+    assert tc.fsdp_unit_s(False, "log_prob") == pytest.approx(1e-3)
+    assert recorded_collectives == [("all_gather", 233_057_792 * 2.0)]
+    recorded_collectives.clear()
+    assert tc.fsdp_unit_s(False, "backward") == pytest.approx(2e-3)
+    assert recorded_collectives == [("all_gather", 233_057_792 * 2.0), ("reduce_scatter", 233_057_792 * 4.0)]
+
+
+def test_fsdp_shows_only_the_traffic_its_units_compute_does_not_hide(recorded_collectives):
+    # 28 units of 1 ms forward traffic (2 ms backward): a pass computing 0.5 ms a unit shows 0.5 ms a unit plus the
+    # first unit's gather; one computing 10 ms a unit shows only that first gather
+    tc = Evaluation(load_scenario(C8_32)).train_cost
+    assert tc.stage_layers[0].layers == 28
+    assert tc.fsdp_exposed_s(0, 28 * 0.5e-3, "forward") == pytest.approx(28 * 0.5e-3 + 1e-3)
+    assert tc.fsdp_exposed_s(0, 28 * 10e-3, "forward") == pytest.approx(1e-3)
+    assert tc.fsdp_exposed_s(0, 28 * 0.5e-3, "backward") == pytest.approx(28 * 1.5e-3 + 1e-3)
+
+
+def test_fsdps_optimizer_step_reduces_no_gradients_again(recorded_collectives):
+    # the backward of every micro-batch reduce-scattered them: the step is the Adam pass alone
+    tc = Evaluation(load_scenario(C8_32)).train_cost
+    tc.optimizer_time()
+    assert recorded_collectives == []
