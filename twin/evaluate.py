@@ -18,7 +18,7 @@ from twin.cost_models.memory import GB, MemoryReport, RolloutMemory, TrainMemory
 from twin.cost_models.placement import Placement
 from twin.cost_models.reshard import RESHARD_METHODS, ReshardMethod, ReshardStats, reshard_stats
 from twin.cost_models.rollout import RolloutCost
-from twin.cost_models.scheduling import dispatch_seconds, driver_seconds
+from twin.cost_models.scheduling import Call, collect_seconds, dispatch_seconds, driver_seconds
 from twin.cost_models.stages import train_stage_seconds
 from twin.cost_models.training import TrainCost
 from twin.cost_models.transition import offload_time, reshard_time
@@ -112,8 +112,11 @@ class Evaluation:
     def rollout_cost(self) -> RolloutCost:
         return RolloutCost(self.inv, self.sc, self.cluster, self.profile, self.rollout_memory)
 
-    def dispatch_s(self, bytes_per_token: int) -> float:
-        return dispatch_seconds(self.sc, self.profile, self.layout.train, self.devices, bytes_per_token)
+    def dispatch_s(self, call: Call) -> float:
+        return dispatch_seconds(self.sc, self.profile, self.layout.train, self.devices, call)
+
+    def collect_s(self, call: Call) -> float:
+        return collect_seconds(self.sc, self.profile, call)
 
     def stage_times(self) -> dict[str, float]:
         pf = self.profile

@@ -142,6 +142,9 @@ class Software(BaseModel):
     sleep_frees_memory: bool | None = None  # vLLM sleep mode releases weights and KV cache; unset: the cluster kind's
     weight_sync: Literal["per_tensor", "checkpoint_engine"] | None = None  # verl trainer -> rollout sync
     rollout_poll: bool | None = None  # the trainer polls for finished generation (verl >= 0.6 fully async/V1)
+    # the rollout returns its tokens' log-probs (verl rollout.calculate_log_probs): the driver keeps them in the batch
+    # and compares them with the trainer's after the old-policy pass (twin.cost_models.scheduling collect_seconds)
+    rollout_log_probs: bool = False
 
     @model_validator(mode="after")
     def _one_framework(self) -> Software:

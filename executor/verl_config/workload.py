@@ -30,6 +30,10 @@ def workload_overrides(o: OverrideSet, scenario: Scenario) -> None:
     o.set(f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu", log_prob_micro)
     o.set(f"{ARR}.ref.log_prob_micro_batch_size_per_gpu", log_prob_micro)
     o.set(f"{ARR}.actor.use_kl_loss", w.use_kl_loss)
+    if not scenario.has("skip_old_log_prob"):  # that optimization needs them (npu_opt/skip_old_log_prob.py)
+        # whether the rollout returns its log-probs, as the twin counts the driver's comparison of them (verl 0.9.1
+        # defaults to returning them)
+        o.set(f"{ARR}.rollout.calculate_log_probs", scenario.software.rollout_log_probs)
     if w.algorithm == "dapo":
         # DAPO: dynamic sampling (group filtering) and clip-higher, token-level loss
         o.set("algorithm.filter_groups.enable", True)

@@ -146,3 +146,18 @@ def test_unknown_cluster_kind_has_no_target() -> None:
 
     with pytest.raises(ExecutorError, match="cluster kind 'tpu' has no launch target"):
         target_for("tpu")
+
+
+@pytest.mark.parametrize(("optimizations", "software", "expected"), [
+    ([], {}, "false"),  # the twin counts no rollout log-probs: the run returns none (verl 0.9.1 would)
+    ([], {"rollout_log_probs": True}, "true"),
+    (["skip_old_log_prob"], {}, "true"),  # bypass mode reuses them (set by that optimization)
+])
+def test_the_rollout_returns_log_probs_as_the_scenario_says(make_plan, build, as_dict, tmp_path: Path,
+                                                            optimizations, software, expected) -> None:
+    path = _scenario(tmp_path, "a2", 16, {"engine": "fsdp"}, {"tp": 2, "dp": 8})
+    body = yaml.safe_load(path.read_text())
+    body.update(optimizations=optimizations, software=software)
+    path.write_text(yaml.safe_dump(body))
+    o = as_dict(build(make_plan(path), tmp_path).overrides)
+    assert o[f"{R}.calculate_log_probs"] == expected

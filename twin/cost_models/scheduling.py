@@ -10,6 +10,8 @@ step. A profile fitted where no such job ran does not carry them, and no stage g
 
 from __future__ import annotations
 
+from typing import Literal
+
 from twin.cost_models.memory import GB
 from twin.layout.models import TrainLayout
 from twin.profile import Profile
@@ -17,42 +19,74 @@ from twin.scenario import Scenario
 
 # verl's threaded puts of the replicas' shares (#3495, 04726dbf1): 28.85 s -> 19.86 s for a 6400 x 20480 batch
 PARALLEL_PUT_SPEEDUP = 28.85 / 19.86
-LOG_PROB_INPUT_BYTES_PER_TOKEN = 24  # input_ids, attention_mask, position_ids (int64)
-UPDATE_INPUT_BYTES_PER_TOKEN = 48  # the above + old/ref log-probs, advantages (fp32), response mask (int64)
+# MindSpeed-RL's consumers pull only their columns from the TransferDock, at the samples' own lengths, per token:
+# input_ids, attention_mask, position_ids (int64) for a log-prob pass; and old/ref log-probs, advantages (fp32),
+# the response mask (int64) for the update
+PULLED_BYTES_PER_TOKEN = {"old_log_prob": 24, "ref": 24, "update": 48}
+# what each trainer call hands back to verl's driver per response token (fp32): the old-policy pass its log-probs
+# and entropies, the reference pass its log-probs, the update metrics only
+OUTPUT_BYTES_PER_TOKEN = {"old_log_prob": 8, "ref": 4, "update": 0}
+Call = Literal["old_log_prob", "ref", "update"]
 
 
-def dispatched_tokens_per_sequence(sc: Scenario) -> float:
-    """Tokens of one sequence in the tensors a worker-group call carries. verl's driver holds every sequence
-    padded to the configured limits: prompts left-padded to prompt_length (RLHFDataset) and responses
-    right-padded to response_length (verl 0.9.1 experimental/agent_loop/agent_loop.py `_postprocess`, as its
-    earlier vLLM rollout did), so a call ships (prompt max + response max) tokens a sequence whatever was
-    generated. MindSpeed-RL's TransferDock stores each sample's tensors at its own length and pads only the
-    batch a worker pulls (mindspeed_rl/trainer/utils/transfer_dock.py `_put`, `get_experience`): the means."""
+def dispatched_bytes_per_sequence(sc: Scenario, call: Call) -> float:
+    """Bytes a trainer call carries per sequence. verl's driver hands the workers its whole batch (trainer/ppo/
+    ray_trainer.py fit, verl 0.4-0.6), every sequence padded to the configured limits (prompts left-padded to
+    prompt_length by RLHFDataset, responses right-padded to response_length by the rollout: verl 0.9.1
+    experimental/agent_loop/agent_loop.py `_postprocess`), whatever was generated: input_ids, attention_mask and
+    position_ids over prompt + response, prompts, and responses and response_mask over the response (int64); the
+    rollout's own log-probs where it returns them (fp32, `software.rollout_log_probs`); from the reference pass on the
+    old policy's log-probs where that pass ran; at the update the scores, rewards, advantages and returns (fp32), and
+    the reference log-probs with a KL loss. MindSpeed-RL's consumers pull their own columns at the samples' lengths
+    (`PULLED_BYTES_PER_TOKEN`; mindspeed_rl/trainer/utils/transfer_dock.py `_put`, `get_experience`)."""
     wl = sc.workload
     if sc.software.parallel_pull:
-        return wl.prompt_len.mean + wl.response_len.mean
-    return float(wl.prompt_len.max + wl.response_len.max)
+        return (wl.prompt_len.mean + wl.response_len.mean) * PULLED_BYTES_PER_TOKEN[call]
+    prompt, response = wl.prompt_len.max, wl.response_len.max
+    per_response_token = 8 + 8 + (4 if sc.software.rollout_log_probs else 0)
+    if call != "old_log_prob" and not sc.has("skip_old_log_prob"):
+        per_response_token += 4
+    if call == "update":
+        per_response_token += 16 + (4 if wl.use_kl_loss else 0)
+    return float(24 * (prompt + response) + 8 * prompt + per_response_token * response)
 
 
-def dispatch_seconds(sc: Scenario, pf: Profile, lay: TrainLayout, devices: int, bytes_per_token: int) -> float:
+def dispatch_seconds(sc: Scenario, pf: Profile, lay: TrainLayout, devices: int, call: Call) -> float:
     """Task-dispatch skew before a worker-group call: inputs serialised through Ray one worker at a time (verl
     before 0.6), each replica's share put once on threads and a Ray call to every worker (verl >= 0.6:
-    `Software.puts_inputs_once`), handed device-to-device with the TensorCache (d2d_tensor_cache), or pulled by
-    every worker at once from MindSpeed-RL's TransferDock (`Software.parallel_pull`: one worker's share at Ray's
-    rate)."""
+    `Software.puts_inputs_once`, at the put rate `benchmarks/verl_driver_batch_cpu.py` measures), handed
+    device-to-device with the TensorCache (d2d_tensor_cache), or pulled by every worker at once from MindSpeed-RL's
+    TransferDock (`Software.parallel_pull`: one worker's share at Ray's rate)."""
     if sc.has("d2d_tensor_cache"):
         return pf["dispatch_d2d_s"] + pf["worker_call_s"]
-    wl = sc.workload
     dp = lay.dp(devices)  # every rank of a replica (its TP, PP and CP or Ulysses ranks) receives its inputs
-    per_worker_gb = wl.responses * dispatched_tokens_per_sequence(sc) * bytes_per_token / dp / GB
-    share = pf["dispatch_ray_s_per_worker"] + per_worker_gb * pf["dispatch_ray_s_per_gb"]
+    total_gb = sc.workload.responses * dispatched_bytes_per_sequence(sc, call) / GB
     if sc.software.parallel_pull:
-        ray = share
-    elif sc.software.puts_inputs_once:  # each replica's share serialised once, then a Ray call per worker
-        ray = dp * share / PARALLEL_PUT_SPEEDUP + devices * pf["ray_actor_call_ms"] * 1e-3
+        ray = pf["dispatch_ray_s_per_worker"] + total_gb / dp * pf["dispatch_ray_s_per_gb"]
+    elif sc.software.puts_inputs_once:
+        ray = total_gb * pf["driver_put_s_per_gb"] / PARALLEL_PUT_SPEEDUP + devices * pf["ray_actor_call_ms"] * 1e-3
     else:
-        ray = devices * share
+        ray = devices * (pf["dispatch_ray_s_per_worker"] + total_gb / dp * pf["dispatch_ray_s_per_gb"])
     return ray + pf["worker_call_s"]
+
+
+def collect_seconds(sc: Scenario, pf: Profile, call: Call) -> float:
+    """verl >= 0.6's driver after a trainer call: the workers' outputs fetched and concatenated (ray.get,
+    DataProto.concat; padded to the response limit) and, after the old-policy pass, the entropies averaged
+    (core_algos.agg_loss) and, where the rollout returned log-probs, compared with the trainer's
+    (utils/debug/metrics.py calculate_debug_metrics) on the padded (responses x response limit) tensors, at the
+    rates `benchmarks/verl_driver_batch_cpu.py` measures. Earlier verl's whole call is what C3's Ray dispatch terms
+    hold; the TensorCache and MindSpeed-RL's TransferDock keep outputs off the driver."""
+    if not sc.software.puts_inputs_once or sc.has("d2d_tensor_cache") or sc.software.parallel_pull:
+        return 0.0
+    elements = sc.workload.responses * sc.workload.response_len.max
+    t = elements * OUTPUT_BYTES_PER_TOKEN[call] / GB * pf["driver_get_s_per_gb"]
+    if call == "old_log_prob":
+        per_element_ns = pf["driver_entropy_ns_per_element"]
+        if sc.software.rollout_log_probs:
+            per_element_ns += pf["driver_debug_ns_per_element"]
+        t += elements * per_element_ns * 1e-9
+    return t
 
 
 # the driver's advantage pass touches per token: the token-level scores, the response mask, the advantages

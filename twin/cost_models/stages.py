@@ -3,22 +3,23 @@
 
 from __future__ import annotations
 
-from twin.cost_models.scheduling import (
-    LOG_PROB_INPUT_BYTES_PER_TOKEN,
-    UPDATE_INPUT_BYTES_PER_TOKEN,
-    dispatch_seconds,
-)
+from twin.cost_models.scheduling import collect_seconds, dispatch_seconds
 from twin.cost_models.training import TrainCost
 from twin.profile import Profile
 from twin.scenario import Scenario
 
 
 def train_stage_seconds(sc: Scenario, pf: Profile, tc: TrainCost) -> dict[str, float]:
-    """old_log_prob, ref and update seconds: each pass's pipeline time plus its task dispatch."""
+    """old_log_prob, ref and update seconds: each pass's pipeline time with the driver's dispatch before it and its
+    collection after it."""
     lay, devices = tc.lay, tc.devices
-    log_prob = tc.log_prob_time() + dispatch_seconds(sc, pf, lay, devices, LOG_PROB_INPUT_BYTES_PER_TOKEN)
+
+    def driver(call: str) -> float:
+        return dispatch_seconds(sc, pf, lay, devices, call) + collect_seconds(sc, pf, call)
+
+    log_prob = tc.log_prob_time()
     return {
-        "old_log_prob": 0.0 if sc.has("skip_old_log_prob") else log_prob,
-        "ref": log_prob if sc.workload.use_kl_loss else 0.0,
-        "update": tc.update_time() + dispatch_seconds(sc, pf, lay, devices, UPDATE_INPUT_BYTES_PER_TOKEN),
+        "old_log_prob": 0.0 if sc.has("skip_old_log_prob") else log_prob + driver("old_log_prob"),
+        "ref": log_prob + driver("ref") if sc.workload.use_kl_loss else 0.0,
+        "update": tc.update_time() + driver("update"),
     }

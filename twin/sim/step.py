@@ -22,12 +22,7 @@ from functools import cached_property
 import numpy as np
 import simpy
 
-from twin.cost_models.scheduling import (
-    LOG_PROB_INPUT_BYTES_PER_TOKEN,
-    UPDATE_INPUT_BYTES_PER_TOKEN,
-    driver_seconds,
-    framework_seconds,
-)
+from twin.cost_models.scheduling import driver_seconds, framework_seconds
 from twin.cost_models.transition import offload_moments, reshard_time
 from twin.evaluate import Evaluation
 from twin.results import SimulationResult
@@ -160,18 +155,21 @@ class StepSimulation:
             if name == "ref":
                 stages["offload"] += yield from self._timed(drv, "transition", "ref weights onload",
                                                             moments["ref_onload"])
-            skew = ev.dispatch_s(LOG_PROB_INPUT_BYTES_PER_TOKEN)
+            skew = ev.dispatch_s(name)
             yield from self._timed(drv, "dispatch", f"{name} task dispatch", skew)
             run = yield from self._pass(name, ev.layout.train.log_prob_micro_batch, "log_prob", prompts, responses)
             pipelines[name] = run
-            stages[name] = skew + run.seconds
+            collect = ev.collect_s(name)
+            if collect:
+                yield from self._timed(drv, "driver", f"{name} outputs collected", collect)
+            stages[name] = skew + run.seconds + collect
             if name == "ref":
                 stages["offload"] += yield from self._timed(drv, "transition", "ref weights offload",
                                                             moments["ref_offload"])
         stages["advantage"] = yield from self._timed(drv, "advantage", "advantage", driver["advantage"])
         stages["offload"] += yield from self._timed(drv, "transition", "actor state onload", moments["before_update"])
         self.trace.mark_memory(env.now, "update", mem["update"])
-        skew = ev.dispatch_s(UPDATE_INPUT_BYTES_PER_TOKEN)
+        skew = ev.dispatch_s("update")
         yield from self._timed(drv, "dispatch", "update_actor task dispatch", skew)
         update = skew
         if framework := framework_seconds(pf, "update", wl.responses):

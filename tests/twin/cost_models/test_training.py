@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from twin.cost_models.scheduling import UPDATE_INPUT_BYTES_PER_TOKEN, dispatch_seconds
+from twin.cost_models.scheduling import dispatch_seconds
 from twin.evaluate import Evaluation
 from twin.layout.models import TrainLayout
 from twin.profile import reference_profile
@@ -37,28 +37,27 @@ def test_a_log_prob_pass_with_ulysses_costs_each_gpu_its_share_of_the_tokens():
 
 
 def test_ray_dispatch_sends_each_ulysses_rank_its_replicas_inputs():
-    # verl before 0.6: 8192 x (2048 + 28672) padded tokens x 48 B over 8 replicas = 1.510 GB in each of the 32
-    # workers' tasks, serialised one after another
+    # verl before 0.6: 8192 x 1,900,544 B (the padded batch at the update) over 8 replicas = 1.946 GB in each of the
+    # 32 workers' tasks, serialised one after another
     pf = reference_profile("h20")
     sc = load_scenario(C8_32).model_copy(update={"optimizations": ()})
     sc = sc.model_copy(update={"software": sc.software.model_copy(update={"verl": None})})
-    share = 8192 * 30720 * 48 / 8 / 1e9
+    share = 8192 * 1_900_544 / 8 / 1e9
     expected = 32 * (pf["dispatch_ray_s_per_worker"] + share * pf["dispatch_ray_s_per_gb"]) + pf["worker_call_s"]
     lay = TrainLayout(engine="fsdp", cp=4)
-    assert dispatch_seconds(sc, pf, lay, 32, UPDATE_INPUT_BYTES_PER_TOKEN) == pytest.approx(expected, rel=1e-12)
+    assert dispatch_seconds(sc, pf, lay, 32, "update") == pytest.approx(expected, rel=1e-12)
 
 
 def test_verl_06_puts_each_replicas_inputs_once_and_calls_every_worker():
-    # C8 at 32 GPUs on verl 0.6: the 8 replicas' 1.510 GB shares are put once, on threads (28.85 / 19.86 faster
-    # than one after another, verl #3495), then one Ray call to each of the 32 workers
+    # C8 at 32 GPUs on verl 0.6: the whole 15.57 GB batch put once, on threads (28.85 / 19.86 faster than one after
+    # another, verl #3495), then one Ray call to each of the 32 workers
     pf = reference_profile("h20")
     sc = load_scenario(C8_32).model_copy(update={"optimizations": ()})
     assert sc.software.puts_inputs_once
-    share = 8192 * 30720 * 48 / 8 / 1e9
-    puts = 8 * (pf["dispatch_ray_s_per_worker"] + share * pf["dispatch_ray_s_per_gb"]) * 19.86 / 28.85
+    puts = 8192 * 1_900_544 / 1e9 * pf["driver_put_s_per_gb"] * 19.86 / 28.85
     expected = puts + 32 * pf["ray_actor_call_ms"] * 1e-3 + pf["worker_call_s"]
     lay = TrainLayout(engine="fsdp", cp=4)
-    assert dispatch_seconds(sc, pf, lay, 32, UPDATE_INPUT_BYTES_PER_TOKEN) == pytest.approx(expected, rel=1e-12)
+    assert dispatch_seconds(sc, pf, lay, 32, "update") == pytest.approx(expected, rel=1e-12)
 
 
 DSV3 = C8_32.with_name("c8-grpo-dsv3-h20-96.yaml")
