@@ -55,6 +55,10 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 #                                                                              sync 32.9 ms predicted, 74.6 measured;
 #                                                                              every other stage and the step within
 #                                                                              the bar; others 5 % / 4 %)
+#   K    CI     -15.1 %  -10.8 %       +2.7 %     -27.3 %  -26.1 %  -18.0 %   (2026-12-03, 5c23f69, a slow hour: the
+#                                                                              sync 34.0 ms predicted, 45.9 measured;
+#                                                                              the update 2.25 s against 3.10 s;
+#                                                                              others 3 % / 4 %)
 # Six CI runs of 2026-11-30 (ci20-ci25): rollout -0.5 to -69 %, old_log_prob +28 to -79 %, advantage +27 to -61 %,
 # update -24 to -70 %, reshard -96.6 to -99.5 %. In C (load average 8.4 before the jobs, 7.7 after the run) every
 # stage but the weight sync was within 25 %; in D the jobs ran while other programs took 64 % of the host and the run
