@@ -51,22 +51,33 @@ def dispatched_bytes_per_sequence(sc: Scenario, call: Call) -> float:
     return float(24 * (prompt + response) + 8 * prompt + per_response_token * response)
 
 
+def dispatch_path(sc: Scenario) -> Literal["tensor_cache", "transfer_dock", "put_once", "per_task"]:
+    """How a trainer call's inputs reach the workers: device to device with the TensorCache (d2d_tensor_cache),
+    pulled by each worker from MindSpeed-RL's TransferDock (`Software.parallel_pull`), put into Ray's object store
+    once (verl >= 0.6: `Software.puts_inputs_once`) or serialised into every worker's task (earlier verl)."""
+    if sc.has("d2d_tensor_cache"):
+        return "tensor_cache"
+    if sc.software.parallel_pull:
+        return "transfer_dock"
+    return "put_once" if sc.software.puts_inputs_once else "per_task"
+
+
 def dispatch_seconds(sc: Scenario, pf: Profile, lay: TrainLayout, devices: int, call: Call) -> float:
     """Task-dispatch skew before a worker-group call: inputs serialised through Ray one worker at a time (verl
     before 0.6), each replica's share put once on threads and a Ray call to every worker (verl >= 0.6:
     `Software.puts_inputs_once`, at the put rate `benchmarks/verl_driver_batch_cpu.py` measures), handed
     device-to-device with the TensorCache (d2d_tensor_cache), or pulled by every worker at once from MindSpeed-RL's
     TransferDock (`Software.parallel_pull`: one worker's share at Ray's rate)."""
-    if sc.has("d2d_tensor_cache"):
+    path = dispatch_path(sc)
+    if path == "tensor_cache":
         return pf["dispatch_d2d_s"] + pf["worker_call_s"]
     dp = lay.dp(devices)  # every rank of a replica (its TP, PP and CP or Ulysses ranks) receives its inputs
     total_gb = sc.workload.responses * dispatched_bytes_per_sequence(sc, call) / GB
-    if sc.software.parallel_pull:
-        ray = pf["dispatch_ray_s_per_worker"] + total_gb / dp * pf["dispatch_ray_s_per_gb"]
-    elif sc.software.puts_inputs_once:
+    if path == "put_once":
         ray = total_gb * pf["driver_put_s_per_gb"] / PARALLEL_PUT_SPEEDUP + devices * pf["ray_actor_call_ms"] * 1e-3
-    else:
-        ray = devices * (pf["dispatch_ray_s_per_worker"] + total_gb / dp * pf["dispatch_ray_s_per_gb"])
+    else:  # one replica's share at Ray's rate: pulled by all workers at once, or serialised for each in turn
+        share = pf["dispatch_ray_s_per_worker"] + total_gb / dp * pf["dispatch_ray_s_per_gb"]
+        ray = share if path == "transfer_dock" else devices * share
     return ray + pf["worker_call_s"]
 
 
@@ -77,7 +88,7 @@ def collect_seconds(sc: Scenario, pf: Profile, call: Call) -> float:
     (utils/debug/metrics.py calculate_debug_metrics) on the padded (responses x response limit) tensors, at the
     rates `benchmarks/verl_driver_batch_cpu.py` measures. Earlier verl's whole call is what C3's Ray dispatch terms
     hold; the TensorCache and MindSpeed-RL's TransferDock keep outputs off the driver."""
-    if not sc.software.puts_inputs_once or sc.has("d2d_tensor_cache") or sc.software.parallel_pull:
+    if dispatch_path(sc) != "put_once":
         return 0.0
     elements = sc.workload.responses * sc.workload.response_len.max
     t = elements * OUTPUT_BYTES_PER_TOKEN[call] / GB * pf["driver_get_s_per_gb"]

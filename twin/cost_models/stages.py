@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from twin.cost_models.scheduling import collect_seconds, dispatch_seconds
+from twin.cost_models.scheduling import Call, collect_seconds, dispatch_seconds
 from twin.cost_models.training import TrainCost
 from twin.profile import Profile
 from twin.scenario import Scenario
@@ -14,7 +14,7 @@ def train_stage_seconds(sc: Scenario, pf: Profile, tc: TrainCost) -> dict[str, f
     collection after it."""
     lay, devices = tc.lay, tc.devices
 
-    def driver(call: str) -> float:
+    def driver(call: Call) -> float:
         return dispatch_seconds(sc, pf, lay, devices, call) + collect_seconds(sc, pf, call)
 
     log_prob = tc.log_prob_time()

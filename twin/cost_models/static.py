@@ -58,6 +58,8 @@ class TensorTable:
         self.fused_in_megatron = np.array([t.shard.ep_dim is None and t.name.rsplit(".", 2)[-2]
                                            in ("k_proj", "v_proj", "up_proj") for t in ts])
         in_layer = self.layer >= 0
+        # parameters of each decoder layer (an FSDP unit: twin.cost_models.training fsdp_unit_numel)
+        self.layer_numel = np.bincount(self.layer[in_layer], weights=self.numel[in_layer])
         per_layer = np.bincount(self.layer[in_layer], weights=(self.numel * self.dtype_bytes)[in_layer])
         self.largest_layer_bytes = int(per_layer.max()) if per_layer.size else 0
         per_expert = (self.numel // self.experts * self.dtype_bytes)[self.expert]

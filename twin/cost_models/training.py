@@ -23,6 +23,7 @@ from twin.cost_models.efficiency import memory_seconds
 from twin.cost_models.imbalance import expert_imbalance
 from twin.cost_models.memory import ADAM_BYTES, BF16, FP32, TrainMemory
 from twin.cost_models.operators import LayerOperators, LayerShapes, causal_attention_flops
+from twin.cost_models.static import tensor_table
 from twin.errors import TwinError
 from twin.layout.models import TrainLayout
 from twin.layout.ranks import train_group
@@ -195,13 +196,10 @@ class TrainCost:
     @cached_property
     def fsdp_unit_numel(self) -> dict[bool, float]:
         """Parameters of one FSDP unit, a decoder layer (verl wraps each one), of each kind: dense and MoE."""
-        per_layer: dict[int, int] = {}
-        for t in self.inv.main():
-            if t.layer is not None:
-                per_layer[t.layer] = per_layer.get(t.layer, 0) + t.numel
+        per_layer = tensor_table(self.inv).layer_numel
         out: dict[bool, float] = {}
         for i in range(self.cfg.num_layers):
-            out.setdefault(self.cfg.is_moe_layer(i), float(per_layer.get(i, 0)))
+            out.setdefault(self.cfg.is_moe_layer(i), float(per_layer[i]))
         return out
 
     def fsdp_unit_s(self, moe: bool, kind: PassKind) -> float:
