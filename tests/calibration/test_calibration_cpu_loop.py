@@ -59,6 +59,11 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 #                                                                              sync 34.0 ms predicted, 45.9 measured;
 #                                                                              the update 2.25 s against 3.10 s;
 #                                                                              others 3 % / 4 %)
+#   L    CI     -33.8 %  +7.4 %        -26.6 %    -11.1 %  -43.6 %  -30.5 %   (2026-12-04, 103ee1d, a slow hour:
+#                                                                              the rollout 24.2 s against 16.0 s
+#                                                                              (10 s against 6-10 s in E, F); the sync
+#                                                                              35.6 ms predicted, 63.2 measured;
+#                                                                              others 3 % / 4 %)
 # Six CI runs of 2026-11-30 (ci20-ci25): rollout -0.5 to -69 %, old_log_prob +28 to -79 %, advantage +27 to -61 %,
 # update -24 to -70 %, reshard -96.6 to -99.5 %. In C (load average 8.4 before the jobs, 7.7 after the run) every
 # stage but the weight sync was within 25 %; in D the jobs ran while other programs took 64 % of the host and the run
