@@ -64,6 +64,10 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 #                                                                              (10 s against 6-10 s in E, F); the sync
 #                                                                              35.6 ms predicted, 63.2 measured;
 #                                                                              others 3 % / 4 %)
+#   M    CI     -37.2 %  -48.0 %       -46.2 %    -41.5 %  -41.3 %  -38.9 %   (2026-12-04, 81e520d: every stage
+#                                                                              short by one factor, the run about
+#                                                                              1.6x its parts as the jobs time them;
+#                                                                              others 2 % / 3 %)
 # Six CI runs of 2026-11-30 (ci20-ci25): rollout -0.5 to -69 %, old_log_prob +28 to -79 %, advantage +27 to -61 %,
 # update -24 to -70 %, reshard -96.6 to -99.5 %. In C (load average 8.4 before the jobs, 7.7 after the run) every
 # stage but the weight sync was within 25 %; in D the jobs ran while other programs took 64 % of the host and the run
