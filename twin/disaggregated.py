@@ -17,7 +17,7 @@ from twin.scenario import Scenario
 from twin.topology.clusters import cluster_kind
 from twin.topology.routing import Cluster, sized_cluster
 
-DEFAULT_SYNC = "checkpoint_engine"  # verl >= 0.7, which the profiles were fitted on (0.9.1)
+DEFAULT_SYNC = "checkpoint_engine"  # verl >= 0.7 (Software.has_checkpoint_engine)
 
 
 def is_separate(scenario: Scenario) -> bool:
@@ -45,7 +45,8 @@ class SyncEvaluation:
         self.devices = scenario.cluster.cards * self.kind.devices_per_card
         validate_layout(self.layout, self.inv.config, self.devices, self.kind)
         self.profile = profile_for_kind(profile, scenario.profile, self.kind.profile_kind, base_dir)
-        self.method = scenario.software.weight_sync or DEFAULT_SYNC
+        self.method = scenario.software.weight_sync or (DEFAULT_SYNC if scenario.software.has_checkpoint_engine
+                                                        else "per_tensor")
 
     @cached_property
     def cluster(self) -> Cluster:
@@ -53,7 +54,8 @@ class SyncEvaluation:
 
     def time(self, method: str | None = None) -> SyncTime:
         return sync_time(tensor_table(self.inv), self.layout.train, self.layout.trainer_devices(self.devices),
-                         self.layout.rollout, self.cluster, self.profile, method or self.method)
+                         self.layout.rollout, self.cluster, self.profile, method or self.method,
+                         self.sc.software.recipe_checkpoint_engine)
 
     def floor_s(self) -> float:
         """No sync of the whole model is faster than its bytes over the fastest link the sync's ranks have (each
@@ -64,5 +66,6 @@ class SyncEvaluation:
         return nbytes / fastest
 
     def times(self) -> dict[str, SyncTime]:
-        """Both methods, the scenario's first."""
-        return {m: self.time(m) for m in sorted(SYNC_METHODS, key=lambda m: m != self.method)}
+        """Each method its verl has, the scenario's first."""
+        methods = [m for m in SYNC_METHODS if m != "checkpoint_engine" or self.sc.software.has_checkpoint_engine]
+        return {m: self.time(m) for m in sorted(methods, key=lambda m: m != self.method)}

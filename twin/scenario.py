@@ -123,6 +123,8 @@ class Workload(BaseModel):
 
 VERL_SYNCS_THROUGH_SERVER = (0, 8)  # Software.syncs_through_server
 VERL_PUTS_INPUTS_ONCE = (0, 6)  # Software.puts_inputs_once
+VERL_RECIPE_CHECKPOINT_ENGINE = (0, 7)  # Software.recipe_checkpoint_engine, to 0.8
+VERL_CORE_CHECKPOINT_ENGINE = (0, 8)
 
 
 class Software(BaseModel):
@@ -150,6 +152,8 @@ class Software(BaseModel):
     def _one_framework(self) -> Software:
         if self.framework == "mindspeed_rl" and self.verl is not None:
             raise ValueError(f"framework mindspeed_rl runs without verl: drop verl {self.verl}")
+        if self.weight_sync == "checkpoint_engine" and not self.has_checkpoint_engine:
+            raise ValueError(f"verl {self.verl} has no checkpoint engine (from 0.7): weight_sync per_tensor")
         return self
 
     @property
@@ -173,6 +177,20 @@ class Software(BaseModel):
         04726dbf1), and each worker's task carries a reference; earlier verl (and a scenario that names none)
         passes every worker its share as the task's argument, serialised one task after another."""
         return self._verl_at_least(VERL_PUTS_INPUTS_ONCE)
+
+    @property
+    def has_checkpoint_engine(self) -> bool:
+        """verl syncs a disaggregated rollout through a checkpoint engine from 0.7 (and a scenario that names no
+        verl: 0.9.1); tensor by tensor before."""
+        return self.verl is None or self._verl_at_least(VERL_RECIPE_CHECKPOINT_ENGINE)
+
+    @property
+    def recipe_checkpoint_engine(self) -> bool:
+        """verl 0.7's checkpoint engine is the fully async recipe's own (recipe/fully_async_policy/checkpoint_engine.py,
+        cdd7d874f, 2025-12-18, to v0.7.0); verl's core one (verl/checkpoint_engine, 6f33c553b, after v0.7.0) from 0.8.
+        A scenario that names no verl: the core one (0.9.1, what the profiles were fitted on)."""
+        return self._verl_at_least(VERL_RECIPE_CHECKPOINT_ENGINE) and not self._verl_at_least(
+            VERL_CORE_CHECKPOINT_ENGINE)
 
     def _verl_at_least(self, version: tuple[int, int]) -> bool:
         if self.verl is None:

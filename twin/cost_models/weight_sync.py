@@ -6,10 +6,15 @@ Two ways, as `software.weight_sync` names them:
   HuggingFace tensor the trainer's export yields, trainer rank 0 broadcasts it to the group, and each rollout rank
   hands it to its engine's load_weights, one call per tensor. The trainer exports the next tensor while the
   rollout loads the last, and the next broadcast waits for both.
-- `checkpoint_engine` (verl >= 0.7, the NCCL/HCCL backend, verl/checkpoint_engine/nccl_checkpoint_engine.py): the
-  exported tensors are packed into buckets of `CHECKPOINT_BUCKET_BYTES` that trainer rank 0 broadcasts to the
-  rollout ranks (the other trainer ranks only walk the export); two send and two receive buffers let the next bucket
-  fill while one is broadcast and the last is loaded, and the engine's load_weights takes the stream once.
+- `checkpoint_engine`, in one of two engines:
+  - verl >= 0.8 (the NCCL/HCCL backend of verl/checkpoint_engine/nccl_checkpoint_engine.py, 6f33c553b, 2026-01-06,
+    after v0.7.0): the exported tensors are packed into buckets of `CHECKPOINT_BUCKET_BYTES` that trainer rank 0
+    broadcasts to the rollout ranks (the other trainer ranks only walk the export); two send and two receive buffers
+    let the next bucket fill while one is broadcast and the last is loaded, and the engine's load_weights takes the
+    stream once;
+  - verl 0.7 (the fully async recipe's own engine, recipe/fully_async_policy/checkpoint_engine.py and
+    megatron_worker.py, cdd7d874f of 2025-12-18 to v0.7.0, the engine C9's figures were measured with; the
+    scenario says so with `software.verl`): `recipe_checkpoint_engine` below, nothing overlapped.
 
 Each tensor's export is the exporter's host work spread over the tensors it yields (twin.cost_models.export) plus
 its device gathers (TP, expert parallel, the PP broadcast; FSDP's all-gather of the whole tensor) on the trainer's
@@ -24,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from twin.cost_models.comm import collective_time
+from twin.cost_models.comm import collective_time, host_copy_time
 from twin.cost_models.export import export_host_s, hf_tensor_count
 from twin.cost_models.static import TensorTable
 from twin.layout.models import RolloutLayout, TrainLayout
@@ -34,6 +39,9 @@ from twin.topology.routing import Cluster
 # verl's rollout.checkpoint_engine.update_weights_bucket_megabytes default, 2048 (verl 0.9.1
 # trainer/config/rollout/rollout.yaml; workers/config/rollout.py CheckpointEngineConfig)
 CHECKPOINT_BUCKET_BYTES = 2048 * 2**20
+# the fully async recipe's async_training.checkpoint_engine.device_buffer_size_M default, 4096, with
+# overlap_broadcast_and_consume False (verl cdd7d874f recipe/fully_async_policy/config/fully_async_ppo_*trainer.yaml)
+RECIPE_BUCKET_BYTES = 4096 * 2**20
 SYNC_METHODS = ("per_tensor", "checkpoint_engine")
 
 
@@ -110,9 +118,9 @@ def _gather_seconds(table: TensorTable, lay: TrainLayout, devices: int, cluster:
 
 
 def sync_time(table: TensorTable, train: TrainLayout, trainer_devices: int, rollout: RolloutLayout,
-              cluster: Cluster, profile: Profile, method: str) -> SyncTime:
+              cluster: Cluster, profile: Profile, method: str, recipe_engine: bool = False) -> SyncTime:
     """Seconds of one weight sync from the trainer (devices 0..trainer_devices-1) to the rollout engines (the next
-    rollout.devices devices) by `method`."""
+    rollout.devices devices) by `method`; `recipe_engine`: the checkpoint engine is verl 0.7's recipe engine."""
     ts = sync_tensors(table, train, trainer_devices, cluster, profile)
     rollout_ranks = list(range(trainer_devices, trainer_devices + rollout.devices))
     if method == "per_tensor":
@@ -126,6 +134,8 @@ def sync_time(table: TensorTable, train: TrainLayout, trainer_devices: int, roll
                         len(ts.nbytes), len(ts.nbytes))
     if method != "checkpoint_engine":
         raise ValueError(f"weight sync method {method!r} is not one of {', '.join(SYNC_METHODS)}")
+    if recipe_engine:
+        return recipe_checkpoint_engine(ts, table, trainer_devices, rollout_ranks, cluster, profile)
     buckets = _buckets(ts.nbytes)
     group = [0, *rollout_ranks]
     fill = np.bincount(buckets, weights=ts.export_s)
@@ -138,6 +148,38 @@ def sync_time(table: TensorTable, train: TrainLayout, trainer_devices: int, roll
                     len(size))
 
 
+def recipe_checkpoint_engine(ts: SyncTensors, table: TensorTable, trainer_devices: int, rollout_ranks: list[int],
+                             cluster: Cluster, profile: Profile) -> SyncTime:
+    """verl 0.7's fully async recipe engine as its code runs at its defaults, one phase after another:
+    - every trainer rank walks the whole export (its gathers are collective) and copies the tensors whose index
+      modulo the trainer ranks is its rank to host memory (cache_actor_weights_to_cpu);
+    - each rank packs its tensors, in order, into buckets of RECIPE_BUCKET_BYTES (register_checkpoint);
+    - round k: every rank copies its bucket k to the device, then the ranks broadcast theirs in turn to the group of
+      every trainer and rollout rank, and the rollout ranks hand each to load_weights (one call a bucket) before the
+      next broadcast, which, being collective, waits for them (update_checkpoint without
+      overlap_broadcast_and_consume).
+
+    The export's seconds include its copy to host, the broadcasts' the copies to the device. Not counted: the pinned
+    host buffers' allocation and the host-side copy into them (no source for a GPU host's page-locking rate)."""
+    owner = np.arange(len(ts.nbytes)) % trainer_devices
+    group = list(range(trainer_devices)) + rollout_ranks
+    export = float(ts.export_s.sum()) + host_copy_time(cluster, profile, float(
+        np.bincount(owner, weights=ts.nbytes, minlength=trainer_devices).max()))
+    rounds: dict[int, list[np.ndarray]] = {}  # round -> each rank's bucket (tensor indices)
+    for rank in range(trainer_devices):
+        mine = np.flatnonzero(owner == rank)
+        packed = _buckets(ts.nbytes[mine], RECIPE_BUCKET_BYTES)
+        for k in range(int(packed.max()) + 1 if len(mine) else 0):
+            rounds.setdefault(k, []).append(mine[packed == k])
+    buckets = [b for k in sorted(rounds) for b in rounds[k]]
+    to_device = sum(max(host_copy_time(cluster, profile, float(ts.nbytes[b].sum())) for b in bs)
+                    for bs in rounds.values())
+    bcast = sum(_broadcast(cluster, profile, group, float(ts.nbytes[b].sum())) for b in buckets)
+    load = sum(float(ts.load_s[b].sum()) for b in buckets) + len(buckets) * load_call_s(table, profile)
+    return SyncTime("checkpoint_engine", export + to_device + bcast + load, export, to_device + bcast, load,
+                    len(ts.nbytes), len(buckets))
+
+
 def load_call_s(table: TensorTable, profile: Profile) -> float:
     """The fixed host cost of one load_weights call: the call, and in an MoE model the expert mapping it rebuilds
     (three entries per expert: FusedMoE.make_expert_params_mapping)."""
@@ -148,13 +190,13 @@ def _broadcast(cluster: Cluster, profile: Profile, group: list[int], nbytes: flo
     return collective_time(cluster, profile, group, "broadcast", nbytes)
 
 
-def _buckets(nbytes: np.ndarray) -> np.ndarray:
+def _buckets(nbytes: np.ndarray, capacity: float = CHECKPOINT_BUCKET_BYTES) -> np.ndarray:
     """The bucket of every tensor, filled in order: a tensor that would overflow the bucket starts the next (a
     tensor larger than a bucket goes in chunks; here it takes a bucket of its own)."""
     out = np.empty(len(nbytes), dtype=np.int64)
     bucket, used = 0, 0.0
     for i, b in enumerate(nbytes):
-        if used and used + b > CHECKPOINT_BUCKET_BYTES:
+        if used and used + b > capacity:
             bucket, used = bucket + 1, 0.0
         out[i], used = bucket, used + b
     return out

@@ -5,10 +5,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from twin.cost_models.comm import collective_time
+from twin.cost_models.comm import collective_time, host_copy_time
 from twin.cost_models.export import hf_tensor_count
 from twin.cost_models.static import tensor_table
-from twin.cost_models.weight_sync import CHECKPOINT_BUCKET_BYTES, _buckets, double_buffered, load_call_s, sync_tensors
+from twin.cost_models.weight_sync import (
+    CHECKPOINT_BUCKET_BYTES,
+    RECIPE_BUCKET_BYTES,
+    SyncTensors,
+    _buckets,
+    double_buffered,
+    load_call_s,
+    recipe_checkpoint_engine,
+    sync_tensors,
+)
 from twin.disaggregated import SyncEvaluation
 from twin.errors import TwinError
 from twin.evaluate import Evaluation
@@ -44,8 +53,15 @@ def test_qwen25_7b_yields_339_tensors_and_its_load_call_costs_the_call_alone():
     assert load_call_s(table, ev.profile) == pytest.approx(300e-6, rel=1e-12)  # a dense model maps no experts
 
 
+def _core_engine(path: Path) -> SyncEvaluation:
+    """The scenario with verl unset: verl 0.9.1's core checkpoint engine, what the profiles were fitted on."""
+    sc = load_scenario(path)
+    return SyncEvaluation(sc.model_copy(update={"software": sc.software.model_copy(update={"verl": None})}),
+                          reference_profile("h20"))
+
+
 def test_qwen3_30b_syncs_18867_tensors_in_29_buckets_broadcast_from_trainer_rank_0():
-    ev = SyncEvaluation(load_scenario(C9_30B), reference_profile("h20"))
+    ev = _core_engine(C9_30B)
     table = tensor_table(ev.inv)
     # 48 layers of 9 non-expert tensors and 128 experts x 3 projections; the embedding, final norm, head
     assert hf_tensor_count(table) == 48 * (9 + 128 * 3) + 3 == 18_867
@@ -104,3 +120,43 @@ def test_an_fsdp_trainer_gathers_each_fp32_parameter_over_all_its_ranks():
     expected = [collective_time(ev.cluster, ev.profile, [0, 1, 2, 3], "all_gather", 4.0 * n) for n in table.numel]
     assert gathers.tolist() == pytest.approx(expected, rel=1e-12)
     assert ev.time().export_s == pytest.approx(gathers.sum(), rel=1e-12)  # no object collectives, no conversion
+
+
+def test_verl_07s_recipe_engine_sends_each_ranks_buckets_in_rounds_one_after_another():
+    # 5 tensors of 3, 1, 2, 2, 1 GiB over 2 trainer ranks, by index: rank 0 holds 3 + 2 + 1 (tensors 0, 2, 4), rank 1
+    # 1 + 2 (1, 3). In 4 GiB buckets, in order: rank 0 [3] [2 + 1], rank 1 [1 + 2]: round 0 sends rank 0's 3 GiB and
+    # rank 1's 3 GiB, round 1 rank 0's last 3 GiB: three broadcasts of 3 GiB, two copies to the device of 3 GiB (one a
+    # round, the ranks in parallel), one copy to host of rank 0's 6 GiB, every load after its broadcast
+    ev = SyncEvaluation(load_scenario(C9_30B), reference_profile("h20"))
+    gib = 2**30
+    assert 4 * gib == RECIPE_BUCKET_BYTES  # the recipe's device_buffer_size_M: 4096
+    ts = SyncTensors(nbytes=np.array([3, 1, 2, 2, 1]) * float(gib), export_s=np.array([0.5, 0.1, 0.2, 0.2, 0.1]),
+                     load_s=np.array([0.03, 0.01, 0.02, 0.02, 0.01]))
+    table = tensor_table(ev.inv)
+    group = [0, 1, 2]  # both trainer ranks and the rollout rank
+    t = recipe_checkpoint_engine(ts, table, 2, [2], ev.cluster, ev.profile)
+    bcast = collective_time(ev.cluster, ev.profile, group, "broadcast", 3.0 * gib)
+    copy3, copy6 = (host_copy_time(ev.cluster, ev.profile, k * float(gib)) for k in (3, 6))
+    assert (t.broadcasts, t.tensors) == (3, 5)
+    assert t.export_s == pytest.approx(1.1 + copy6, rel=1e-12)
+    assert t.broadcast_s == pytest.approx(2 * copy3 + 3 * bcast, rel=1e-12)
+    assert t.load_s == pytest.approx(0.09 + 3 * load_call_s(table, ev.profile), rel=1e-12)
+    assert t.seconds == pytest.approx(t.export_s + t.broadcast_s + t.load_s, rel=1e-12)  # nothing overlapped
+
+
+def test_c9s_verl_07_runs_the_recipe_engine_and_earlier_verl_has_none():
+    sc = load_scenario(C9_30B)
+    assert sc.software.verl == "0.7.0.dev" and sc.software.recipe_checkpoint_engine
+    ev = SyncEvaluation(sc, reference_profile("h20"))
+    table = tensor_table(ev.inv)
+    ts = sync_tensors(table, ev.layout.train, 16, ev.cluster, ev.profile)
+    assert ev.time() == recipe_checkpoint_engine(ts, table, 16, list(range(16, 32)), ev.cluster, ev.profile)
+    # 61.1 GB over 16 ranks: 3.8 GB a rank on average, in 4 GiB buckets, so at least 16 broadcasts, not the core
+    # engine's 29 of 2 GiB
+    assert 16 <= ev.time().broadcasts < _core_engine(C9_30B).time().broadcasts == 29
+    assert ev.time("per_tensor") == _core_engine(C9_30B).time("per_tensor")  # the same either way
+    with pytest.raises(ValueError, match="no checkpoint engine"):
+        sc.software.model_validate({"verl": "0.6.1", "weight_sync": "checkpoint_engine"})
+    old = sc.model_copy(update={"software": sc.software.model_validate({"verl": "0.6.1"})})
+    ev = SyncEvaluation(old, reference_profile("h20"))
+    assert ev.method == "per_tensor" and list(ev.times()) == ["per_tensor"]
