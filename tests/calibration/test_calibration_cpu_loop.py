@@ -68,6 +68,14 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 #                                                                              short by one factor, the run about
 #                                                                              1.6x its parts as the jobs time them;
 #                                                                              others 2 % / 3 %)
+#   N    local  -28.9 %  +44.9 %       +15.7 %    -19.2 %  -17.7 %  -27.1 %   (2026-12-04, 0c1cf9f, a quiet host: the
+#                                                                              speed probe (SPEED_PROBE) read 0.017 s /
+#                                                                              0.244 s before the jobs and 0.017 /
+#                                                                              0.241 before the run: the host's speed
+#                                                                              did not move between them, so the
+#                                                                              rollout's 14.1 s against 10.0 (the agent
+#                                                                              loop's 7.9 s from its job, polled) is
+#                                                                              the run's own; others 1 % / 1 %)
 # Six CI runs of 2026-11-30 (ci20-ci25): rollout -0.5 to -69 %, old_log_prob +28 to -79 %, advantage +27 to -61 %,
 # update -24 to -70 %, reshard -96.6 to -99.5 %. In C (load average 8.4 before the jobs, 7.7 after the run) every
 # stage but the weight sync was within 25 %; in D the jobs ran while other programs took 64 % of the host and the run
@@ -161,6 +169,33 @@ def cli(tool: str, *args: str, cwd: Path, timeout: int = 900) -> subprocess.Comp
     return proc
 
 
+# the host's speed at one moment: a pure Python loop (the frameworks' host work) and single-threaded fp32 matmuls (the
+# tiny model's compute), each the fastest of three, in a process of its own like the run's
+SPEED_PROBE = """
+import time, torch
+torch.set_num_threads(1)
+a = torch.randn(384, 384)
+def python_loop():
+    t, s = time.perf_counter(), 0
+    for i in range(300_000):
+        s += i * i
+    return time.perf_counter() - t
+def matmuls():
+    t = time.perf_counter()
+    for _ in range(200):
+        a @ a
+    return time.perf_counter() - t
+print(min(python_loop() for _ in range(3)), min(matmuls() for _ in range(3)))
+"""
+
+
+def _host_speed() -> tuple[float, float]:
+    """Seconds of the speed probe's Python loop and matmuls, now."""
+    out = subprocess.run([sys.executable, "-c", SPEED_PROBE], env=_env(), capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()
+    return float(out[0]), float(out[1])
+
+
 def _host_busy_s() -> float:
     """Busy CPU seconds of all the host's cores since boot (psutil: /proc/stat less idle and iowait)."""
     t = psutil.cpu_times()
@@ -211,7 +246,9 @@ def loop(tmp_path_factory: pytest.TempPathFactory, alone_on_host, engines_turn) 
     # from the first job to the end of the run the host is the loop's: the profile predicts the host as the jobs
     # found it, for a run on the same host (benchmarks/cpu_loop_stage_cpu.py: the run's stage windows kept both
     # cores busy, other programs' share included)
+    speeds = {}  # whether the host's own speed moved between the jobs and the run (the run is predicted from the jobs)
     with alone_on_host():
+        speeds["before the jobs"] = _host_speed()
         # three timed repeats after one warm-up: the CPU's fp16 GEMMs alone took minutes at the default 5 + 2. The
         # share of the host that other programs took while the jobs ran is kept to print beside the run's
         _, _, others_jobs = _run_watched(["calibration", "run", "gemm", "attention", "collectives", "copy", "decode",
@@ -220,9 +257,11 @@ def loop(tmp_path_factory: pytest.TempPathFactory, alone_on_host, engines_turn) 
         cli("calibration", "fit", "jobs.jsonl", "--kind", "cpu", "-o", "cpu-fit.yaml", cwd=w)
         cli("twin", "plan", "--scenario", str(SCENARIO), "--keep-layout", "--profile", "cpu-fit.yaml", "-o",
             "plan.json", cwd=w)
+        speeds["before the run"] = _host_speed()
         run, leftovers, others = _run_watched(["executor", "run", "plan.json", "--model-path", "assets/model",
                                                "--data-dir", "assets/data", "--steps", str(STEPS), "--workdir", "run"],
                                               cwd=w)
+        speeds["after the run"] = _host_speed()
     cli("calibration", "ingest", "run/run_record.json", "-o", "runs.jsonl", cwd=w)
     cli("calibration", "case", "runs.jsonl", "--scenario", str(SCENARIO), "-o", "case.yaml", cwd=w)
     table = cli("calibration", "report", "--profile", "cpu-fit.yaml", "--cases", "case.yaml", cwd=w).stdout
@@ -234,7 +273,7 @@ def loop(tmp_path_factory: pytest.TempPathFactory, alone_on_host, engines_turn) 
     profile = yaml.safe_load((w / "cpu-fit.yaml").read_text())
     return {"dir": w, "run_log": run.stdout, "leftovers": leftovers, "others_cpu": others,
             "others_cpu_jobs": others_jobs, "report_table": table, "report": report, "reshard": reshard,
-            "profile": profile}
+            "profile": profile, "host_speed": speeds}
 
 
 def _metrics(path: Path) -> dict[int, dict[str, float]]:
@@ -304,7 +343,10 @@ def test_per_stage_error_table_of_the_held_out_run(loop, ci_log):
     rows = _stage_rows(loop)
     lines = [f"other programs used {loop['others_cpu_jobs'] * 100:.0f} % of the host's {os.cpu_count()} cores while "
              f"the calibration jobs ran, {loop['others_cpu'] * 100:.0f} % while the loop ran (load average now "
-             f"{os.getloadavg()[0]:.1f})", f"{'stage':<14}{'measured s':>12}{'predicted s':>13}{'error':>10}"]
+             f"{os.getloadavg()[0]:.1f})",
+             "host speed probe, s (Python loop / matmuls, fastest of three): " + ", ".join(
+                 f"{when} {py:.3f} / {mm:.3f}" for when, (py, mm) in loop["host_speed"].items()),
+             f"{'stage':<14}{'measured s':>12}{'predicted s':>13}{'error':>10}"]
     lines += [f"{stage:<14}{r['measured']:>12.4f}{r['predicted']:>13.4f}{r['error'] * 100:>+9.1f}%"
               for stage, r in rows.items()]
     ci_log("\n".join(lines))  # the per-stage error table goes to the CI log whatever the outcome
