@@ -227,8 +227,9 @@ def weight_sync_cmd(
     ev = SyncEvaluation(scenario, load_profile(profile) if profile else None, base_dir=base)
     times = ev.times()
     if as_json:
-        _print_json({"scenario": scenario.name, "method": ev.method, "profile": ev.profile.id,
-                     "trainer_devices": ev.layout.trainer_devices(ev.devices), "rollout_devices":
+        _print_json({"scenario": scenario.name, "method": ev.method, "checkpoint_engine": ev.checkpoint_engine,
+                     "profile": ev.profile.id, "trainer_devices": ev.layout.trainer_devices(ev.devices),
+                     "rollout_devices":
                      ev.layout.rollout.devices, "weight_sync_s": times[ev.method].seconds,
                      "band": None, "methods": {m: vars(t) for m, t in times.items()}})
         return

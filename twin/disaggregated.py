@@ -57,6 +57,15 @@ class SyncEvaluation:
                          self.layout.rollout, self.cluster, self.profile, method or self.method,
                          self.sc.software.recipe_checkpoint_engine)
 
+    @property
+    def checkpoint_engine(self) -> str | None:
+        """Which checkpoint engine the scenario's verl has: its fully async recipe's (0.7), the core one (>= 0.8, and
+        a scenario that names no verl), or none (before 0.7)."""
+        software = self.sc.software
+        if not software.has_checkpoint_engine:
+            return None
+        return "verl 0.7 recipe" if software.recipe_checkpoint_engine else "verl >= 0.8 core"
+
     def floor_s(self) -> float:
         """No sync of the whole model is faster than its bytes over the fastest link the sync's ranks have (each
         rollout rank receives every tensor whole)."""

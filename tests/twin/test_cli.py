@@ -67,6 +67,7 @@ def test_a_disaggregated_scenario_predicts_its_weight_sync_and_refuses_a_step(pa
     result = json.loads(out.stdout)
     method = yaml.safe_load(path.read_text())["software"]["weight_sync"]
     assert result["method"] == method and result["weight_sync_s"] == result["methods"][method]["seconds"] > 0
+    assert result["checkpoint_engine"] == "verl 0.7 recipe"  # C9 was measured on verl 0.7.0.dev (cdd7d874f)
     assert result["trainer_devices"] + result["rollout_devices"] == yaml.safe_load(path.read_text())["cluster"]["cards"]
     for command in (("simulate", str(path)), ("plan", "--scenario", str(path), "-o", "never.json")):
         refused = twin(*command)
