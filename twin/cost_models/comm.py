@@ -112,8 +112,12 @@ def _over(uses: Sequence[TierUse], cluster: Cluster, profile: Profile, op: Colle
     remaining = nbytes
     for use in uses:
         total += _tier_time(use, cluster, profile, op, remaining)
-        if op != "broadcast":
-            remaining /= use.members_per_domain  # the next tier works on one domain's share
+        # the next tier works on one domain's share: of a reduction or gather, the domain's part of the data; of a
+        # broadcast, the message split over the domain's members, each sending its part over its own link out (NCCL
+        # runs as many rings as the node has NICs and splits the operation over them through NVLink, each ring
+        # crossing nodes on a NIC of its own: NVIDIA/nccl issues #601 and #43); inside the domain every member
+        # still receives the whole message (the tier's own time above)
+        remaining /= use.members_per_domain
     return total
 
 

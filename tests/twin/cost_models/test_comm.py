@@ -36,3 +36,19 @@ def test_all_reduce_uses_the_tier_curve_and_scale():
     expected = 2 * 0.5 * nbytes / (204e9 * 0.8) + 2 * lat
     assert collective_time(A3, pf, [0, 1], "all_reduce", nbytes) == pytest.approx(expected, rel=1e-9)
     assert p2p_time(A3, pf, 0, 1, nbytes) == pytest.approx(nbytes / (204e9 * 0.8) + lat, rel=1e-9)
+
+
+def test_a_broadcast_over_whole_nodes_splits_over_their_nics_and_one_alone_on_its_node_does_not():
+    pf = reference_profile("h20")
+    h20 = Cluster("h20", 32)  # four nodes of 8 GPUs: NVLink 450 GB/s at 0.6, IB 50 GB/s a GPU at 0.9
+    nbytes = 8e9
+    nvlink_lat, ib_lat = (pf["collective_step_latency_us"] * 1e-6 + h20.kind.tier(t).latency_s
+                          for t in ("nvlink", "ib"))
+    # every GPU receives the whole 8 GB over NVLink (log2 8 = 3 steps); between the four nodes each of a node's 8
+    # GPUs carries an eighth over its own NIC (log2 4 = 2 steps)
+    whole_nodes = nbytes / (450e9 * 0.6) + 3 * nvlink_lat + nbytes / 8 / (50e9 * 0.9) + 2 * ib_lat
+    assert collective_time(h20, pf, list(range(32)), "broadcast", nbytes) == pytest.approx(whole_nodes, rel=1e-9)
+    # the root alone of the group on its node (verl 0.8's checkpoint engine: trainer rank 0 to the rollout ranks on
+    # the next two nodes) has one NIC: the whole message crosses it
+    alone = nbytes / (50e9 * 0.9) + 2 * ib_lat
+    assert collective_time(h20, pf, [0, *range(8, 24)], "broadcast", nbytes) == pytest.approx(alone, rel=1e-9)
