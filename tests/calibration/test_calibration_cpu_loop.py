@@ -76,6 +76,11 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 #                                                                              rollout's 14.1 s against 10.0 (the agent
 #                                                                              loop's 7.9 s from its job, polled) is
 #                                                                              the run's own; others 1 % / 1 %)
+#   O    CI     -14.7 %  +43.3 %       +3.7 %     -31.4 %  -35.6 %  -18.2 %   (2026-12-04, d6d2bd2: the probe 0.017 /
+#                                                                              0.247 s before the jobs, 0.017 / 0.245
+#                                                                              before the run, 0.017 / 0.246 after it;
+#                                                                              the update 3.21 s against 2.20, the sync
+#                                                                              51.9 ms against 33.4; others 2 % / 3 %)
 # Six CI runs of 2026-11-30 (ci20-ci25): rollout -0.5 to -69 %, old_log_prob +28 to -79 %, advantage +27 to -61 %,
 # update -24 to -70 %, reshard -96.6 to -99.5 %. In C (load average 8.4 before the jobs, 7.7 after the run) every
 # stage but the weight sync was within 25 %; in D the jobs ran while other programs took 64 % of the host and the run
