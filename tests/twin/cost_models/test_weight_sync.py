@@ -160,3 +160,25 @@ def test_c9s_verl_07_runs_the_recipe_engine_and_earlier_verl_has_none():
     old = sc.model_copy(update={"software": sc.software.model_validate({"verl": "0.6.1"})})
     ev = SyncEvaluation(old, reference_profile("h20"))
     assert ev.method == "per_tensor" and list(ev.times()) == ["per_tensor"]
+
+
+def _ablation(model: str) -> tuple[float, float]:
+    """(predicted, measured) per-tensor / checkpoint-engine sync time of C9's `model` (the published ablation)."""
+    pair = [load_scenario(SCENARIOS / f"c9-{model}-{m}.yaml") for m in ("per-tensor", "checkpoint-engine")]
+    predicted = [SyncEvaluation(sc).time().seconds for sc in pair]
+    measured = [sc.measured.stages_s["weight_sync"] for sc in pair]
+    return predicted[0] / predicted[1], measured[0] / measured[1]
+
+
+def test_c9_30b_checkpoint_engine_ablation_within_25_percent():
+    """Measured 15.76 / 4.38 = 3.60 with verl 0.7's recipe engine (2.75 s, a ratio of 7.3, while the twin ran verl
+    0.8's pipelined engine and sent whole broadcasts over one NIC a GPU)."""
+    predicted, measured = _ablation("qwen3-30b-a3b-h20-16-16")
+    assert predicted == pytest.approx(measured, rel=0.25)
+
+
+@pytest.mark.xfail(strict=True, reason="58.57 / 23.70 = 2.47 measured, 1.62 predicted: the per-tensor sync's 36,945 "
+                                       "broadcasts over 128 ranks lack about 19 s of per-call time (README, C9)")
+def test_c9_235b_checkpoint_engine_ablation_within_25_percent():
+    predicted, measured = _ablation("qwen3-235b-a22b-h20-64-64")
+    assert predicted == pytest.approx(measured, rel=0.25)
