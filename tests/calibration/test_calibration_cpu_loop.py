@@ -81,6 +81,13 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 #                                                                              before the run, 0.017 / 0.246 after it;
 #                                                                              the update 3.21 s against 2.20, the sync
 #                                                                              51.9 ms against 33.4; others 2 % / 3 %)
+#   P    CI     -12.9 %  +8.3 %        +34.2 %    -4.0 %   -54.1 %  -12.0 %   (2026-12-04, 95bf199: the probe's
+#                                                                              matmuls 0.271 s before the jobs, 0.249
+#                                                                              before the run, 0.264 after it (the
+#                                                                              jobs on a host 9 % slower: the update
+#                                                                              predicted 2.91 s, 3.04 measured); the
+#                                                                              sync 75.0 ms against 34.4; others 2 % /
+#                                                                              3 %)
 # Six CI runs of 2026-11-30 (ci20-ci25): rollout -0.5 to -69 %, old_log_prob +28 to -79 %, advantage +27 to -61 %,
 # update -24 to -70 %, reshard -96.6 to -99.5 %. In C (load average 8.4 before the jobs, 7.7 after the run) every
 # stage but the weight sync was within 25 %; in D the jobs ran while other programs took 64 % of the host and the run
