@@ -13,11 +13,11 @@ from twin.errors import TwinError
 from twin.layout.models import Layout
 from twin.layout.rules import validate_layout
 from twin.profile import Profile, profile_for_kind
-from twin.scenario import Scenario
+from twin.scenario import RECIPE_ENGINE, Scenario
 from twin.topology.clusters import cluster_kind
 from twin.topology.routing import Cluster, sized_cluster
 
-DEFAULT_SYNC = "checkpoint_engine"  # verl >= 0.7 (Software.has_checkpoint_engine)
+DEFAULT_SYNC = "checkpoint_engine"  # where the scenario's verl has one (Software.checkpoint_engine)
 
 
 def is_separate(scenario: Scenario) -> bool:
@@ -45,8 +45,8 @@ class SyncEvaluation:
         self.devices = scenario.cluster.cards * self.kind.devices_per_card
         validate_layout(self.layout, self.inv.config, self.devices, self.kind)
         self.profile = profile_for_kind(profile, scenario.profile, self.kind.profile_kind, base_dir)
-        self.method = scenario.software.weight_sync or (DEFAULT_SYNC if scenario.software.has_checkpoint_engine
-                                                        else "per_tensor")
+        self.checkpoint_engine = scenario.software.checkpoint_engine
+        self.method = scenario.software.weight_sync or (DEFAULT_SYNC if self.checkpoint_engine else "per_tensor")
 
     @cached_property
     def cluster(self) -> Cluster:
@@ -55,16 +55,7 @@ class SyncEvaluation:
     def time(self, method: str | None = None) -> SyncTime:
         return sync_time(tensor_table(self.inv), self.layout.train, self.layout.trainer_devices(self.devices),
                          self.layout.rollout, self.cluster, self.profile, method or self.method,
-                         self.sc.software.recipe_checkpoint_engine)
-
-    @property
-    def checkpoint_engine(self) -> str | None:
-        """Which checkpoint engine the scenario's verl has: its fully async recipe's (0.7), the core one (>= 0.8, and
-        a scenario that names no verl), or none (before 0.7)."""
-        software = self.sc.software
-        if not software.has_checkpoint_engine:
-            return None
-        return "verl 0.7 recipe" if software.recipe_checkpoint_engine else "verl >= 0.8 core"
+                         self.checkpoint_engine == RECIPE_ENGINE)
 
     def floor_s(self) -> float:
         """No sync of the whole model is faster than its bytes over the fastest link the sync's ranks have (each
@@ -76,5 +67,5 @@ class SyncEvaluation:
 
     def times(self) -> dict[str, SyncTime]:
         """Each method its verl has, the scenario's first."""
-        methods = [m for m in SYNC_METHODS if m != "checkpoint_engine" or self.sc.software.has_checkpoint_engine]
+        methods = [m for m in SYNC_METHODS if m != "checkpoint_engine" or self.checkpoint_engine]
         return {m: self.time(m) for m in sorted(methods, key=lambda m: m != self.method)}

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from twin.results import SimulationResult
-from twin.scenario import Measured
+from twin.scenario import CORE_ENGINE, RECIPE_ENGINE, Measured
 
 if TYPE_CHECKING:
     from twin.cost_models.weight_sync import SyncTime
@@ -83,10 +83,10 @@ def print_weight_sync(console: Console, ev: SyncEvaluation, times: dict[str, Syn
                       f"{t.export_s:.2f}", f"{t.broadcast_s:.2f}", f"{t.load_s:.2f}", f"{t.broadcasts:,}")
     console.print(table)
     engine = {None: f"verl {sc.software.verl} has no checkpoint engine",
-              "verl 0.7 recipe": "verl 0.7's recipe checkpoint engine runs export, broadcasts and loads one after "
-                                 "another, so its total is their sum",
-              "verl >= 0.8 core": "with verl >= 0.8's checkpoint engine export, broadcast and load overlap bucket by "
-                                  "bucket, so its total is less than their sum"}[ev.checkpoint_engine]
+              RECIPE_ENGINE: "verl 0.7's recipe checkpoint engine runs export, broadcasts and loads one after another, "
+                             "so its total is their sum",
+              CORE_ENGINE: "with verl >= 0.8's checkpoint engine export, broadcast and load overlap bucket by bucket, "
+                           "so its total is less than their sum"}[ev.checkpoint_engine]
     console.print(f"note: {next(iter(times.values())).tensors:,} HuggingFace tensors per sync; {engine}; the step of a "
                   "disaggregated run is not modelled")
     console.print(f"band: none: profile {ev.profile.id} was fitted on no disaggregated weight sync (`calibration "

@@ -123,8 +123,9 @@ class Workload(BaseModel):
 
 VERL_SYNCS_THROUGH_SERVER = (0, 8)  # Software.syncs_through_server
 VERL_PUTS_INPUTS_ONCE = (0, 6)  # Software.puts_inputs_once
-VERL_RECIPE_CHECKPOINT_ENGINE = (0, 7)  # Software.recipe_checkpoint_engine, to 0.8
+VERL_RECIPE_CHECKPOINT_ENGINE = (0, 7)  # Software.checkpoint_engine: the recipe's, to 0.8
 VERL_CORE_CHECKPOINT_ENGINE = (0, 8)
+RECIPE_ENGINE, CORE_ENGINE = "verl 0.7 recipe", "verl >= 0.8 core"
 
 
 class Software(BaseModel):
@@ -152,7 +153,7 @@ class Software(BaseModel):
     def _one_framework(self) -> Software:
         if self.framework == "mindspeed_rl" and self.verl is not None:
             raise ValueError(f"framework mindspeed_rl runs without verl: drop verl {self.verl}")
-        if self.weight_sync == "checkpoint_engine" and not self.has_checkpoint_engine:
+        if self.weight_sync == "checkpoint_engine" and self.checkpoint_engine is None:
             raise ValueError(f"verl {self.verl} has no checkpoint engine (from 0.7): weight_sync per_tensor")
         return self
 
@@ -179,18 +180,14 @@ class Software(BaseModel):
         return self._verl_at_least(VERL_PUTS_INPUTS_ONCE)
 
     @property
-    def has_checkpoint_engine(self) -> bool:
-        """verl syncs a disaggregated rollout through a checkpoint engine from 0.7 (and a scenario that names no
-        verl: 0.9.1); tensor by tensor before."""
-        return self.verl is None or self._verl_at_least(VERL_RECIPE_CHECKPOINT_ENGINE)
-
-    @property
-    def recipe_checkpoint_engine(self) -> bool:
-        """verl 0.7's checkpoint engine is the fully async recipe's own (recipe/fully_async_policy/checkpoint_engine.py,
-        cdd7d874f, 2025-12-18, to v0.7.0); verl's core one (verl/checkpoint_engine, 6f33c553b, after v0.7.0) from 0.8.
-        A scenario that names no verl: the core one (0.9.1, what the profiles were fitted on)."""
-        return self._verl_at_least(VERL_RECIPE_CHECKPOINT_ENGINE) and not self._verl_at_least(
-            VERL_CORE_CHECKPOINT_ENGINE)
+    def checkpoint_engine(self) -> str | None:
+        """The checkpoint engine verl syncs a disaggregated rollout through: none before 0.7 (tensor by tensor only);
+        in 0.7 the fully async recipe's own (RECIPE_ENGINE: recipe/fully_async_policy/checkpoint_engine.py, cdd7d874f,
+        2025-12-18, to v0.7.0); from 0.8, and for a scenario that names no verl (0.9.1, what the profiles were fitted
+        on), verl's core one (CORE_ENGINE: verl/checkpoint_engine, 6f33c553b, after v0.7.0)."""
+        if self.verl is None or self._verl_at_least(VERL_CORE_CHECKPOINT_ENGINE):
+            return CORE_ENGINE
+        return RECIPE_ENGINE if self._verl_at_least(VERL_RECIPE_CHECKPOINT_ENGINE) else None
 
     def _verl_at_least(self, version: tuple[int, int]) -> bool:
         if self.verl is None:

@@ -163,19 +163,15 @@ def recipe_checkpoint_engine(ts: SyncTensors, table: TensorTable, trainer_device
     host buffers' allocation and the host-side copy into them (no source for a GPU host's page-locking rate)."""
     owner = np.arange(len(ts.nbytes)) % trainer_devices
     group = list(range(trainer_devices)) + rollout_ranks
-    export = float(ts.export_s.sum()) + host_copy_time(cluster, profile, float(
-        np.bincount(owner, weights=ts.nbytes, minlength=trainer_devices).max()))
-    rounds: dict[int, list[np.ndarray]] = {}  # round -> each rank's bucket (tensor indices)
-    for rank in range(trainer_devices):
-        mine = np.flatnonzero(owner == rank)
-        packed = _buckets(ts.nbytes[mine], RECIPE_BUCKET_BYTES)
-        for k in range(int(packed.max()) + 1 if len(mine) else 0):
-            rounds.setdefault(k, []).append(mine[packed == k])
-    buckets = [b for k in sorted(rounds) for b in rounds[k]]
-    to_device = sum(max(host_copy_time(cluster, profile, float(ts.nbytes[b].sum())) for b in bs)
-                    for bs in rounds.values())
-    bcast = sum(_broadcast(cluster, profile, group, float(ts.nbytes[b].sum())) for b in buckets)
-    load = sum(float(ts.load_s[b].sum()) for b in buckets) + len(buckets) * load_call_s(table, profile)
+    shares = [ts.nbytes[owner == rank] for rank in range(trainer_devices)]
+    export = float(ts.export_s.sum()) + host_copy_time(cluster, profile, float(max(s.sum() for s in shares)))
+    sizes = [np.bincount(_buckets(share, RECIPE_BUCKET_BYTES), weights=share) for share in shares]  # per rank
+    rounds = max(len(s) for s in sizes)
+    to_device = sum(max(host_copy_time(cluster, profile, float(s[k])) for s in sizes if k < len(s))
+                    for k in range(rounds))
+    buckets = [float(b) for s in sizes for b in s]
+    bcast = sum(_broadcast(cluster, profile, group, b) for b in buckets)
+    load = float(ts.load_s.sum()) + len(buckets) * load_call_s(table, profile)  # every entry once, a call a bucket
     return SyncTime("checkpoint_engine", export + to_device + bcast + load, export, to_device + bcast, load,
                     len(ts.nbytes), len(buckets))
 

@@ -22,7 +22,7 @@ from twin.disaggregated import SyncEvaluation
 from twin.errors import TwinError
 from twin.evaluate import Evaluation
 from twin.profile import reference_profile
-from twin.scenario import load_scenario
+from twin.scenario import RECIPE_ENGINE, load_scenario
 
 SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 C9_30B = SCENARIOS / "c9-qwen3-30b-a3b-h20-16-16-checkpoint-engine.yaml"
@@ -146,7 +146,7 @@ def test_verl_07s_recipe_engine_sends_each_ranks_buckets_in_rounds_one_after_ano
 
 def test_c9s_verl_07_runs_the_recipe_engine_and_earlier_verl_has_none():
     sc = load_scenario(C9_30B)
-    assert sc.software.verl == "0.7.0.dev" and sc.software.recipe_checkpoint_engine
+    assert sc.software.verl == "0.7.0.dev" and sc.software.checkpoint_engine == RECIPE_ENGINE
     ev = SyncEvaluation(sc, reference_profile("h20"))
     table = tensor_table(ev.inv)
     ts = sync_tensors(table, ev.layout.train, 16, ev.cluster, ev.profile)
