@@ -9,7 +9,9 @@ timed apart. The tensors are tiny, so the time is the loader's host work per ent
 mapping, the weight loader's call), which a sync of the full model pays once per entry: DeepSeek-R1's 58 MoE layers
 x 3 projections x 256 experts = 44,544 expert entries. Each group is then handed over again one entry per call, as a
 per-tensor weight sync calls it (verl <= 0.6's fully async ParameterSynchronizer): the difference per entry is the
-fixed cost of one load_weights call (the twin's `vllm_load_call_us`).
+fixed cost of one load_weights call (the twin's `vllm_load_call_us`). It also times the walk every call repeats,
+`dict(model.named_parameters())` (each model's load_weights builds its params_dict from it), and counts the model's
+modules and parameters: run at two `--layers` to see how a call's fixed cost grows with the model.
 """
 
 from __future__ import annotations
@@ -43,6 +45,14 @@ def _time_entries(worker: object, ckpt: str, repeats: int) -> dict[str, float]:
         out[f"{name}_entries"] = len(group)
         out[f"{name}_us_per_entry"] = best / max(1, len(group)) * 1e6
         out[f"{name}_us_per_call"] = per_call / max(1, len(group)) * 1e6
+    walk = float("inf")  # the walk every call repeats: the model's parameters by name (params_dict in load_weights)
+    for _ in range(max(repeats, 20)):
+        start = time.perf_counter()
+        dict(model.named_parameters())
+        walk = min(walk, time.perf_counter() - start)
+    out["walk_us"] = walk * 1e6
+    out["parameters"] = sum(1 for _ in model.named_parameters())
+    out["modules"] = sum(1 for _ in model.modules())
     return out
 
 
@@ -81,13 +91,14 @@ def main() -> None:
         finally:
             llm.llm_engine.engine_core.shutdown()
     print(f"{args.model} shrunk to {args.layers} layers; routed experts per MoE layer: {args.experts}")
-    print(f"expert entries: {r['expert_entries']:.0f}, {r['expert_us_per_entry']:.1f} us each (best of {args.repeats})")
-    print(f"other entries:  {r['other_entries']:.0f}, {r['other_us_per_entry']:.1f} us each")
+    print(f"the model: {r['modules']:.0f} modules, {r['parameters']:.0f} parameters; dict(named_parameters()): "
+          f"{r['walk_us']:.1f} us")
     for name in ("expert", "other"):
         if not r[f"{name}_entries"]:
             continue
-        call = r[f"{name}_us_per_call"]
-        print(f"{name} entries one per call: {call:.1f} us each, {call - r[f'{name}_us_per_entry']:.1f} us more a call")
+        each, call = r[f"{name}_us_per_entry"], r[f"{name}_us_per_call"]
+        print(f"{name} entries: {r[f'{name}_entries']:.0f}, {each:.1f} us each (best of {args.repeats}); one per "
+              f"call: {call:.1f} us each, {call - each:.1f} us more a call")
 
 
 if __name__ == "__main__":
