@@ -155,7 +155,6 @@ def fit(
     from calibration.fit_jobs import JobFit
     from calibration.fit_report import print_job_fit
     from calibration.measurements import JobMeasurement
-    from twin.disaggregated import is_separate
     from twin.fileio import check_target, refuse_overwrite
     from twin.profile import load_profile, reference_profile, save_profile, serves_kind
     from twin.scenario import load_scenario
@@ -187,10 +186,6 @@ def fit(
         if not chosen:
             raise CalibrationError(f"none of the {len(files)} case files is a {base.cluster_kind} scenario marked "
                                    "`use: fit`")
-        separate = [s.name for _, s in chosen if is_separate(s)]
-        if separate:
-            raise CalibrationError(f"case {separate[0]} measures a disaggregated weight sync, which the fit does not "
-                                   "read: mark it `use: judge`")
         result = _case_fit(result, [s for _, s in chosen], new_id, outer, free, accept_bound_hits)
         inputs += [str(f) for f, _ in chosen]
         result = result.model_copy(update={"parent": base.id})

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 
 from calibration.errors import CalibrationError
 from calibration.fit import CaseFit
-from calibration.targets import STEP_LIKE, Target, case_targets, target_values
-from twin.evaluate import Evaluation
+from calibration.targets import STEP_LIKE, Target, case_targets, evaluation, predicted_stages, target_values
 from twin.profile import CrossValidation, Profile
 from twin.scenario import Scenario
 from twin.uncertainty import domain_of
@@ -54,8 +53,6 @@ def _mean_abs(values: list[float]) -> float:
 def leave_one_out(profile: Profile, base: Profile, cases: list[Scenario], outer: int = 1,
                   progress: Callable[[str], None] | None = None) -> CrossValidated:
     """Refit `profile`'s freed parameters from `base` without each of its fitting cases and predict it."""
-    from twin.sim.step import simulate
-
     say = progress or (lambda _msg: None)
     record = profile.provenance.fit
     if record is None:
@@ -82,8 +79,8 @@ def leave_one_out(profile: Profile, base: Profile, cases: list[Scenario], outer:
             raise CalibrationError(f"refit without {sc.name}: {exc}") from None
         targets = [t for t in case_targets(fit_cases) if t.case == sc.name and t.goal != 0]
         needed = {sc.name, *(t.reference for t in targets if t.reference)}
-        evs = {n: Evaluation(by_name[n], refit) for n in needed}
-        stages = {n: simulate(ev)[0].stages_s for n, ev in evs.items()}
+        evs = {n: evaluation(by_name[n], refit) for n in needed}
+        stages = {n: predicted_stages(ev) for n, ev in evs.items()}
         rows += [HeldOut(t, p) for t, p in zip(targets, target_values(targets, stages, evs), strict=True)]
     if not rows:
         raise CalibrationError(f"none of the fitting cases of profile {profile.id} can be held out")

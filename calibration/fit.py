@@ -27,8 +27,15 @@ import numpy as np
 
 from calibration.identify import RELATIVE_THRESHOLD, Identifiability, log_jacobian
 from calibration.lsq import PRIOR_WEIGHT, ParameterSpace
-from calibration.targets import Target, below_floor_refusal, case_targets, distinct_targets, target_values
-from twin.evaluate import Evaluation
+from calibration.targets import (
+    Target,
+    below_floor_refusal,
+    case_targets,
+    distinct_targets,
+    evaluation,
+    predicted_stages,
+    target_values,
+)
 from twin.profile import FitRecord, Profile
 from twin.scenario import Scenario
 
@@ -68,16 +75,14 @@ class CaseFit:
         self.distinct = distinct_targets(self.targets, cases)
         if not self.distinct:
             raise ValueError("none of the cases has measured values to fit")
-        self.evs = {c.name: Evaluation(c, base) for c in cases}
+        self.evs = {c.name: evaluation(c, base) for c in cases}
         impossible = below_floor_refusal(self.targets, self.evs)
         if impossible:
             raise ValueError(impossible)
         self.progress = progress or (lambda _msg: None)
 
     def simulate(self, profile: Profile) -> Stages:
-        from twin.sim.step import simulate
-
-        return {name: simulate(ev.with_profile(profile))[0].stages_s for name, ev in self.evs.items()}
+        return {name: predicted_stages(ev.with_profile(profile)) for name, ev in self.evs.items()}
 
     def analytical(self, profile: Profile) -> Stages:
         return {name: ev.with_profile(profile).stage_times() for name, ev in self.evs.items()}

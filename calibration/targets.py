@@ -7,10 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from twin.profile import Profile
 from twin.scenario import Scenario
 from twin.workload import tokens_per_step_of_longest
 
 if TYPE_CHECKING:
+    from twin.disaggregated import SyncEvaluation
     from twin.evaluate import Evaluation
 
 END_TO_END = ("step", "tps_per_card", "tps_per_device", "rollout_tps_per_card")
@@ -78,7 +80,23 @@ def case_targets(cases: list[Scenario]) -> list[Target]:
     return out
 
 
-def floor_of(target: Target, ev: Evaluation) -> float | None:
+def evaluation(sc: Scenario, profile: Profile) -> Evaluation | SyncEvaluation:
+    """The twin's evaluation of a case: of its step, or of a disaggregated run's weight sync."""
+    from twin.disaggregated import SyncEvaluation, is_separate
+    from twin.evaluate import Evaluation
+
+    return SyncEvaluation(sc, profile) if is_separate(sc) else Evaluation(sc, profile)
+
+
+def predicted_stages(ev: Evaluation | SyncEvaluation) -> dict[str, float]:
+    """The stage seconds of one simulated step; a weight sync's own seconds (it has no step to simulate)."""
+    from twin.evaluate import Evaluation
+    from twin.sim.step import simulate
+
+    return simulate(ev)[0].stages_s if isinstance(ev, Evaluation) else ev.stage_times()
+
+
+def floor_of(target: Target, ev: Evaluation | SyncEvaluation) -> float | None:
     """The compute floor of a target's training stage (twin.cost_models.floors); None for any other quantity,
     for a ratio to another case and for a stage measured as 0 (skipped: no pass ran)."""
     stage = target.quantity.removeprefix("stage:")
@@ -92,7 +110,7 @@ def below(target: Target, floor: float | None) -> bool:
     return floor is not None and target.goal < floor
 
 
-def below_floor_refusal(targets: list[Target], evs: dict[str, Evaluation]) -> str | None:
+def below_floor_refusal(targets: list[Target], evs: Mapping[str, Evaluation | SyncEvaluation]) -> str | None:
     """One line naming the first target measured below its compute floor, or None."""
     for t in targets:
         floor = floor_of(t, evs[t.case])
@@ -163,7 +181,7 @@ def quantity(stages: Mapping[str, float], sc: Scenario, devices: int, name: str)
 
 
 def target_values(targets: list[Target], stages: Mapping[str, Mapping[str, float]],
-                  evs: Mapping[str, Evaluation]) -> list[float]:
+                  evs: Mapping[str, Evaluation | SyncEvaluation]) -> list[float]:
     """The value of each target under the stage seconds of every case (`stages[case]`)."""
     out = []
     for t in targets:

@@ -231,7 +231,7 @@ def weight_sync_cmd(
                      "profile": ev.profile.id, "trainer_devices": ev.layout.trainer_devices(ev.devices),
                      "rollout_devices":
                      ev.layout.rollout.devices, "weight_sync_s": times[ev.method].seconds,
-                     "band": None, "methods": {m: vars(t) for m, t in times.items()}})
+                     "band": ev.band(times[ev.method].seconds), "methods": {m: vars(t) for m, t in times.items()}})
         return
     print_weight_sync(console, ev, times)
 

@@ -39,6 +39,7 @@ class SyncEvaluation:
             raise TwinError(f"scenario {scenario.name} is colocated (layout.placement): its weight sync is the "
                             "reshard stage of `twin simulate`")
         self.sc = scenario
+        self.base_dir = base_dir
         self.layout: Layout = scenario.layout  # type: ignore[assignment]
         self.kind = cluster_kind(scenario.cluster.kind, base_dir)
         self.inv = load_model(scenario.model)
@@ -56,6 +57,30 @@ class SyncEvaluation:
         return sync_time(tensor_table(self.inv), self.layout.train, self.layout.trainer_devices(self.devices),
                          self.layout.rollout, self.cluster, self.profile, method or self.method,
                          self.checkpoint_engine == RECIPE_ENGINE)
+
+    def with_profile(self, profile: Profile) -> SyncEvaluation:
+        """The same scenario under another profile (a fit's trial point)."""
+        return SyncEvaluation(self.sc, profile, self.base_dir)
+
+    def stage_times(self) -> dict[str, float]:
+        """The one stage a disaggregated case measures: its weight sync by the scenario's method."""
+        return {"weight_sync": self.time().seconds}
+
+    @property
+    def training_floors(self) -> dict[str, float]:
+        """The floor of the stage it predicts (floor_s), as a step's evaluation gives its training stages'."""
+        return {"weight_sync": self.floor_s()}
+
+    @property
+    def band_error(self) -> float | None:
+        """The relative error of a weight sync predicted from this profile: its leave-one-case-out error on the
+        weight syncs it was fitted on; None where it was fitted on none."""
+        cv = self.profile.cross_validation
+        return None if cv is None else cv.stages_rel_error.get("weight_sync")
+
+    def band(self, seconds: float) -> tuple[float, float] | None:
+        err = self.band_error
+        return None if err is None else (seconds * max(0.0, 1 - err), seconds * (1 + err))
 
     def floor_s(self) -> float:
         """No sync of the whole model is faster than its bytes over the fastest link the sync's ranks have (each

@@ -89,5 +89,10 @@ def print_weight_sync(console: Console, ev: SyncEvaluation, times: dict[str, Syn
                            "so its total is less than their sum"}[ev.checkpoint_engine]
     console.print(f"note: {next(iter(times.values())).tensors:,} HuggingFace tensors per sync; {engine}; the step of a "
                   "disaggregated run is not modelled")
-    console.print(f"band: none: profile {ev.profile.id} was fitted on no disaggregated weight sync (`calibration "
-                  "report` prints the error on the published ones)")
+    band = ev.band(times[ev.method].seconds)
+    if band is None:
+        console.print(f"band: none: profile {ev.profile.id} was fitted on no disaggregated weight sync (`calibration "
+                      "report` prints the error on the published ones)")
+    else:
+        console.print(f"band: {band[0]:.2f}-{band[1]:.2f} s (+-{ev.band_error * 100:.1f} %: the leave-one-case-out "
+                      f"error of profile {ev.profile.id} on the weight syncs it was fitted on)")

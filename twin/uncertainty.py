@@ -29,10 +29,11 @@ def scenario_domain(sc: Scenario) -> dict[str, str | float]:
 
     point: dict[str, str | float] = {
         "model_family": load_config(sc.model).model_type,
-        "seq_len": float(sc.workload.max_seq_len),
         "cards": float(sc.cluster.cards),
         "cluster_kind": sc.cluster.kind,
     }
+    if sc.layout is None or sc.layout.placement != "separate":  # a weight sync's case runs no sequences
+        point["seq_len"] = float(sc.workload.max_seq_len)
     software = getattr(sc, "software", None)  # the scenario's software versions, where its schema has them
     if software is not None:  # what it states, so that a field the schema gains later leaves a recorded domain as it is
         point["software"] = (software.model_dump_json(exclude_defaults=True) if hasattr(software, "model_dump_json")

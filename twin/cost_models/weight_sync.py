@@ -125,7 +125,8 @@ def sync_time(table: TensorTable, train: TrainLayout, trainer_devices: int, roll
     rollout_ranks = list(range(trainer_devices, trainer_devices + rollout.devices))
     if method == "per_tensor":
         group = list(range(trainer_devices)) + rollout_ranks
-        bcast = np.array([_broadcast(cluster, profile, group, b) for b in ts.nbytes])
+        sizes, of_size = np.unique(ts.nbytes, return_inverse=True)  # an MoE model's experts share a few sizes
+        bcast = np.array([_broadcast(cluster, profile, group, b) for b in sizes])[of_size]
         load = ts.load_s + load_call_s(table, profile)
         # the trainer exports tensor i+1 while the rollout loads tensor i; broadcast i+1 waits for both
         overlapped = np.maximum(ts.export_s[1:], load[:-1]).sum()
