@@ -6,9 +6,11 @@ each kind below are built with dummy weights at two depths and decoded in an eag
 times a step: (generate(1 + k tokens) - generate(1 token)) / k, best of the repeats. The step's growth per layer is
 the host work of one layer's eager forward on this backend (vLLM's module walk, the torch operator calls, the CPU
 attention backend's per-layer work), printed beside the kernels the twin counts for that layer on the GPU/NPU paths
-(twin.cost_models.rollout.eager_layer_kernels), whose host time per kernel is the profiles' `eager_op_launch_us`.
-The CPU runs each operator inline and its attention and MoE paths are not the GPU's, so the figure informs that
-parameter (a layer's eager host work is hundreds of microseconds) but does not set it: no profile reads it.
+(twin.cost_models.rollout.eager_layer_kernels). The dense and the MoE layer together split a layer's host work into
+a part per layer, whatever its kernels (vLLM's module walk and Python), and a part per counted kernel: the GPU
+profiles take the first as `eager_layer_host_us` (the same Python runs on a GPU host; the CPU runs each operator
+inline and its attention and MoE paths are not the GPU's, so the per-kernel part, `eager_op_launch_us`, is the GPU
+fit's). On an Ascend kind the per-kernel term carries both (its profiles say why).
 """
 
 from __future__ import annotations
@@ -77,15 +79,21 @@ def main() -> None:
 
     shallow, deep = args.layers
     print(f"vLLM eager decode on this host's CPU, TP1, prompt {PROMPT}, {STEPS} steps timed, best of {args.repeats}")
+    layers: dict[str, tuple[int, float]] = {}  # kind -> (kernels counted per layer, mean seconds per layer)
     for kind, base in KINDS.items():
         times = {n: step_seconds({**base, "num_hidden_layers": n}, args.batch, args.repeats) for n in (shallow, deep)}
         cfg = parse_config(base | {"num_hidden_layers": deep}, f"tiny-{kind}")
         kernels = eager_layer_kernels(cfg, cfg.is_moe_layer(0), tp=1, ep=1)
-        for batch in args.batch:
-            per_layer = (times[deep][batch] - times[shallow][batch]) / (deep - shallow)
+        per_layer = {b: (times[deep][b] - times[shallow][b]) / (deep - shallow) for b in args.batch}
+        for batch, seconds in per_layer.items():
             print(f"{kind:<6} batch {batch:>3}: step {times[shallow][batch] * 1e3:.2f} ms at {shallow} layers, "
-                  f"{times[deep][batch] * 1e3:.2f} ms at {deep}: {per_layer * 1e6:.0f} us per layer, "
-                  f"{kernels} kernels counted per layer: {per_layer / kernels * 1e6:.1f} us per kernel")
+                  f"{times[deep][batch] * 1e3:.2f} ms at {deep}: {seconds * 1e6:.0f} us per layer, "
+                  f"{kernels} kernels counted per layer: {seconds / kernels * 1e6:.1f} us per kernel")
+        layers[kind] = (kernels, sum(per_layer.values()) / len(per_layer))
+    (k1, t1), (k2, t2) = layers["dense"], layers["moe"]
+    per_kernel = (t2 - t1) / (k2 - k1)
+    print(f"a layer's eager host work, mean over the batches: {(t1 - k1 * per_kernel) * 1e6:.0f} us a layer "
+          f"(eager_layer_host_us) + {per_kernel * 1e6:.1f} us a counted kernel")
 
 
 if __name__ == "__main__":

@@ -118,7 +118,8 @@ class RolloutCost:
         compute_s = gemm / (self.peak * gemm_eff) + attn / (self.peak * attn_eff)
         intercept, slope = self._comm_coefficients
         comm = intercept + slope * np.maximum(batch, 1.0) * imbalance  # idle ranks still join the collectives
-        launch = 0.0 if ro.graph_mode else self.ops_per_step * pf["eager_op_launch_us"] * 1e-6
+        launch = 0.0 if ro.graph_mode else (self.ops_per_step * pf["eager_op_launch_us"]
+                                            + self.cfg.num_layers * pf["eager_layer_host_us"]) * 1e-6
         host = self.host_per_step_s + batch * pf["vllm_host_us_per_seq"] * 1e-6
         schedule = pf["vllm_schedule_ms"] * 1e-3 + batch * pf["vllm_schedule_us_per_seq"] * 1e-6
         sync = 0.0
@@ -147,7 +148,8 @@ class RolloutCost:
 
     @cached_property
     def ops_per_step(self) -> int:
-        """Kernels an eager decode step launches from the host: `eager_layer_kernels` of every layer."""
+        """Kernels an eager decode step launches from the host: `eager_layer_kernels` of every layer (each costs
+        `eager_op_launch_us` of host time, and each layer `eager_layer_host_us` beside its kernels)."""
         cfg, ro = self.cfg, self.ro
         return sum(eager_layer_kernels(cfg, cfg.is_moe_layer(i), ro.tp, ro.ep) for i in range(cfg.num_layers))
 

@@ -30,6 +30,24 @@ def test_deepseek_eager_decode_kernels_per_layer_and_step():
     assert step.launch_s == 2520 * ev.profile["eager_op_launch_us"] * 1e-6
 
 
+def test_an_eager_step_pays_host_time_per_layer_beside_its_kernels():
+    """C8's Qwen3-30B-A3B rollout on H20 (vLLM TP4, eager): 48 MoE layers of 2 fused add-norms, 7 attention kernels,
+    router and gating 8, the local grouped-GEMM path 11 (EP 1), two TP all-reduces = 30 a layer, 1440 a step; each
+    kernel 10 us and each layer 468 us of host time: 14.4 + 22.464 = 36.864 ms a step. A Qwen2.5 layer (qkv with
+    bias, no q/k norms: 2 + 5 + 3 + 2 = 12 kernels at TP2) pays the same 468 us: its layers cost the host more than
+    their kernels alone say."""
+    pf = reference_profile("h20")
+    assert (pf["eager_op_launch_us"], pf["eager_layer_host_us"]) == (10.0, 468.0)
+    ev = Evaluation(load_scenario(SCENARIOS / "c8-grpo-qwen3-30b-a3b-h20-128.yaml"), pf)
+    rc = ev.rollout_cost
+    assert eager_layer_kernels(rc.cfg, True, 4, 1) == 2 + 7 + 8 + 11 + 2 == 30
+    assert rc.ops_per_step == 48 * 30 == 1440
+    assert rc.decode_step(64.0, 1000.0).launch_s == pytest.approx((1440 * 10.0 + 48 * 468.0) * 1e-6, rel=1e-12)
+    dense = Evaluation(load_scenario(SCENARIOS / "c8-dapo-qwen25-math-7b-h20-16-fsdp.yaml"), pf).rollout_cost
+    assert dense.ops_per_step == 28 * 12
+    assert dense.decode_step(64.0, 1000.0).launch_s == pytest.approx((28 * 12 * 10.0 + 28 * 468.0) * 1e-6, rel=1e-12)
+
+
 def test_gqa_and_local_moe_kernels():
     """Qwen3 (q/k norms): qkv and o GEMMs, two norms, rotary + cache write + attention = 7. Qwen3-30B-A3B's 128
     experts without EP: router GEMM, softmax/top-k/casts/renormalisation and the weight cast (7), the local
