@@ -88,6 +88,14 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 #                                                                              predicted 2.91 s, 3.04 measured); the
 #                                                                              sync 75.0 ms against 34.4; others 2 % /
 #                                                                              3 %)
+#   Q    CI     -28.9 %  -22.8 %       -54.2 %    -24.4 %  -33.8 %  -29.5 %   (2026-12-04, c9fd48f: the probe 0.016 /
+#                                                                              0.240 s before the jobs, 0.241 before
+#                                                                              the run, 0.242 after it: one host speed
+#                                                                              throughout, and every stage short, the
+#                                                                              rollout 14.06 s against 10.0 (a poll
+#                                                                              boundary), the update 3.02 against
+#                                                                              2.28, the sync 49.7 ms against 32.9;
+#                                                                              others 3 % / 4 %)
 # Six CI runs of 2026-11-30 (ci20-ci25): rollout -0.5 to -69 %, old_log_prob +28 to -79 %, advantage +27 to -61 %,
 # update -24 to -70 %, reshard -96.6 to -99.5 %. In C (load average 8.4 before the jobs, 7.7 after the run) every
 # stage but the weight sync was within 25 %; in D the jobs ran while other programs took 64 % of the host and the run
