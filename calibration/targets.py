@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from twin.profile import Profile
 from twin.scenario import Scenario
 from twin.workload import tokens_per_step_of_longest
 
 if TYPE_CHECKING:
     from twin.disaggregated import SyncEvaluation
     from twin.evaluate import Evaluation
+    from twin.profile import Profile
 
 END_TO_END = ("step", "tps_per_card", "tps_per_device", "rollout_tps_per_card")
 

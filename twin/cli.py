@@ -229,8 +229,7 @@ def weight_sync_cmd(
     if as_json:
         _print_json({"scenario": scenario.name, "method": ev.method, "checkpoint_engine": ev.checkpoint_engine,
                      "profile": ev.profile.id, "trainer_devices": ev.layout.trainer_devices(ev.devices),
-                     "rollout_devices":
-                     ev.layout.rollout.devices, "weight_sync_s": times[ev.method].seconds,
+                     "rollout_devices": ev.layout.rollout.devices, "weight_sync_s": times[ev.method].seconds,
                      "band": ev.band(times[ev.method].seconds), "methods": {m: vars(t) for m, t in times.items()}})
         return
     print_weight_sync(console, ev, times)

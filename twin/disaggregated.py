@@ -3,6 +3,7 @@ it, its weight sync (twin.cost_models.weight_sync), by both methods, the scenari
 
 from __future__ import annotations
 
+import copy
 from functools import cached_property
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from twin.profile import Profile, profile_for_kind
 from twin.scenario import RECIPE_ENGINE, Scenario
 from twin.topology.clusters import cluster_kind
 from twin.topology.routing import Cluster, sized_cluster
+from twin.uncertainty import relative_band
 
 DEFAULT_SYNC = "checkpoint_engine"  # where the scenario's verl has one (Software.checkpoint_engine)
 
@@ -59,8 +61,12 @@ class SyncEvaluation:
                          self.checkpoint_engine == RECIPE_ENGINE)
 
     def with_profile(self, profile: Profile) -> SyncEvaluation:
-        """The same scenario under another profile (a fit's trial point)."""
-        return SyncEvaluation(self.sc, profile, self.base_dir)
+        """The same scenario under another profile (a fit's trial point), sharing what does not depend on it (the
+        model, the validated layout, the cluster)."""
+        other = copy.copy(self)
+        other.__dict__.update(cluster=self.cluster,
+                              profile=profile_for_kind(profile, self.sc.profile, self.kind.profile_kind, self.base_dir))
+        return other
 
     def stage_times(self) -> dict[str, float]:
         """The one stage a disaggregated case measures: its weight sync by the scenario's method."""
@@ -80,7 +86,7 @@ class SyncEvaluation:
 
     def band(self, seconds: float) -> tuple[float, float] | None:
         err = self.band_error
-        return None if err is None else (seconds * max(0.0, 1 - err), seconds * (1 + err))
+        return None if err is None else relative_band(seconds, err)
 
     def floor_s(self) -> float:
         """No sync of the whole model is faster than its bytes over the fastest link the sync's ranks have (each

@@ -26,13 +26,14 @@ LABELS = {"model_family": "model family", "seq_len": "sequence length", "cards":
 def scenario_domain(sc: Scenario) -> dict[str, str | float]:
     """Where one scenario lies in each domain dimension."""
     from twin.catalog.registry import load_config
+    from twin.disaggregated import is_separate
 
     point: dict[str, str | float] = {
         "model_family": load_config(sc.model).model_type,
         "cards": float(sc.cluster.cards),
         "cluster_kind": sc.cluster.kind,
     }
-    if sc.layout is None or sc.layout.placement != "separate":  # a weight sync's case runs no sequences
+    if not is_separate(sc):  # a weight sync's case runs no sequences
         point["seq_len"] = float(sc.workload.max_seq_len)
     software = getattr(sc, "software", None)  # the scenario's software versions, where its schema has them
     if software is not None:  # what it states, so that a field the schema gains later leaves a recorded domain as it is
@@ -74,7 +75,8 @@ def outside(sc: Scenario, domain: dict[str, list[str | float]]) -> list[str]:
     return out
 
 
-def _band(value: float, rel: float) -> tuple[float, float]:
+def relative_band(value: float, rel: float) -> tuple[float, float]:
+    """`value` less and more its relative error `rel` (never below zero)."""
     return (max(0.0, value * (1 - rel)), value * (1 + rel))
 
 
@@ -86,9 +88,10 @@ def uncertainty_for(result: SimulationResult, scenario: Scenario, profile: Profi
     leaves = outside(scenario, cv.domain)
     own = sorted(s for s in result.stages_s if s in cv.stages_rel_error)
     return Uncertainty(
-        step_s=_band(result.step_s, cv.step_rel_error),
-        stages_s={s: _band(v, cv.stages_rel_error.get(s, cv.step_rel_error)) for s, v in result.stages_s.items()},
-        memory_peak_gb_max=(_band(result.memory_peak_gb_max, cv.memory_rel_error)
+        step_s=relative_band(result.step_s, cv.step_rel_error),
+        stages_s={s: relative_band(v, cv.stages_rel_error.get(s, cv.step_rel_error))
+                  for s, v in result.stages_s.items()},
+        memory_peak_gb_max=(relative_band(result.memory_peak_gb_max, cv.memory_rel_error)
                             if cv.memory_rel_error is not None else None),
         basis=(f"profile {profile.id}: leave-one-case-out error over {len(cv.cases)} cases "
                f"({', '.join(cv.cases)}); step +-{cv.step_rel_error * 100:.1f} %; stages with their own error: "
