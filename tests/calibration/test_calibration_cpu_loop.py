@@ -96,6 +96,12 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 #                                                                              boundary), the update 3.02 against
 #                                                                              2.28, the sync 49.7 ms against 32.9;
 #                                                                              others 3 % / 4 %)
+#   R    CI     -23.4 %  -33.3 %       +45.3 %    -6.5 %   -10.5 %  -20.7 %   (2026-12-04, 9fca6b3: the probe 0.016 /
+#                                                                              0.253 s before the jobs, 0.021 / 0.248
+#                                                                              before the run, 0.017 / 0.246 after it;
+#                                                                              rollout 13.05 s against 10.0, update
+#                                                                              2.77 against 2.58, sync 38.4 ms against
+#                                                                              34.3; others 3 % / 4 %)
 # Six CI runs of 2026-11-30 (ci20-ci25): rollout -0.5 to -69 %, old_log_prob +28 to -79 %, advantage +27 to -61 %,
 # update -24 to -70 %, reshard -96.6 to -99.5 %. In C (load average 8.4 before the jobs, 7.7 after the run) every
 # stage but the weight sync was within 25 %; in D the jobs ran while other programs took 64 % of the host and the run
