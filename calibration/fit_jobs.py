@@ -6,7 +6,9 @@ job's prefill sequence length, the copy job's bytes), the median over the points
 host link efficiency. No job measures grouped expert GEMMs, so that scale keeps its base value. The rest
 are fitted by least squares through the twin's own cost models: the collectives job through
 `collective_time` on the cluster (tier efficiency, per-step latency, all-to-all latencies), the decode
-job through the rollout's decode-step model (the per-step host cost of the mode it ran in), the train job
+job through the rollout's decode-step model (the per-step host cost of the mode it ran in, and from its TP2 points
+vLLM's multiprocess hand-over per step) and prefill model (from its request points, vLLM's host time per request
+beyond the prefill: non-negative least squares over the batch sizes at each TP size), the train job
 through the training pass and optimizer-step models (per-pass and per-step overheads, the forward-only
 pass's efficiency). The overhead job's verl points give verl's framework time per call and per response
 (twin.cost_models.scheduling FRAMEWORK_TERMS): the agent-loop path's seconds per response (through the
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calibration.jobs.decode import model_spec
+from calibration.jobs.decode import REQUEST_TOKEN_BUDGET, model_spec
 from calibration.jobs.overhead import GROUP
 from calibration.lsq import ParameterSpace
 from calibration.measurements import JobMeasurement
@@ -74,12 +76,29 @@ def decode_graph_mode(r: JobMeasurement) -> bool:
     return bool(r.params.get("graph", r.params.get("engine") == "vllm"))
 
 
+def decode_tp(r: JobMeasurement) -> int:
+    """The TP size of a decode job point (points written before the job ran TP2 ran at TP1)."""
+    return int(r.params.get("tp", 1))
+
+
 def decode_step_seconds(inv: Inventory, sc: Scenario, cluster: Cluster, profile: Profile, batch: int, ctx: int,
-                        graph: bool) -> float:
-    """The twin's decode step of the decode job's point: one TP1 engine running `batch` sequences at `ctx`."""
-    lay = RolloutLayout(tp=1, dp=1, max_num_seqs=batch, max_num_batched_tokens=max(batch, 8192), graph_mode=graph)
+                        graph: bool, tp: int = 1) -> float:
+    """The twin's decode step of the decode job's point: one engine of `tp` ranks running `batch` sequences at
+    `ctx`."""
+    lay = RolloutLayout(tp=tp, dp=1, max_num_seqs=batch, max_num_batched_tokens=max(batch, 8192), graph_mode=graph)
     memory = RolloutMemory(inv, lay, profile, cluster.kind.device_spec.hbm_gb.value)
     return float(RolloutCost(inv, sc, cluster, profile, memory).decode_step(batch, ctx).total)
+
+
+def request_call_seconds(inv: Inventory, sc: Scenario, cluster: Cluster, profile: Profile, batch: int, ctx: int,
+                         tp: int) -> float:
+    """The twin's one-token generate of the decode job's request point: `batch` prompts of `ctx` tokens prefilled
+    by one engine of `tp` ranks, and vLLM's host time per request."""
+    lay = RolloutLayout(tp=tp, dp=1, max_num_seqs=batch, max_num_batched_tokens=REQUEST_TOKEN_BUDGET,
+                        graph_mode=False)
+    memory = RolloutMemory(inv, lay, profile, cluster.kind.device_spec.hbm_gb.value)
+    cost = RolloutCost(inv, sc, cluster, profile, memory)
+    return cost.prefill_time(float(batch * ctx)) + batch * profile["vllm_request_host_ms"] * 1e-3
 
 
 def per_sample(r: JobMeasurement, figure: str) -> float:
@@ -212,24 +231,55 @@ class JobFit:
         return Scenario(name="calibration-jobs", model="tiny", cluster=ClusterRef(kind=self.kind.name, cards=1))
 
     def decode(self) -> None:
-        records = [r for r in self.by_job.get("decode", [])
-                   if r.params.get("model") == self.model_label and r.dtype == self.dtype]
+        ours = [r for r in self.by_job.get("decode", [])
+                if r.params.get("model") == self.model_label and r.dtype == self.dtype]
+        records = [r for r in ours if r.op == "decode_step"]
         if not records:
             self.notes.append(f"decode job: no {self.dtype} points of model {self.model_label}; not fitted")
             return
         inv = build_inventory(parse_config(self.model_config, self.model_label))
-        cluster, sc = Cluster(self.kind, 1), self._scenario()
-        # each mode's points set its own per-step host term (a file may hold both: the job appends). One model's
-        # steps cannot tell a per-step host cost from a per-kernel launch cost (its kernel count is fixed), so the
-        # eager launch keeps its sourced value
+        sc = self._scenario()
+        cluster = Cluster(self.kind, max(map(decode_tp, ours)))
+        # each mode's points set its own per-step host term (a file may hold both: the job appends); points at TP2
+        # set the multiprocess executor's hand-over beside it. One model's steps cannot tell a per-step host cost
+        # from a per-kernel launch cost (its kernel count is fixed), so the eager launch keeps its sourced value
         for graph in sorted({decode_graph_mode(r) for r in records}):
             def one(profile: Profile, r: JobMeasurement, graph: bool = graph) -> float:
                 return decode_step_seconds(inv, sc, cluster, profile, int(r.params["batch"]), int(r.params["ctx"]),
-                                           graph)
+                                           graph, decode_tp(r))
 
-            name = "decode_host_ms_graph" if graph else "decode_host_ms_eager"
-            self._least_squares(f"{'graph' if graph else 'eager'} decode", [name],
-                                [r for r in records if decode_graph_mode(r) == graph], one)
+            mode = [r for r in records if decode_graph_mode(r) == graph]
+            names = ["decode_host_ms_graph" if graph else "decode_host_ms_eager"]
+            if {decode_tp(r) for r in mode} - {1} and 1 in {decode_tp(r) for r in mode}:
+                names.append("vllm_tp_step_ms")
+            self._least_squares(f"{'graph' if graph else 'eager'} decode", names, mode, one)
+        self._requests(inv, sc, cluster, [r for r in ours if r.op == "request"])
+
+    def _requests(self, inv: Inventory, sc: Scenario, cluster: Cluster, records: list[JobMeasurement]) -> None:
+        """vLLM's host time per request: at each TP size, the growth per request of a one-token generate beyond
+        the twin's prefill of it (with the step terms just fitted), by least squares with the call's own fixed
+        cost as intercept; the mean over the TP sizes."""
+        profile = self.base.with_values({**self.values, "vllm_request_host_ms": 0.0}, self.base.id)
+        slopes, calls = [], []
+        for tp in sorted({decode_tp(r) for r in records}):
+            points = [r for r in records if decode_tp(r) == tp]
+            if len({int(r.params["batch"]) for r in points}) < 2:
+                continue
+            rest = [r.stats.median_s - request_call_seconds(inv, sc, cluster, profile, int(r.params["batch"]),
+                                                            int(r.params["ctx"]), tp) for r in points]
+            call, slope = call_and_slope([float(r.params["batch"]) for r in points], rest)
+            slopes.append(slope)
+            calls.append(f"TP{tp} {slope * 1e3:.2f} ms a request, {call * 1e3:.1f} ms a call")
+        if not slopes:
+            if records:
+                self.notes.append("decode job: request points at one batch size only; vllm_request_host_ms keeps "
+                                  "its base value")
+            return
+        batches = sorted({int(r.params["batch"]) for r in records})
+        self._set("vllm_request_host_ms", float(np.mean(slopes)) * 1e3,
+                  f"calibration decode job: one-token generates of {batches} requests, growth per request beyond the "
+                  f"twin's prefill (non-negative least squares; {'; '.join(calls)}; the call's fixed cost is the "
+                  "offline LLM's own), mean over the TP sizes")
 
     def train(self) -> None:
         records = [r for r in self.by_job.get("train", [])

@@ -6,6 +6,18 @@ generate() with and without extra decode steps), else transformers with a KV cac
 new token per sequence, the cache cut back to the context after each step). Every point records
 `graph: false`: the fit reads it to free the eager host terms (records written before it was recorded
 came from compiled vLLM and are read as graph mode).
+
+On a CPU host of two or more cores vLLM also runs the sweep at TP2, as the CPU target's rollout runs it: vLLM's
+multiprocess executor hands each step's scheduler output from the engine core to both TP workers and waits for the
+result, which costs this host about 10 ms a step more than the in-process TP1 engine (tiny Qwen2, 2 cores,
+2026-12-04: 3.1 / 4.0 / 8.2 ms a step at TP1, 13.3 / 12.3 / 14.0 ms at TP2 for batches 1 / 4 / 32). Each point
+records its `tp` (records without one ran at TP1); the fit takes `vllm_tp_step_ms` from the TP2 points.
+
+vLLM also spends host time on every request outside its steps (the input processor, the request's hand-over to the
+engine core and its scheduling in and out, the output processor), which the step differences cancel. The `request`
+points time a whole one-token generate of REQUEST_BATCHES requests at each TP size (one prefill step each); the fit
+takes `vllm_request_host_ms` from their growth per request beyond the twin's prefill (2.5 ms a request at TP2 and
+3.0 at TP1 on this host, 2026-12-04: 59 / 180 ms for 16 / 64 requests of 64 tokens at TP2).
 """
 
 from __future__ import annotations
@@ -13,8 +25,9 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +49,9 @@ TINY_QWEN2 = {
 SMALL = {"batch": [1, 4], "ctx": [64, 256]}
 FULL = {"batch": [1, 8, 32, 64, 128, 256], "ctx": [128, 1024, 4096, 16384]}
 VLLM_STEPS = 32  # decode steps timed per vLLM sample
+REQUEST_BATCHES = (16, 64)  # requests of a timed one-token generate (both fit one prefill step of the engine)
+REQUEST_CTX = 64  # their prompt tokens
+REQUEST_TOKEN_BUDGET = 8192  # the engine's max_num_batched_tokens: 64 x 64 prompt tokens prefill in one step
 
 
 def model_spec(path: Path | None) -> tuple[str, dict[str, Any]]:
@@ -56,23 +72,35 @@ def engine_name() -> str:
     return "vllm" if importlib.util.find_spec("vllm") is not None else "transformers"
 
 
+def tp_sizes(ctx: RunContext, engine: str) -> tuple[int, ...]:
+    """The TP sizes the sweep runs at: TP1, and TP2 where vLLM runs on a CPU host of two or more cores (the CPU
+    target's rollout, one TP worker a core); an accelerator job times one device."""
+    if engine == "vllm" and ctx.device.kind == "cpu" and (os.cpu_count() or 1) >= 2:
+        return (1, 2)
+    return (1,)
+
+
 class DecodeJob(InProcessJob):
     name = "decode"
 
     def __init__(self) -> None:
-        self._engines: dict[tuple[str, str], Any] = {}  # (engine, dtype) -> decoder, for one run() only
+        self._engines: dict[tuple[str, str, int], Any] = {}  # (engine, dtype, tp) -> decoder, for one run() only
 
     def points(self, ctx: RunContext) -> list[Point]:
         label, _ = model_spec(ctx.model_config)
         grid = SMALL if ctx.grid == "small" else FULL
         wanted = ("fp32",) if ctx.device.kind == "cpu" else ("bf16",)
-        return [
-            Point(self.name, "decode_step",
-                  {"model": label, "engine": engine_name(), "graph": False, "batch": b, "ctx": c}, dtype=dtype)
-            for dtype in supported_dtypes(ctx.device, wanted)
-            for b in grid["batch"]
-            for c in grid["ctx"]
-        ]
+        engine = engine_name()
+        points: list[Point] = []
+        for dtype in supported_dtypes(ctx.device, wanted):
+            for tp in tp_sizes(ctx, engine):  # one engine per TP size: its steps, then its requests
+                common = {"model": label, "engine": engine, "graph": False, "tp": tp}
+                points += [Point(self.name, "decode_step", {**common, "batch": b, "ctx": c}, dtype=dtype)
+                           for b in grid["batch"] for c in grid["ctx"]]
+                if engine == "vllm":
+                    points += [Point(self.name, "request", {**common, "batch": b, "ctx": REQUEST_CTX}, dtype=dtype)
+                               for b in REQUEST_BATCHES]
+        return points
 
     def run(self, ctx: RunContext, points: list[Point]) -> Iterator[Outcome]:
         """Measure with models built for this run, released when it ends (the device memory is needed later)."""
@@ -85,13 +113,21 @@ class DecodeJob(InProcessJob):
             ctx.device.release_cache()
 
     def measure(self, ctx: RunContext, point: Point) -> JobMeasurement:
-        engine_key = (str(point.params["engine"]), point.dtype or "fp32")
+        engine_key = (str(point.params["engine"]), point.dtype or "fp32", int(point.params.get("tp", 1)))
         if engine_key not in self._engines:
+            for other in list(self._engines):  # one engine at a time: a TP2 engine's workers take both cores
+                self._engines.pop(other).close()
             _, config = model_spec(ctx.model_config)
             grid = SMALL if ctx.grid == "small" else FULL
-            builder = VllmDecoder if engine_key[0] == "vllm" else TransformersDecoder
-            self._engines[engine_key] = builder(ctx, config, engine_key[1], max(grid["batch"]), max(grid["ctx"]))
+            if engine_key[0] == "vllm":
+                decoder = VllmDecoder(ctx, config, engine_key[1], max(grid["batch"]), max(grid["ctx"]), engine_key[2])
+            else:
+                decoder = TransformersDecoder(ctx, config, engine_key[1], max(grid["batch"]), max(grid["ctx"]))
+            self._engines[engine_key] = decoder
         batch, context = int(point.params["batch"]), int(point.params["ctx"])
+        if point.op == "request":
+            return ctx.record(point, self._engines[engine_key].request_times(ctx, batch, context),
+                              rates={"requests_per_s": batch})
         samples = self._engines[engine_key].step_times(ctx, batch, context)
         return ctx.record(point, samples, rates={"tokens_per_s": batch})
 
@@ -133,9 +169,12 @@ class TransformersDecoder:
 class VllmDecoder:
     """vLLM with dummy weights; a step is (generate(1 + k tokens) - generate(1 token)) / k."""
 
-    def __init__(self, ctx: RunContext, config: dict[str, Any], dtype: str, max_batch: int, max_ctx: int) -> None:
+    def __init__(self, ctx: RunContext, config: dict[str, Any], dtype: str, max_batch: int, max_ctx: int,
+                 tp: int = 1) -> None:
         from vllm import LLM
 
+        if ctx.device.kind == "cpu":  # the CPU target's rollout leaves its workers unpinned (executor/cpu/launch.py)
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         self._dir = tempfile.TemporaryDirectory(prefix="calibration-decode-")
         Path(self._dir.name, "config.json").write_text(json.dumps(config))
         self.vocab = int(config["vocab_size"])
@@ -145,7 +184,8 @@ class VllmDecoder:
             skip_tokenizer_init=True,
             dtype={"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[dtype],
             max_model_len=max_ctx + VLLM_STEPS + 2,
-            max_num_seqs=max_batch,
+            max_num_seqs=max(max_batch, *REQUEST_BATCHES),  # a request point's generate is one prefill step
+            max_num_batched_tokens=REQUEST_TOKEN_BUDGET,
             enable_prefix_caching=False,
             # eager, as the CPU target runs its rollout (executor/cpu/launch.py): a compiled engine's step took
             # 1.0-1.2 ms on this host where the eager one takes 1.9-2.6 ms (tiny Qwen2, batch 1-4, 2026-12-01)
@@ -154,9 +194,11 @@ class VllmDecoder:
             # an explicit KV-cache size: on CPU, vLLM otherwise reserves gpu_memory_utilization (0.92) of the host's
             # memory and refuses to start when less is free (vllm/v1/worker/cpu_worker.py)
             kv_cache_memory_bytes=2**30,
+            tensor_parallel_size=tp,
         )
 
-    def step_times(self, ctx: RunContext, batch: int, context: int) -> list[float]:
+    def _generate(self, batch: int, context: int) -> Callable[[int], Any]:
+        """A generate of `batch` random prompts of `context` tokens, called with the tokens to generate."""
         import torch
         from vllm import SamplingParams
 
@@ -167,6 +209,15 @@ class VllmDecoder:
                                     detokenize=False)
             return self.llm.generate(prompts, params, use_tqdm=False)
 
+        return generate
+
+    def request_times(self, ctx: RunContext, batch: int, context: int) -> list[float]:
+        """Seconds of a whole one-token generate of `batch` requests."""
+        generate = self._generate(batch, context)
+        return ctx.time(lambda: generate(1))
+
+    def step_times(self, ctx: RunContext, batch: int, context: int) -> list[float]:
+        generate = self._generate(batch, context)
         prefill = ctx.time(lambda: generate(1))
         full = ctx.time(lambda: generate(1 + VLLM_STEPS))
         steps = [(f - p) / VLLM_STEPS for f, p in zip(full, prefill, strict=True)]

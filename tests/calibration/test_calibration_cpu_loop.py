@@ -102,6 +102,13 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 #                                                                              rollout 13.05 s against 10.0, update
 #                                                                              2.77 against 2.58, sync 38.4 ms against
 #                                                                              34.3; others 3 % / 4 %)
+#   S    local  -20.7 %  -12.0 %       -40.7 %    -31.6 %  -36.8 %  -23.9 %   (2026-12-04, the decode job at TP1 and
+#                                                                              TP2 with request points: the TP2 hand-
+#                                                                              over 8.2 ms a step, 0.83 ms a request
+#                                                                              (1.2 + 0.4 s of the rollout): its busy
+#                                                                              12.0 s, polled 12.0 as the old 10.4 s
+#                                                                              was; measured 14.06 / 16.20 s (a
+#                                                                              poll boundary each); others 2 % / 2 %)
 # Six CI runs of 2026-11-30 (ci20-ci25): rollout -0.5 to -69 %, old_log_prob +28 to -79 %, advantage +27 to -61 %,
 # update -24 to -70 %, reshard -96.6 to -99.5 %. In C (load average 8.4 before the jobs, 7.7 after the run) every
 # stage but the weight sync was within 25 %; in D the jobs ran while other programs took 64 % of the host and the run
@@ -388,17 +395,24 @@ def test_stage_within_the_bar(loop, stage):
 
 def test_the_decode_job_timed_eager_vllm_steps_and_the_fit_took_their_host_term(loop, assert_sane):
     """The loop's decode job (its run of calibration/jobs/decode.py on vLLM): eager steps as the rollout runs them,
-    rates that follow from batch and time, and the eager per-step host term fitted from them."""
+    at TP1 and at the run's TP2, and one-token generates of 16 and 64 requests; rates that follow from batch and
+    time; the eager per-step host term, TP2's hand-over and the host time per request fitted from them."""
     from calibration.measurements import load_measurements
 
     records = [r for r in load_measurements(loop["dir"] / "jobs.jsonl").records if r.job == "decode"]
-    assert {(r.params["batch"], r.params["ctx"]) for r in records} == {(1, 64), (1, 256), (4, 64), (4, 256)}
+    steps = [r for r in records if r.op == "decode_step"]
+    assert {(r.params["tp"], r.params["batch"], r.params["ctx"]) for r in steps} == {
+        (tp, b, c) for tp in (1, 2) for b in (1, 4) for c in (64, 256)}
+    requests = [r for r in records if r.op == "request"]
+    assert {(r.params["tp"], r.params["batch"]) for r in requests} == {(tp, b) for tp in (1, 2) for b in (16, 64)}
     for r in records:
         assert_sane(r)
         assert (r.params["engine"], r.params["graph"]) == ("vllm", False)
-        assert math.isclose(r.derived["tokens_per_s"], r.params["batch"] / r.stats.median_s)
-    host = loop["profile"]["params"]["decode_host_ms_eager"]
-    assert host["fitted"] and "decode job" in host["source"], host
+        rate = "tokens_per_s" if r.op == "decode_step" else "requests_per_s"
+        assert math.isclose(r.derived[rate], r.params["batch"] / r.stats.median_s)
+    for name in ("decode_host_ms_eager", "vllm_tp_step_ms", "vllm_request_host_ms"):
+        param = loop["profile"]["params"][name]
+        assert param["fitted"] and "decode job" in param["source"], (name, param)
 
 
 def test_predicted_reshard_bytes_equal_the_measured(loop):

@@ -86,9 +86,10 @@ def _decode_records(truth: Profile, graph: bool, params: dict) -> list[JobMeasur
     inv = build_inventory(parse_config(dict(TINY_QWEN2), "tiny-qwen2"))
     sc = Scenario(name="t", model="tiny", cluster={"kind": "cpu", "cards": 1})
     out = []
+    tp = int(params.get("tp", 1))
     for batch in (1, 4):
         for ctx in (64, 256):
-            seconds = decode_step_seconds(inv, sc, Cluster("cpu", 1), truth, batch, ctx, graph)
+            seconds = decode_step_seconds(inv, sc, Cluster("cpu", tp), truth, batch, ctx, graph, tp)
             out.append(JobMeasurement(
                 key=f"decode|{params}|{batch}|{ctx}", job="decode", timestamp=datetime.now(timezone.utc),
                 op="decode_step", params={"model": "tiny-qwen2", "batch": batch, "ctx": ctx, **params}, dtype="fp32",
@@ -108,6 +109,47 @@ def test_job_fit_frees_the_eager_host_term_from_eager_decode_steps(params):
     assert fitted["decode_host_ms_eager"] == pytest.approx(1.3, rel=0.02)
     # one model's kernel count is fixed: its launch cost cannot be told from the per-step term, and stays sourced
     assert not fitted.params["eager_op_launch_us"].fitted and not fitted.params["decode_host_ms_graph"].fitted
+
+
+def test_job_fit_takes_the_tp_hand_over_from_decode_steps_at_tp2():
+    """The decode job's TP1 and TP2 points: the per-step host term and vLLM's multiprocess hand-over at TP2
+    (`vllm_tp_step_ms`) come back apart; TP1 points alone leave the hand-over at its sourced value."""
+    base = embedded_profile("cpu")
+    truth = base.with_values({"decode_host_ms_eager": 1.3, "vllm_tp_step_ms": 9.0}, "truth")
+    eager = {"engine": "vllm", "graph": False}
+    records = _decode_records(truth, False, eager | {"tp": 1}) + _decode_records(truth, False, eager | {"tp": 2})
+    fitted = JobFit(base, records, "fp32").run("tp2", ["synthetic"]).profile
+    assert fitted["decode_host_ms_eager"] == pytest.approx(1.3, rel=0.02)
+    assert fitted["vllm_tp_step_ms"] == pytest.approx(9.0, rel=0.02) and fitted.params["vllm_tp_step_ms"].fitted
+    alone = JobFit(base, records[:4], "fp32").run("tp1", ["synthetic"]).profile
+    assert alone["vllm_tp_step_ms"] == base["vllm_tp_step_ms"] and not alone.params["vllm_tp_step_ms"].fitted
+
+
+def test_job_fit_takes_the_host_time_per_request_beside_the_calls_own_cost():
+    """The decode job's request points (one-token generates of 16 and 64 requests at TP1 and TP2), priced by the
+    twin's prefill under a known `vllm_request_host_ms` plus 40 ms an offline generate call costs whatever its
+    requests: the fit finds the per-request time again and leaves the call's cost out of it."""
+    from calibration.fit_jobs import request_call_seconds
+    from calibration.jobs.decode import TINY_QWEN2
+    from twin.catalog.config import parse_config
+    from twin.catalog.inventory import build_inventory
+
+    base = embedded_profile("cpu")
+    truth = base.with_values({"decode_host_ms_eager": 1.3, "vllm_tp_step_ms": 9.0, "vllm_request_host_ms": 2.5}, "t")
+    eager = {"engine": "vllm", "graph": False}
+    steps = _decode_records(truth, False, eager | {"tp": 1}) + _decode_records(truth, False, eager | {"tp": 2})
+    inv = build_inventory(parse_config(dict(TINY_QWEN2), "tiny-qwen2"))
+    sc = Scenario(name="t", model="tiny", cluster={"kind": "cpu", "cards": 1})
+    requests = []
+    for tp in (1, 2):
+        for batch in (16, 64):
+            seconds = request_call_seconds(inv, sc, Cluster("cpu", 2), truth, batch, 64, tp) + 0.040
+            requests.append(steps[0].model_copy(update={
+                "key": f"request|{tp}|{batch}", "op": "request", "stats": Stats.from_samples([seconds] * 3, warmup=1),
+                "params": {"model": "tiny-qwen2", **eager, "tp": tp, "batch": batch, "ctx": 64}}))
+    fitted = JobFit(base, steps + requests, "fp32").run("requests", ["synthetic"]).profile
+    assert fitted["vllm_request_host_ms"] == pytest.approx(2.5, rel=0.02)
+    assert "growth per request" in fitted.params["vllm_request_host_ms"].source
 
 
 def test_a_file_with_compiled_points_before_eager_ones_still_fits_the_eager_term():

@@ -129,8 +129,13 @@ class RolloutCost:
 
     @property
     def host_per_step_s(self) -> float:
-        """Host pre/post-processing of a step whatever its batch (graph or eager mode)."""
-        return self.pf["decode_host_ms_graph" if self.ro.graph_mode else "decode_host_ms_eager"] * 1e-3
+        """Host pre/post-processing of a step whatever its batch (graph or eager mode), and at TP > 1 the hand-over
+        of vLLM's multiprocess executor: the engine core sends each step's scheduler output to the TP workers and
+        waits for the result (`vllm_tp_step_ms`)."""
+        ms = self.pf["decode_host_ms_graph" if self.ro.graph_mode else "decode_host_ms_eager"]
+        if self.ro.tp > 1:
+            ms += self.pf["vllm_tp_step_ms"]
+        return ms * 1e-3
 
     @cached_property
     def _read_kernels(self) -> int:
@@ -219,6 +224,12 @@ class RolloutCost:
         wl = self.sc.workload
         return wl.generation_prompts * wl.n
 
+    @property
+    def request_host_s(self) -> float:
+        """vLLM's host time outside the engine's steps for the requests one engine instance serves in a round (its
+        front end's input and output processing, the engine core taking each request in and out)."""
+        return self.responses_per_round / self.ro.instances * self.pf["vllm_request_host_ms"] * 1e-3
+
     def analytical_seconds(self, kv_tokens: int) -> float:
         """Closed-form rollout: per generation round, waves of continuous batching on one DP replica, then
         the longest response of the whole round decoded at a small batch (the replicas finish unevenly:
@@ -233,7 +244,7 @@ class RolloutCost:
         lone = float(self.decode_step(1.0, wl.prompt_len.mean + mean + tail / 2).total)
         decode = waves * mean * full + tail * lone
         prefill = self.prefill_time(per_replica * wl.prompt_len.mean)
-        return (self.polled(decode + prefill) + self.pf["rollout_fixed_s"]) * wl.gen_rounds
+        return (self.polled(decode + prefill + self.request_host_s) + self.pf["rollout_fixed_s"]) * wl.gen_rounds
 
     @property
     def poll_s(self) -> float:

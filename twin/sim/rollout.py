@@ -200,9 +200,10 @@ def _simulate(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.random.Gene
             flushed = n
     if n > flushed:
         _flush(trace, lanes, t0, span_start, clocks, span_batch, n, n - flushed)
-    clocks *= scale
+    clocks = clocks * scale + rc.request_host_s  # each instance's requests through vLLM's front end
     steps = np.rint(steps * scale).astype(np.int64)
     parts = {k: v * scale for k, v in parts.items()}
+    parts["requests"] = np.full(instances, rc.request_host_s)
     worst = int(np.argmax(clocks))
     fixed_s = pf["rollout_fixed_s"]
     trace.span("driver", "rl scheduling", "rollout scheduling and offload", t0 + clocks[worst], fixed_s)

@@ -48,6 +48,21 @@ def test_an_eager_step_pays_host_time_per_layer_beside_its_kernels():
     assert dense.decode_step(64.0, 1000.0).launch_s == pytest.approx((28 * 12 * 10.0 + 28 * 468.0) * 1e-6, rel=1e-12)
 
 
+def test_a_tp_engine_pays_vllms_multiprocess_hand_over_every_step():
+    """The CPU loop's rollout (vLLM TP2 on the CPU kind): each decode step's and each prefill chunk's host time is
+    decode_host_ms_eager + vllm_tp_step_ms (2.5 + 9.0 ms with the values set here); at TP1 the hand-over is not
+    paid."""
+    sc = load_scenario(SCENARIOS / "cpu-tiny-grpo.yaml")
+    pf = reference_profile("cpu").with_values({"decode_host_ms_eager": 2.5, "vllm_tp_step_ms": 9.0}, "t")
+    tp2 = Evaluation(sc, pf).rollout_cost
+    assert tp2.ro.tp == 2 and tp2.host_per_step_s == pytest.approx(11.5e-3, rel=1e-12)
+    assert tp2.decode_step(4.0, 64.0).host_s == pytest.approx(11.5e-3 + 4 * pf["vllm_host_us_per_seq"] * 1e-6)
+    rollout = sc.layout.rollout.model_copy(update={"tp": 1, "dp": 2})
+    tp1 = Evaluation(sc.model_copy(update={"layout": sc.layout.model_copy(update={"rollout": rollout})}),
+                     pf).rollout_cost
+    assert tp1.host_per_step_s == pytest.approx(2.5e-3, rel=1e-12)
+
+
 def test_gqa_and_local_moe_kernels():
     """Qwen3 (q/k norms): qkv and o GEMMs, two norms, rotary + cache write + attention = 7. Qwen3-30B-A3B's 128
     experts without EP: router GEMM, softmax/top-k/casts/renormalisation and the weight cast (7), the local
