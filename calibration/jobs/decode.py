@@ -16,8 +16,8 @@ records its `tp` (records without one ran at TP1); the fit takes `vllm_tp_step_m
 vLLM also spends host time on every request outside its steps (the input processor, the request's hand-over to the
 engine core and its scheduling in and out, the output processor), which the step differences cancel. The `request`
 points time a whole one-token generate of REQUEST_BATCHES requests at each TP size (one prefill step each); the fit
-takes `vllm_request_host_ms` from their growth per request beyond the twin's prefill (2.5 ms a request at TP2 and
-3.0 at TP1 on this host, 2026-12-04: 59 / 180 ms for 16 / 64 requests of 64 tokens at TP2).
+takes `vllm_request_host_ms` from their growth per request beyond the twin's prefill (on this host, 2026-12-04: 59 /
+180 ms for 16 / 64 requests of 64 tokens at TP2, 2.5 ms a request, of which the prefill's compute leaves 0.8 ms).
 """
 
 from __future__ import annotations
