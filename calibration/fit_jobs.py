@@ -7,8 +7,9 @@ host link efficiency. No job measures grouped expert GEMMs, so that scale keeps 
 are fitted by least squares through the twin's own cost models: the collectives job through
 `collective_time` on the cluster (tier efficiency, per-step latency, all-to-all latencies), the decode
 job through the rollout's decode-step model (the per-step host cost of the mode it ran in, and from its TP2 points
-vLLM's multiprocess hand-over per step) and prefill model (from its request points, vLLM's host time per request
-beyond the prefill: non-negative least squares over the batch sizes at each TP size), the train job
+what vLLM's TP all-reduces between its worker processes cost beyond the collective curves) and prefill model (from
+its request points, vLLM's host time per request beyond the prefill: non-negative least squares over the batch
+sizes at each TP size), the train job
 through the training pass and optimizer-step models (per-pass and per-step overheads, the forward-only
 pass's efficiency). The overhead job's verl points give verl's framework time per call and per response
 (twin.cost_models.scheduling FRAMEWORK_TERMS): the agent-loop path's seconds per response (through the
@@ -241,8 +242,9 @@ class JobFit:
         sc = self._scenario()
         cluster = Cluster(self.kind, max(map(decode_tp, ours)))
         # each mode's points set its own per-step host term (a file may hold both: the job appends); points at TP2
-        # set the multiprocess executor's hand-over beside it. One model's steps cannot tell a per-step host cost
-        # from a per-kernel launch cost (its kernel count is fixed), so the eager launch keeps its sourced value
+        # set what the engine's TP all-reduces cost beyond the collective curves beside it. One model's steps cannot
+        # tell a per-step host cost from a per-kernel launch cost (its kernel count is fixed), so the eager launch
+        # keeps its sourced value
         for graph in sorted({decode_graph_mode(r) for r in records}):
             def one(profile: Profile, r: JobMeasurement, graph: bool = graph) -> float:
                 return decode_step_seconds(inv, sc, cluster, profile, int(r.params["batch"]), int(r.params["ctx"]),
@@ -251,7 +253,7 @@ class JobFit:
             mode = [r for r in records if decode_graph_mode(r) == graph]
             names = ["decode_host_ms_graph" if graph else "decode_host_ms_eager"]
             if {decode_tp(r) for r in mode} - {1} and 1 in {decode_tp(r) for r in mode}:
-                names.append("vllm_tp_step_ms")
+                names.append("vllm_tp_collective_ms")
             self._least_squares(f"{'graph' if graph else 'eager'} decode", names, mode, one)
         self._requests(inv, sc, cluster, [r for r in ours if r.op == "request"])
 

@@ -7,11 +7,11 @@ new token per sequence, the cache cut back to the context after each step). Ever
 `graph: false`: the fit reads it to free the eager host terms (records written before it was recorded
 came from compiled vLLM and are read as graph mode).
 
-On a CPU host of two or more cores vLLM also runs the sweep at TP2, as the CPU target's rollout runs it: vLLM's
-multiprocess executor hands each step's scheduler output from the engine core to both TP workers and waits for the
-result, which costs this host about 10 ms a step more than the in-process TP1 engine (tiny Qwen2, 2 cores,
-2026-12-04: 3.1 / 4.0 / 8.2 ms a step at TP1, 13.3 / 12.3 / 14.0 ms at TP2 for batches 1 / 4 / 32). Each point
-records its `tp` (records without one ran at TP1); the fit takes `vllm_tp_step_ms` from the TP2 points.
+On a CPU host of two or more cores vLLM also runs the sweep at TP2, as the CPU target's rollout runs it: two worker
+processes and an all-reduce between them after each layer's attention and MLP, which costs this host 7-11 ms a step
+more than the TP1 engine at the tiny Qwen2's 2 layers and 27-32 ms at 8 (benchmarks/vllm_tp_step_cpu.py,
+2026-12-04: 1.5-2.1 ms an all-reduce beyond the collectives job's gloo figures). Each point records its `tp`
+(records without one ran at TP1); the fit takes `vllm_tp_collective_ms` from the TP2 points.
 
 vLLM also spends host time on every request outside its steps (the input processor, the request's hand-over to the
 engine core and its scheduling in and out, the output processor), which the step differences cancel. The `request`

@@ -396,7 +396,8 @@ def test_stage_within_the_bar(loop, stage):
 def test_the_decode_job_timed_eager_vllm_steps_and_the_fit_took_their_host_term(loop, assert_sane):
     """The loop's decode job (its run of calibration/jobs/decode.py on vLLM): eager steps as the rollout runs them,
     at TP1 and at the run's TP2, and one-token generates of 16 and 64 requests; rates that follow from batch and
-    time; the eager per-step host term, TP2's hand-over and the host time per request fitted from them."""
+    time; the eager per-step host term, the extra of TP2's all-reduces and the host time per request fitted from
+    them."""
     from calibration.measurements import load_measurements
 
     records = [r for r in load_measurements(loop["dir"] / "jobs.jsonl").records if r.job == "decode"]
@@ -410,7 +411,7 @@ def test_the_decode_job_timed_eager_vllm_steps_and_the_fit_took_their_host_term(
         assert (r.params["engine"], r.params["graph"]) == ("vllm", False)
         rate = "tokens_per_s" if r.op == "decode_step" else "requests_per_s"
         assert math.isclose(r.derived[rate], r.params["batch"] / r.stats.median_s)
-    for name in ("decode_host_ms_eager", "vllm_tp_step_ms", "vllm_request_host_ms"):
+    for name in ("decode_host_ms_eager", "vllm_tp_collective_ms", "vllm_request_host_ms"):
         param = loop["profile"]["params"][name]
         assert param["fitted"] and "decode job" in param["source"], (name, param)
 

@@ -111,18 +111,19 @@ def test_job_fit_frees_the_eager_host_term_from_eager_decode_steps(params):
     assert not fitted.params["eager_op_launch_us"].fitted and not fitted.params["decode_host_ms_graph"].fitted
 
 
-def test_job_fit_takes_the_tp_hand_over_from_decode_steps_at_tp2():
-    """The decode job's TP1 and TP2 points: the per-step host term and vLLM's multiprocess hand-over at TP2
-    (`vllm_tp_step_ms`) come back apart; TP1 points alone leave the hand-over at its sourced value."""
+def test_job_fit_takes_the_tp_all_reduce_extra_from_decode_steps_at_tp2():
+    """The decode job's TP1 and TP2 points: the per-step host term and what each of TP2's all-reduces costs beyond
+    the collective curves (`vllm_tp_collective_ms`) come back apart; TP1 points alone leave the second sourced."""
     base = embedded_profile("cpu")
-    truth = base.with_values({"decode_host_ms_eager": 1.3, "vllm_tp_step_ms": 9.0}, "truth")
+    truth = base.with_values({"decode_host_ms_eager": 1.3, "vllm_tp_collective_ms": 2.0}, "truth")
     eager = {"engine": "vllm", "graph": False}
     records = _decode_records(truth, False, eager | {"tp": 1}) + _decode_records(truth, False, eager | {"tp": 2})
     fitted = JobFit(base, records, "fp32").run("tp2", ["synthetic"]).profile
     assert fitted["decode_host_ms_eager"] == pytest.approx(1.3, rel=0.02)
-    assert fitted["vllm_tp_step_ms"] == pytest.approx(9.0, rel=0.02) and fitted.params["vllm_tp_step_ms"].fitted
+    name = "vllm_tp_collective_ms"
+    assert fitted[name] == pytest.approx(2.0, rel=0.02) and fitted.params[name].fitted
     alone = JobFit(base, records[:4], "fp32").run("tp1", ["synthetic"]).profile
-    assert alone["vllm_tp_step_ms"] == base["vllm_tp_step_ms"] and not alone.params["vllm_tp_step_ms"].fitted
+    assert alone[name] == base[name] and not alone.params[name].fitted
 
 
 def test_job_fit_takes_the_host_time_per_request_beside_the_calls_own_cost():
@@ -135,7 +136,8 @@ def test_job_fit_takes_the_host_time_per_request_beside_the_calls_own_cost():
     from twin.catalog.inventory import build_inventory
 
     base = embedded_profile("cpu")
-    truth = base.with_values({"decode_host_ms_eager": 1.3, "vllm_tp_step_ms": 9.0, "vllm_request_host_ms": 2.5}, "t")
+    truth = base.with_values({"decode_host_ms_eager": 1.3, "vllm_tp_collective_ms": 2.0, "vllm_request_host_ms": 2.5},
+                             "t")
     eager = {"engine": "vllm", "graph": False}
     steps = _decode_records(truth, False, eager | {"tp": 1}) + _decode_records(truth, False, eager | {"tp": 2})
     inv = build_inventory(parse_config(dict(TINY_QWEN2), "tiny-qwen2"))

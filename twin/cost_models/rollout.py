@@ -117,7 +117,8 @@ class RolloutCost:
         attn_eff = efficiency(self.kind, pf, "attention", np.maximum(context, 1.0))
         compute_s = gemm / (self.peak * gemm_eff) + attn / (self.peak * attn_eff)
         intercept, slope = self._comm_coefficients
-        comm = intercept + slope * np.maximum(batch, 1.0) * imbalance  # idle ranks still join the collectives
+        # idle ranks still join the collectives
+        comm = intercept + slope * np.maximum(batch, 1.0) * imbalance + self.engine_all_reduce_extra_s
         launch = 0.0 if ro.graph_mode else (self.ops_per_step * pf["eager_op_launch_us"]
                                             + self.cfg.num_layers * pf["eager_layer_host_us"]) * 1e-6
         host = self.host_per_step_s + batch * pf["vllm_host_us_per_seq"] * 1e-6
@@ -129,13 +130,23 @@ class RolloutCost:
 
     @property
     def host_per_step_s(self) -> float:
-        """Host pre/post-processing of a step whatever its batch (graph or eager mode), and at TP > 1 the hand-over
-        of vLLM's multiprocess executor: the engine core sends each step's scheduler output to the TP workers and
-        waits for the result (`vllm_tp_step_ms`)."""
-        ms = self.pf["decode_host_ms_graph" if self.ro.graph_mode else "decode_host_ms_eager"]
-        if self.ro.tp > 1:
-            ms += self.pf["vllm_tp_step_ms"]
-        return ms * 1e-3
+        """Host pre/post-processing of a step whatever its batch (graph or eager mode)."""
+        return self.pf["decode_host_ms_graph" if self.ro.graph_mode else "decode_host_ms_eager"] * 1e-3
+
+    @cached_property
+    def tp_all_reduces_per_step(self) -> int:
+        """TP all-reduces of one engine step: two a dense layer, two a MoE layer (one with EP, whose MLP's becomes
+        dispatch and combine); none at TP1."""
+        if self.ro.tp == 1:
+            return 0
+        moe_layers = sum(1 for i in range(self.cfg.num_layers) if self.cfg.is_moe_layer(i))
+        return 2 * (self.cfg.num_layers - moe_layers) + (1 if self.ro.ep > 1 else 2) * moe_layers
+
+    @property
+    def engine_all_reduce_extra_s(self) -> float:
+        """What one step's TP all-reduces cost as the engine runs them beyond the collective curves' price
+        (`vllm_tp_collective_ms` each: vLLM's all-reduce between its CPU worker processes)."""
+        return self.tp_all_reduces_per_step * self.pf["vllm_tp_collective_ms"] * 1e-3
 
     @cached_property
     def _read_kernels(self) -> int:
@@ -176,11 +187,9 @@ class RolloutCost:
         h = cfg.hidden_size
         t = 0.0
         moe_layers = sum(1 for i in range(cfg.num_layers) if cfg.is_moe_layer(i))
-        dense_layers = cfg.num_layers - moe_layers
         if ro.tp > 1:
             ar = collective_time(self.cluster, pf, self._tp_group, "all_reduce", batch * h * BF16)
-            per_moe = 1 if ro.ep > 1 else 2  # with EP the MLP's all-reduce becomes dispatch/combine
-            t += ar * (2 * dense_layers + per_moe * moe_layers)
+            t += ar * self.tp_all_reduces_per_step
         if ro.ep > 1 and cfg.moe is not None:
             send = batch / ro.tp * cfg.moe.experts_per_token * h * BF16  # zero-redundancy TP -> EP
             a2a = (collective_time(self.cluster, pf, self._ep_group, "ep_dispatch", send)
@@ -203,7 +212,7 @@ class RolloutCost:
         """Prefill of `tokens` prompt tokens on one DP replica, in chunks of the token budget."""
         ro, pf = self.ro, self.pf
         chunks = max(1.0, tokens / ro.max_num_batched_tokens)
-        per_chunk = pf["vllm_schedule_ms"] * 1e-3 + self.host_per_step_s
+        per_chunk = pf["vllm_schedule_ms"] * 1e-3 + self.host_per_step_s + self.engine_all_reduce_extra_s
         return float(self.prefill_compute_s(tokens, self.sc.workload.prompt_len.mean / 2)) + chunks * per_chunk
 
     def concurrency(self, per_replica: float, kv_tokens: int) -> float:

@@ -48,19 +48,24 @@ def test_an_eager_step_pays_host_time_per_layer_beside_its_kernels():
     assert dense.decode_step(64.0, 1000.0).launch_s == pytest.approx((28 * 12 * 10.0 + 28 * 468.0) * 1e-6, rel=1e-12)
 
 
-def test_a_tp_engine_pays_vllms_multiprocess_hand_over_every_step():
-    """The CPU loop's rollout (vLLM TP2 on the CPU kind): each decode step's and each prefill chunk's host time is
-    decode_host_ms_eager + vllm_tp_step_ms (2.5 + 9.0 ms with the values set here); at TP1 the hand-over is not
-    paid."""
+def test_a_tp_engine_pays_its_all_reduces_as_the_engine_runs_them():
+    """The CPU loop's rollout (vLLM TP2 on the CPU kind, the tiny Qwen2's 2 dense layers): 4 TP all-reduces a step,
+    each 2.0 ms beyond the collective curves with the value set here, in every decode step's comm and every prefill
+    chunk: 8 ms more than with 0; at TP1 none. A MoE layer at EP > 1 has one (its MLP's is dispatch and combine)."""
     sc = load_scenario(SCENARIOS / "cpu-tiny-grpo.yaml")
-    pf = reference_profile("cpu").with_values({"decode_host_ms_eager": 2.5, "vllm_tp_step_ms": 9.0}, "t")
-    tp2 = Evaluation(sc, pf).rollout_cost
-    assert tp2.ro.tp == 2 and tp2.host_per_step_s == pytest.approx(11.5e-3, rel=1e-12)
-    assert tp2.decode_step(4.0, 64.0).host_s == pytest.approx(11.5e-3 + 4 * pf["vllm_host_us_per_seq"] * 1e-6)
+    base = reference_profile("cpu")
+    pf = base.with_values({"vllm_tp_collective_ms": 2.0}, "t")
+    tp2, zero = Evaluation(sc, pf).rollout_cost, Evaluation(sc, base).rollout_cost
+    assert tp2.ro.tp == 2 and tp2.tp_all_reduces_per_step == 2 * 2
+    assert tp2.decode_step(4.0, 64.0).comm_s - zero.decode_step(4.0, 64.0).comm_s == pytest.approx(8e-3, rel=1e-9)
+    assert tp2.prefill_time(4096.0) - zero.prefill_time(4096.0) == pytest.approx(8e-3, rel=1e-9)
     rollout = sc.layout.rollout.model_copy(update={"tp": 1, "dp": 2})
     tp1 = Evaluation(sc.model_copy(update={"layout": sc.layout.model_copy(update={"rollout": rollout})}),
                      pf).rollout_cost
-    assert tp1.host_per_step_s == pytest.approx(2.5e-3, rel=1e-12)
+    assert tp1.tp_all_reduces_per_step == 0 and tp1.engine_all_reduce_extra_s == 0.0
+    moe = Evaluation(load_scenario(SCENARIOS / "cpu-tiny-deepseek-grpo-megatron.yaml"), pf).rollout_cost
+    dense_layers = sum(1 for i in range(moe.cfg.num_layers) if not moe.cfg.is_moe_layer(i))
+    assert moe.ro.ep > 1 and moe.tp_all_reduces_per_step == 2 * dense_layers + (moe.cfg.num_layers - dense_layers)
 
 
 def test_gqa_and_local_moe_kernels():
