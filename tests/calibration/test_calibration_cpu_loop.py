@@ -109,6 +109,11 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 #                                                                              12.0 s, polled 12.0 as the old 10.4 s
 #                                                                              was; measured 14.06 / 16.20 s (a
 #                                                                              poll boundary each); others 2 % / 2 %)
+#   T    CI     -0.5 %   -33.0 %       -41.1 %    -20.8 %  -39.6 %  -7.0 %    (2026-12-04, 516b23d, the TP2 extra then
+#                                                                              charged per step: rollout 14.06 s
+#                                                                              against 14.0 (busy past 12 s, polled);
+#                                                                              update 3.29 against 2.60; the sync 55.2
+#                                                                              ms against 33.3; others 4 % / 5 %)
 # Six CI runs of 2026-11-30 (ci20-ci25): rollout -0.5 to -69 %, old_log_prob +28 to -79 %, advantage +27 to -61 %,
 # update -24 to -70 %, reshard -96.6 to -99.5 %. In C (load average 8.4 before the jobs, 7.7 after the run) every
 # stage but the weight sync was within 25 %; in D the jobs ran while other programs took 64 % of the host and the run
