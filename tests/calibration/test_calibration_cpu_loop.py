@@ -114,6 +114,11 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 #                                                                              against 14.0 (busy past 12 s, polled);
 #                                                                              update 3.29 against 2.60; the sync 55.2
 #                                                                              ms against 33.3; others 4 % / 5 %)
+#   U    CI     -14.9 %  -20.6 %       +8.0 %     -14.3 %  -26.3 %  -15.7 %   (2026-12-04, 5ca0d1b, the TP2 extra per
+#                                                                              all-reduce: four stages within the bar,
+#                                                                              the sync 45.3 ms against 33.3 just out;
+#                                                                              rollout 14.10 s against 12.0 (a poll
+#                                                                              boundary); others 3 % / 4 %)
 # Six CI runs of 2026-11-30 (ci20-ci25): rollout -0.5 to -69 %, old_log_prob +28 to -79 %, advantage +27 to -61 %,
 # update -24 to -70 %, reshard -96.6 to -99.5 %. In C (load average 8.4 before the jobs, 7.7 after the run) every
 # stage but the weight sync was within 25 %; in D the jobs ran while other programs took 64 % of the host and the run
