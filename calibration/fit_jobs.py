@@ -82,24 +82,27 @@ def decode_tp(r: JobMeasurement) -> int:
     return int(r.params.get("tp", 1))
 
 
+def _engine(inv: Inventory, sc: Scenario, cluster: Cluster, profile: Profile, lay: RolloutLayout) -> RolloutCost:
+    """The twin's rollout cost model of one decode job engine."""
+    memory = RolloutMemory(inv, lay, profile, cluster.kind.device_spec.hbm_gb.value)
+    return RolloutCost(inv, sc, cluster, profile, memory)
+
+
 def decode_step_seconds(inv: Inventory, sc: Scenario, cluster: Cluster, profile: Profile, batch: int, ctx: int,
                         graph: bool, tp: int = 1) -> float:
     """The twin's decode step of the decode job's point: one engine of `tp` ranks running `batch` sequences at
     `ctx`."""
     lay = RolloutLayout(tp=tp, dp=1, max_num_seqs=batch, max_num_batched_tokens=max(batch, 8192), graph_mode=graph)
-    memory = RolloutMemory(inv, lay, profile, cluster.kind.device_spec.hbm_gb.value)
-    return float(RolloutCost(inv, sc, cluster, profile, memory).decode_step(batch, ctx).total)
+    return float(_engine(inv, sc, cluster, profile, lay).decode_step(batch, ctx).total)
 
 
-def request_call_seconds(inv: Inventory, sc: Scenario, cluster: Cluster, profile: Profile, batch: int, ctx: int,
+def prefill_call_seconds(inv: Inventory, sc: Scenario, cluster: Cluster, profile: Profile, batch: int, ctx: int,
                          tp: int) -> float:
-    """The twin's one-token generate of the decode job's request point: `batch` prompts of `ctx` tokens prefilled
-    by one engine of `tp` ranks, and vLLM's host time per request."""
+    """The twin's prefill of a decode job request point: `batch` prompts of `ctx` tokens on one engine of `tp`
+    ranks (what its one-token generate costs besides vLLM's host time per request)."""
     lay = RolloutLayout(tp=tp, dp=1, max_num_seqs=batch, max_num_batched_tokens=REQUEST_TOKEN_BUDGET,
                         graph_mode=False)
-    memory = RolloutMemory(inv, lay, profile, cluster.kind.device_spec.hbm_gb.value)
-    cost = RolloutCost(inv, sc, cluster, profile, memory)
-    return cost.prefill_time(float(batch * ctx)) + batch * profile["vllm_request_host_ms"] * 1e-3
+    return _engine(inv, sc, cluster, profile, lay).prefill_time(float(batch * ctx))
 
 
 def per_sample(r: JobMeasurement, figure: str) -> float:
@@ -261,13 +264,13 @@ class JobFit:
         """vLLM's host time per request: at each TP size, the growth per request of a one-token generate beyond
         the twin's prefill of it (with the step terms just fitted), by least squares with the call's own fixed
         cost as intercept; the mean over the TP sizes."""
-        profile = self.base.with_values({**self.values, "vllm_request_host_ms": 0.0}, self.base.id)
+        profile = self.base.with_values(self.values, self.base.id)
         slopes, calls = [], []
         for tp in sorted({decode_tp(r) for r in records}):
             points = [r for r in records if decode_tp(r) == tp]
             if len({int(r.params["batch"]) for r in points}) < 2:
                 continue
-            rest = [r.stats.median_s - request_call_seconds(inv, sc, cluster, profile, int(r.params["batch"]),
+            rest = [r.stats.median_s - prefill_call_seconds(inv, sc, cluster, profile, int(r.params["batch"]),
                                                             int(r.params["ctx"]), tp) for r in points]
             call, slope = call_and_slope([float(r.params["batch"]) for r in points], rest)
             slopes.append(slope)

@@ -8,10 +8,11 @@ new token per sequence, the cache cut back to the context after each step). Ever
 came from compiled vLLM and are read as graph mode).
 
 On a CPU host of two or more cores vLLM also runs the sweep at TP2, as the CPU target's rollout runs it: two worker
-processes and an all-reduce between them after each layer's attention and MLP, which costs this host 7-11 ms a step
-more than the TP1 engine at the tiny Qwen2's 2 layers and 27-32 ms at 8 (benchmarks/vllm_tp_step_cpu.py,
-2026-12-04: 1.5-2.1 ms an all-reduce beyond the collectives job's gloo figures). Each point records its `tp`
-(records without one ran at TP1); the fit takes `vllm_tp_collective_ms` from the TP2 points.
+processes and an all-reduce between them after each layer's attention and MLP, which costs this host 7-15 ms a step
+more than the TP1 engine at the tiny Qwen2's 2 layers and 27-36 ms at 8 (benchmarks/vllm_tp_step_cpu.py,
+2026-12-04: 1.4-2.1 ms an all-reduce beyond the collectives job's gloo figures, and a part per step that moved
+between -1.1 and 8.3 ms in three runs; one depth cannot split them, so the fit charges both per all-reduce). Each
+point records its `tp` (records without one ran at TP1); the fit takes `vllm_tp_collective_ms` from the TP2 points.
 
 vLLM also spends host time on every request outside its steps (the input processor, the request's hand-over to the
 engine core and its scheduling in and out, the output processor), which the step differences cancel. The `request`
@@ -173,8 +174,10 @@ class VllmDecoder:
                  tp: int = 1) -> None:
         from vllm import LLM
 
-        if ctx.device.kind == "cpu":  # the CPU target's rollout leaves its workers unpinned (executor/cpu/launch.py)
-            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        from executor.cpu.launch import VLLM_OMP_THREADS_BIND
+
+        if ctx.device.kind == "cpu":  # as the CPU target runs its rollout
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", VLLM_OMP_THREADS_BIND)
         self._dir = tempfile.TemporaryDirectory(prefix="calibration-decode-")
         Path(self._dir.name, "config.json").write_text(json.dumps(config))
         self.vocab = int(config["vocab_size"])

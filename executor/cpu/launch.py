@@ -35,6 +35,7 @@ from executor.cpu.vllm_compat import MLA_ROLLOUT_CONFIG, ROLLOUT_CONFIG
 
 RAY_LOGICAL_CPUS = 16
 VLLM_KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE per vLLM worker: far above what the tiny runs need
+VLLM_OMP_THREADS_BIND = "nobind"  # VLLM_CPU_OMP_THREADS_BIND: vLLM's CPU workers left unpinned, one thread each
 LEARNING_RATE = 1e-3
 METRICS_FILE = "metrics.jsonl"
 """Default metrics file name, in the run's workdir."""
@@ -200,7 +201,7 @@ def cpu_run_config(
         # vllm_cpu_dist_name alias answers with vllm-cpu's plain version number
         "VLLM_TARGET_DEVICE": "cpu",
         "VLLM_CPU_KVCACHE_SPACE": str(VLLM_KV_CACHE_GIB),
-        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "VLLM_CPU_OMP_THREADS_BIND": VLLM_OMP_THREADS_BIND,
     }
     return overrides, env
 

@@ -127,17 +127,16 @@ def test_job_fit_takes_the_tp_all_reduce_extra_from_decode_steps_at_tp2():
 
 
 def test_job_fit_takes_the_host_time_per_request_beside_the_calls_own_cost():
-    """The decode job's request points (one-token generates of 16 and 64 requests at TP1 and TP2), priced by the
-    twin's prefill under a known `vllm_request_host_ms` plus 40 ms an offline generate call costs whatever its
-    requests: the fit finds the per-request time again and leaves the call's cost out of it."""
-    from calibration.fit_jobs import request_call_seconds
+    """The decode job's request points (one-token generates of 16 and 64 requests at TP1 and TP2), timed as the
+    twin's prefill plus 2.5 ms a request and 40 ms that an offline generate call costs whatever its requests: the fit
+    finds the 2.5 ms again and leaves the call's cost out of it."""
+    from calibration.fit_jobs import prefill_call_seconds
     from calibration.jobs.decode import TINY_QWEN2
     from twin.catalog.config import parse_config
     from twin.catalog.inventory import build_inventory
 
     base = embedded_profile("cpu")
-    truth = base.with_values({"decode_host_ms_eager": 1.3, "vllm_tp_collective_ms": 2.0, "vllm_request_host_ms": 2.5},
-                             "t")
+    truth = base.with_values({"decode_host_ms_eager": 1.3, "vllm_tp_collective_ms": 2.0}, "t")
     eager = {"engine": "vllm", "graph": False}
     steps = _decode_records(truth, False, eager | {"tp": 1}) + _decode_records(truth, False, eager | {"tp": 2})
     inv = build_inventory(parse_config(dict(TINY_QWEN2), "tiny-qwen2"))
@@ -145,7 +144,7 @@ def test_job_fit_takes_the_host_time_per_request_beside_the_calls_own_cost():
     requests = []
     for tp in (1, 2):
         for batch in (16, 64):
-            seconds = request_call_seconds(inv, sc, Cluster("cpu", 2), truth, batch, 64, tp) + 0.040
+            seconds = prefill_call_seconds(inv, sc, Cluster("cpu", 2), truth, batch, 64, tp) + batch * 2.5e-3 + 0.040
             requests.append(steps[0].model_copy(update={
                 "key": f"request|{tp}|{batch}", "op": "request", "stats": Stats.from_samples([seconds] * 3, warmup=1),
                 "params": {"model": "tiny-qwen2", **eager, "tp": tp, "batch": batch, "ctx": 64}}))

@@ -139,8 +139,11 @@ class RolloutCost:
         dispatch and combine); none at TP1."""
         if self.ro.tp == 1:
             return 0
-        moe_layers = sum(1 for i in range(self.cfg.num_layers) if self.cfg.is_moe_layer(i))
-        return 2 * (self.cfg.num_layers - moe_layers) + (1 if self.ro.ep > 1 else 2) * moe_layers
+        return 2 * (self.cfg.num_layers - self._moe_layers) + (1 if self.ro.ep > 1 else 2) * self._moe_layers
+
+    @cached_property
+    def _moe_layers(self) -> int:
+        return sum(1 for i in range(self.cfg.num_layers) if self.cfg.is_moe_layer(i))
 
     @property
     def engine_all_reduce_extra_s(self) -> float:
@@ -186,7 +189,6 @@ class RolloutCost:
         ro, cfg, pf = self.ro, self.cfg, self.pf
         h = cfg.hidden_size
         t = 0.0
-        moe_layers = sum(1 for i in range(cfg.num_layers) if cfg.is_moe_layer(i))
         if ro.tp > 1:
             ar = collective_time(self.cluster, pf, self._tp_group, "all_reduce", batch * h * BF16)
             t += ar * self.tp_all_reduces_per_step
@@ -194,7 +196,7 @@ class RolloutCost:
             send = batch / ro.tp * cfg.moe.experts_per_token * h * BF16  # zero-redundancy TP -> EP
             a2a = (collective_time(self.cluster, pf, self._ep_group, "ep_dispatch", send)
                    + collective_time(self.cluster, pf, self._ep_group, "ep_combine", send))
-            t += a2a * moe_layers
+            t += a2a * self._moe_layers
         return t
 
     def prefill_compute_s(self, tokens: ArrayLike, context: ArrayLike) -> ArrayLike:
