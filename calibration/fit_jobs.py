@@ -333,7 +333,7 @@ class JobFit:
             t = np.array([r.stats.median_s for r in agent])
             self._set(FRAMEWORK_TERMS["rollout"][1], float(n @ t / (n @ n)),
                       f"calibration overhead job: verl's agent-loop path (AgentLoopManagerTQ on {AGENT_WORKERS} "
-                      f"worker, reward loop, TransferQueue; engine answering at once) at {sorted(set(n.astype(int)))} "
+                      f"worker, reward loop, TransferQueue; engine answering at once) at {sorted({int(x) for x in n})} "
                       "responses, seconds per response (least squares through the origin)")
         for op, stage in DRIVER_STAGES.items():
             points = [r for r in records if r.op == op]
