@@ -50,5 +50,9 @@ class RunPaths(BaseModel):
         return self.workdir / "worker_patches"
 
     @property
+    def sync_timings(self) -> Path:
+        return self.workdir / "sync_timings"
+
+    @property
     def checkpoints(self) -> Path:
         return self.workdir / "checkpoints"

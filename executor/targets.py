@@ -74,7 +74,7 @@ class VerlTarget(Target):
                                      per_node=self.devices_per_node, device=self.device, options=options))
         ctx = ApplyContext(plan=plan, overrides=o, env=env)
         reports = apply_all(ctx, host)
-        env.update(run_env.hook_env(ctx.worker_patches, RunPaths(workdir=options.workdir).patch_reports))
+        env.update(run_env.hook_env(ctx.worker_patches, RunPaths(workdir=options.workdir)))
         runtime_env_overrides(o, env)
         engines = {"train": f"megatron ({self.flavour})" if layout.train.engine == "megatron" else "fsdp",
                    "rollout": "vllm-ascend" if self.device == "npu" else "vllm"}
@@ -151,8 +151,8 @@ class CpuTarget(Target):
                 rollout_ep=plan.layout.rollout.ep, mla=config.attention == "mla")
         except ValueError as exc:
             raise ExecutorError(f"cluster kind cpu: {exc}") from None
-        env = {**env, **run_env.hook_env(patches, RunPaths(workdir=options.workdir).patch_reports,
-                                         env.get("VERL_USE_EXTERNAL_MODULES"))}
+        paths = RunPaths(workdir=options.workdir)
+        env = {**env, **run_env.hook_env(patches, paths, env.get("VERL_USE_EXTERNAL_MODULES"))}
         o = OverrideSet()
         runtime_env_overrides(o, env)
         return LaunchSpec(overrides=[*overrides, *sync_overrides, *o.render()], env=env,

@@ -21,7 +21,7 @@ from twin.cost_models.rollout import RolloutCost
 from twin.cost_models.scheduling import Call, collect_seconds, dispatch_seconds, driver_seconds
 from twin.cost_models.stages import train_stage_seconds
 from twin.cost_models.training import TrainCost
-from twin.cost_models.transition import offload_time, reshard_time
+from twin.cost_models.transition import offload_time, reshard_parts
 from twin.disaggregated import refuse_separate
 from twin.errors import TwinError
 from twin.layout.engine import as_engine_builds
@@ -129,10 +129,14 @@ class Evaluation:
             "ref": train["ref"],
             "advantage": driver["advantage"],
             "update": train["update"],
-            "reshard": reshard_time(self.reshard(), self.cluster, pf, self.rollout_memory,
-                                    self.train_memory, self.sc),
+            "reshard": sum(self.reshard_parts().values()),
             "offload": offload_time(self.train_memory, self.rollout_memory, self.sc, self.cluster, pf),
         }
+
+    def reshard_parts(self) -> dict[str, float]:
+        """The chosen reshard's time by part, seconds (twin.cost_models.transition.reshard_parts)."""
+        return reshard_parts(self.reshard(), self.cluster, self.profile, self.rollout_memory, self.train_memory,
+                             self.sc)
 
     def reshard_result(self, alternatives: bool = True) -> ReshardResult:
         def figures(st: ReshardStats) -> dict:

@@ -36,7 +36,11 @@ NPU is untested.
 from __future__ import annotations
 
 import functools
+import json
 import logging
+import os
+import socket
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +50,7 @@ from verl.utils.ray_utils import auto_await
 
 from executor.errors import ExecutorError
 from executor.npu_opt.directed_reshard_transfer import RolloutShards, Shards, run_transfer
+from executor.npu_opt.worker_hook_env import SYNC_TIMINGS_ENV
 from executor.reshard.schedule import Schedule, build_schedule
 from twin.catalog.inventory import Block, TensorSpec
 from twin.catalog.registry import load_model
@@ -89,9 +94,10 @@ class DirectedCheckpointEngine(ColocatedCheckpointEngine):
 
         if self._schedule is None:
             self._schedule = build_schedule(self.placement, "directed")
+        start = time.perf_counter()
         result = run_transfer(self.placement, "directed", dist.get_rank(), dist.get_world_size(), weights,
                               schedule=self._schedule)
-        self.last_stats = result.stats.as_dict()
+        self.last_stats = {**result.stats.as_dict(), "transfer_s": time.perf_counter() - start}
         logger.info("directed reshard: rank %d sent %d B, received %d B in %d rounds", self.last_stats["rank"],
                     self.last_stats["sent_bytes"], self.last_stats["received_bytes"], self.last_stats["rounds"])
         self.weights = rollout_named_tensors(self.placement, result.rollout)
@@ -119,19 +125,40 @@ def colocated_update_weights(original: Callable) -> Callable:
         if effective != BACKEND:
             return await original(self, global_steps=global_steps, mode=mode)
         engine, ckpt = self.actor.engine, self.checkpoint_engine
+        shards_s: list[float] = []
 
         def directed_export(**_: Any) -> tuple[Iterator[tuple[str, torch.Tensor]], None]:
             source = megatron_shards if hasattr(engine, "bridge") else fsdp_shards
-            ckpt.send_weights(source(engine, ckpt.placement))
+            start = time.perf_counter()
+            shards = source(engine, ckpt.placement)
+            shards_s.append(time.perf_counter() - start)
+            ckpt.send_weights(shards)
             return ckpt.receive_weights(), None
 
         engine.get_per_tensor_param = directed_export  # this call only: verl's naive sequence reads it once
+        start = time.perf_counter()
         try:
-            return await original(self, global_steps=global_steps, mode="naive")
+            result = await original(self, global_steps=global_steps, mode="naive")
         finally:
             del engine.get_per_tensor_param
+        record_sync({"step": global_steps, "worker_s": time.perf_counter() - start, "shards_s": sum(shards_s),
+                     **ckpt.last_stats})
+        return result
 
     return update_weights
+
+
+def record_sync(timing: dict[str, Any]) -> None:
+    """Append one weight sync's timings on this rank (the whole worker call, reading its training shards, the
+    directed transfer, the bytes and rounds) as a JSON line to this process's file in the run's SYNC_TIMINGS_ENV
+    directory, so that the run's sync can be compared part by part with the twin's; nothing where it is unset."""
+    directory = os.environ.get(SYNC_TIMINGS_ENV)
+    if not directory:
+        return
+    path = os.path.join(directory, f"{socket.gethostname()}-{os.getpid()}.jsonl")
+    os.makedirs(directory, exist_ok=True)
+    with open(path, "a") as out:  # one write of one line: an interrupted run leaves whole lines
+        out.write(json.dumps({"time": time.time(), **timing}) + "\n")
 
 
 def fsdp_shards(engine: Any, pl: Placement) -> Shards:

@@ -21,7 +21,7 @@ from executor.reward import compute_score
 
 # the jobs time this host and the twin predicts the run from them: no other test may share the host meanwhile
 # (tests/conftest.py; under pytest-xdist the other worker waits); the steps that time nothing (the assets before, the
-# report and the reshard check after) share it
+# report after) share it
 pytestmark = pytest.mark.host_alone_in_parts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -193,8 +193,13 @@ NOT_YET = {
     # against 40.8 ms in run I (-21.0 %), 35.5 against 65.7 ms in run H (-46.0 %). Not strict: within the bar where
     # the run's sync is near the low end of its 35-62 ms, not in the others
     # (the in-run transfer rounds, 7-22 ms against 1.4 ms predicted, and the hand-over's 15-23 ms are not modelled)
-    "reshard": pytest.mark.xfail(strict=False, reason="weight sync 0.035-0.062 s measured, about 0.034 s predicted: "
-                                                      "the run's slower transfer rounds and hand-over are in no job"),
+    # The run's syncs are now timed by part on each trainer rank (run/sync_timings, printed by the test below): on
+    # 2026-12-04 (a slow hour) steps 2-3 took 81-84 ms, the worker call 71-75 ms of it: the FSDP2 shards 3-4 ms, the
+    # directed transfer 17-22 ms (the twin's rounds 5.4 ms), verl's hand-over with vLLM's load 48-50 ms (the twin's
+    # hand-over, load and collective RPC about 8 ms); the driver's side 10 ms against the twin's other calls 26 ms
+    "reshard": pytest.mark.xfail(strict=False, reason="weight sync 0.035-0.083 s measured, 0.034-0.040 s predicted: "
+                                                      "the run's transfer rounds and hand-over are slower than any job "
+                                                      "or benchmark times them"),
 }
 STEP_NOT_YET = pytest.mark.xfail(strict=False, reason="step 12.99 s measured, 12.04 s predicted (-7.3 %) in CI; "
                                                       "17.45 s against 11.03 s (-36.8 %) on a loaded host: the "
@@ -282,7 +287,7 @@ def _run_watched(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProces
 
 
 @pytest.fixture(scope="module")
-def loop(tmp_path_factory: pytest.TempPathFactory, alone_on_host, engines_turn) -> dict:
+def loop(tmp_path_factory: pytest.TempPathFactory, alone_on_host) -> dict:
     w = tmp_path_factory.mktemp("loop")
     sc = yaml.safe_load(SCENARIO.read_text())
     cli("executor", "cpu-assets", "assets", "--train-problems", str(STEPS * sc["workload"]["global_batch"]), cwd=w)
@@ -310,12 +315,9 @@ def loop(tmp_path_factory: pytest.TempPathFactory, alone_on_host, engines_turn) 
     table = cli("calibration", "report", "--profile", "cpu-fit.yaml", "--cases", "case.yaml", cwd=w).stdout
     report = json.loads(cli("calibration", "report", "--profile", "cpu-fit.yaml", "--cases", "case.yaml", "--json",
                             cwd=w).stdout)
-    with engines_turn():
-        reshard = json.loads(cli("executor", "check-reshard", "plan.json", "--method", "directed", "--model-config",
-                                 "assets/model/config.json", "--json", cwd=w).stdout)
     profile = yaml.safe_load((w / "cpu-fit.yaml").read_text())
     return {"dir": w, "run_log": run.stdout, "leftovers": leftovers, "others_cpu": others,
-            "others_cpu_jobs": others_jobs, "report_table": table, "report": report, "reshard": reshard,
+            "others_cpu_jobs": others_jobs, "report_table": table, "report": report,
             "profile": profile, "host_speed": speeds}
 
 
@@ -426,20 +428,45 @@ def test_the_decode_job_timed_eager_vllm_steps_and_the_fit_took_their_host_term(
         assert param["fitted"] and "decode job" in param["source"], (name, param)
 
 
-def test_predicted_reshard_bytes_equal_the_measured(loop):
-    plan = json.loads((loop["dir"] / "plan.json").read_text())
-    predicted = plan["predictions"]["reshard"]
-    assert predicted["method"] == "directed"  # the run's weight sync: each vLLM rank gets only what it holds
-    measured = loop["reshard"]["methods"]["directed"]
-    assert measured["bit_exact"] and measured["equal_to_twin"]
-    received = [r["received_bytes"] for r in measured["ranks"]]
-    assert sum(received) == predicted["bytes_total"]
-    assert max(received) == predicted["bytes_per_device_max"]
+def _sync_timings(run: Path) -> dict[int, list[dict]]:
+    """The run's weight syncs as the directed backend timed them on each rank, by the step that made them."""
+    syncs: dict[int, list[dict]] = {}
+    for path in sorted((run / "sync_timings").glob("*.jsonl")):
+        for row in map(json.loads, path.read_text().splitlines()):
+            syncs.setdefault(row["step"], []).append(row)
+    return syncs
 
 
-def test_reshard_rollout_side_measured_by_vllm(loop):
-    reshard = loop["reshard"]  # vLLM loaded the weights at the plan's TP2: its slices, not the twin's list
-    assert reshard["bytes_source"] == "engine" and reshard["engines"]["rollout"].startswith("vllm ")
-    engine = reshard["engine"]
-    assert engine["received_equal_to_twin"] and engine["blocks_equal_to_twin"] and engine["vllm_loaded_bit_exact"]
-    assert all(r["received_bytes"] > 0 for r in engine["ranks"])
+def test_the_runs_weight_syncs_are_timed_by_part_beside_the_twins_parts(loop, ci_log):
+    """Each sync of the run, timed on its two trainer ranks by the directed backend (the whole worker call, reading
+    the FSDP shards, the directed transfer), beside verl's own timer of the stage and the twin's parts of it; each
+    rank's received bytes in the run are the twin's."""
+    from twin.evaluate import Evaluation
+    from twin.plan import load_plan
+    from twin.profile import load_profile
+
+    plan = load_plan(loop["dir"] / "plan.json")
+    ev = Evaluation(plan.scenario, load_profile(loop["dir"] / "cpu-fit.yaml"), plan.layout)
+    twin = ev.reshard_parts()
+    steps = _metrics(loop["dir"] / "run" / "metrics.jsonl")
+    syncs = _sync_timings(loop["dir"] / "run")
+    lines = ["weight sync, ms (run: verl's stage timer; the slowest rank's worker call, shard read and directed "
+             "transfer; the rest of the worker call is verl's hand-over and vLLM's load)",
+             f"{'step':<6}{'stage':>8}{'worker':>8}{'shards':>8}{'transfer':>9}{'rest':>8}"]
+    for step, rows in sorted(syncs.items()):
+        worker, shards, transfer = (max(r[k] for r in rows) * 1e3 for k in ("worker_s", "shards_s", "transfer_s"))
+        stage = steps.get(step, {}).get("timing_s/update_weights")
+        lines.append(f"{step:<6}{stage * 1e3 if stage is not None else float('nan'):>8.1f}{worker:>8.1f}"
+                     f"{shards:>8.1f}{transfer:>9.1f}{worker - shards - transfer:>8.1f}")
+    lines.append("twin, ms: " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in twin.items())
+                 + f"; total {sum(twin.values()) * 1e3:.1f}")
+    ci_log("\n".join(lines))
+    assert len(syncs) == STEPS + 1  # the first load before step 1, then one sync a step
+    received = ev.reshard().received.tolist()  # the run's weight sync: each vLLM rank gets only what it holds
+    assert plan.predictions.reshard.method == "directed"
+    assert (sum(received), max(received)) == (plan.predictions.reshard.bytes_total,
+                                               plan.predictions.reshard.bytes_per_device_max)
+    for rows in syncs.values():
+        assert sorted(r["rank"] for r in rows) == [0, 1]
+        assert [r["received_bytes"] for r in sorted(rows, key=lambda r: r["rank"])] == received
+        assert all(0 < r["shards_s"] + r["transfer_s"] < r["worker_s"] for r in rows)

