@@ -21,7 +21,7 @@ from twin.cost_models.rollout import RolloutCost
 from twin.cost_models.scheduling import Call, collect_seconds, dispatch_seconds, driver_seconds
 from twin.cost_models.stages import train_stage_seconds
 from twin.cost_models.training import TrainCost
-from twin.cost_models.transition import offload_time, reshard_parts
+from twin.cost_models.transition import offload_time, reshard_parts, reshard_time
 from twin.disaggregated import refuse_separate
 from twin.errors import TwinError
 from twin.layout.engine import as_engine_builds
@@ -129,7 +129,8 @@ class Evaluation:
             "ref": train["ref"],
             "advantage": driver["advantage"],
             "update": train["update"],
-            "reshard": sum(self.reshard_parts().values()),
+            "reshard": reshard_time(self.reshard(), self.cluster, pf, self.rollout_memory,
+                                    self.train_memory, self.sc),
             "offload": offload_time(self.train_memory, self.rollout_memory, self.sc, self.cluster, pf),
         }
 
