@@ -19,7 +19,6 @@ and update_actor's the same over what its measured time leaves beyond the twin's
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -218,9 +217,11 @@ class JobFit:
         for name, value in fitted.items():
             self.values[name] = value
             self.sources[name] = f"least squares on {len(records)} calibration {job} job points (MAPE {mape:.1f} %)"
-            if any(math.isclose(value, b, rel_tol=1e-6) for b in self.base.params[name].bounds or ()):
-                self.notes.append(f"{name}: the {job} fit ends on its bound {value:.4g}, a model error (the jobs "
-                                  f"measure more than the model lets it explain; MAPE {mape:.1f} %)")
+            lo, hi = self.base.params[name].bounds
+            if min(value - lo, hi - value) <= 1e-6 * (hi - lo):
+                side = "upper" if hi - value < value - lo else "lower"
+                self.notes.append(f"{name}: the {job} fit ends on its {side} bound {value:.4g}, a model error "
+                                  f"(MAPE {mape:.1f} %)")
 
     def collectives(self) -> None:
         records = [r for r in self.by_job.get("collectives", []) if r.op in COLLECTIVE_OPS and r.group and r.bytes]

@@ -126,6 +126,19 @@ def test_job_fit_takes_the_tp_all_reduce_extra_from_decode_steps_at_tp2():
     assert alone[name] == base[name] and not alone.params[name].fitted
 
 
+def test_a_job_fit_that_ends_on_a_lower_bound_says_so():
+    """TP2 steps that cost no more than the collective curves say: the all-reduce extra ends on its lower bound, 0,
+    and the fit notes it as a model error as it does for an upper bound."""
+    base = embedded_profile("cpu")
+    truth = base.with_values({"decode_host_ms_eager": 1.3, "vllm_tp_collective_ms": 0.0}, "truth")
+    eager = {"engine": "vllm", "graph": False}
+    records = _decode_records(truth, False, eager | {"tp": 1}) + _decode_records(truth, False, eager | {"tp": 2})
+    outcome = JobFit(base, records, "fp32").run("tp2", ["synthetic"])
+    assert outcome.profile["vllm_tp_collective_ms"] == pytest.approx(0.0, abs=1e-4)
+    note = "vllm_tp_collective_ms: the eager decode fit ends on its lower bound"
+    assert any(n.startswith(note) for n in outcome.notes)
+
+
 def test_job_fit_takes_the_host_time_per_request_beside_the_calls_own_cost():
     """The decode job's request points (one-token generates of 16 and 64 requests at TP1 and TP2), timed as the
     twin's prefill plus 2.5 ms a request and 40 ms that an offline generate call costs whatever its requests: the fit
@@ -180,7 +193,7 @@ def test_job_fit_takes_the_hand_overs_fixed_cost_from_whole_hand_overs_into_the_
     assert not any(name in note for note in fitted.notes)
     over = JobFit(base, steps + _handover_records(steps[0], 35.0, base), "fp32").run("h", ["synthetic"])
     assert over.profile[name] == pytest.approx(base.params[name].bounds[1], rel=1e-6)
-    assert any(note.startswith(f"{name}: the handover fit ends on its bound") for note in over.notes)
+    assert any(note.startswith(f"{name}: the handover fit ends on its upper bound") for note in over.notes)
 
 
 def test_a_file_with_compiled_points_before_eager_ones_still_fits_the_eager_term():
