@@ -232,7 +232,12 @@ class VllmDecoder:
         device IPC else), from sender processes started with the first such point."""
         if self.handover is None:
             self.handover = Handover(self.llm, self.tp, self.cpu, config, torch_dtype(self.dtype))
-        return self.handover.times(ctx, layers)
+        try:
+            return self.handover.times(ctx, layers)
+        except RuntimeError:  # the point fails; a later one starts from fresh senders
+            self.handover.close()
+            self.handover = None
+            raise
 
     def _generate(self, batch: int, context: int) -> Callable[[int], Any]:
         """A generate of `batch` random prompts of `context` tokens, called with the tokens to generate."""

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import importlib.util
 import os
+import queue
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -149,7 +150,11 @@ class Handover:
 
     def _expect(self, what: str) -> None:
         for _ in self.senders:
-            kind, detail = self.replies.get(timeout=HANDOVER_TIMEOUT_S)
+            try:
+                kind, detail = self.replies.get(timeout=HANDOVER_TIMEOUT_S)
+            except queue.Empty:
+                raise RuntimeError(f"weight hand-over failed: a sender did not answer within "
+                                   f"{HANDOVER_TIMEOUT_S:.0f} s") from None
             if kind != what:
                 raise RuntimeError(f"weight hand-over failed: {detail or kind}")
 
@@ -157,8 +162,11 @@ class Handover:
         for orders in self.orders:
             orders.put(layers)
         self._expect("bound")
-        self.llm.collective_rpc("update_weights_from_ipc", timeout=HANDOVER_TIMEOUT_S,
-                                kwargs={"use_shm": self.use_shm})
+        try:
+            self.llm.collective_rpc("update_weights_from_ipc", timeout=HANDOVER_TIMEOUT_S,
+                                    kwargs={"use_shm": self.use_shm})
+        except Exception as exc:  # vLLM raises a plain Exception when the workers' call fails or times out
+            raise RuntimeError(f"weight hand-over failed: {str(exc).strip().splitlines()[0]}") from None
         self._expect("sent")
 
     def times(self, ctx: Any, layers: int) -> list[float]:
@@ -166,9 +174,11 @@ class Handover:
         return ctx.time(lambda: self.once(layers), before=lambda: time.sleep(IDLE_S))
 
     def close(self) -> None:
+        """Stop the senders: each ends at its next order, or is killed (one stuck in a hand-over that failed)."""
         for orders in self.orders:
             orders.put(None)
         for proc in self.senders:
-            proc.join(timeout=30)
+            proc.join(timeout=5)
             if proc.is_alive():
                 proc.kill()
+                proc.join()

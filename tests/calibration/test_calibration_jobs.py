@@ -157,3 +157,24 @@ def test_the_engines_verl_variables_are_set_while_it_starts_and_restored_after(m
         assert os.environ[PATCHES_ENV].split(",") == [p.id for p in PATCHES]
         assert os.environ[JOB_ID_ENV] == f"calibration-{os.getpid()}"
     assert os.environ["VERL_PLATFORM"] == "mine" and JOB_ID_ENV not in os.environ and PATCHES_ENV not in os.environ
+
+
+def test_a_hand_over_the_engine_does_not_take_fails_its_point_in_one_line():
+    """verl's sender binds and waits; the engine's collective RPC fails (vLLM raises a plain Exception when its
+    workers time out): the hand-over fails with a RuntimeError (a failed point, not a traceback) and its stuck
+    sender is stopped."""
+    from types import SimpleNamespace
+
+    from calibration.jobs.decode import TINY_QWEN2
+    from calibration.jobs.weight_handover import Handover
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise Exception("Call to collective_rpc method failed: RPC call to update_weights_from_ipc timed out.")
+
+    handover = Handover(SimpleNamespace(collective_rpc=refuse), 1, True, dict(TINY_QWEN2), torch.float32)
+    try:
+        with pytest.raises(RuntimeError, match=r"^weight hand-over failed: Call to collective_rpc method failed"):
+            handover.once(1)
+    finally:
+        handover.close()
+    assert not any(proc.is_alive() for proc in handover.senders)
