@@ -43,8 +43,6 @@ from calibration.jobs.base import InProcessJob, Outcome, Point, RunContext
 from calibration.jobs.weight_handover import (
     WORKER_EXTENSION,
     Handover,
-    checkpoint_entries,
-    first_layers,
     verl_available,
     verl_environment,
 )
@@ -142,11 +140,8 @@ class DecodeJob(InProcessJob):
                 decoder = TransformersDecoder(ctx, config, engine_key[1], max(grid["batch"]), max(grid["ctx"]))
             self._engines[engine_key] = decoder
         if point.op == "handover":
-            _, config = model_spec(ctx.model_config)
-            layers = int(point.params["layers"])
-            entries = len(first_layers(checkpoint_entries(config, torch_dtype(engine_key[1])), layers))
-            return ctx.record(point, self._engines[engine_key].handover_times(ctx, config, layers),
-                              rates={"entries": entries})
+            samples, entries = self._engines[engine_key].handover_times(ctx, int(point.params["layers"]))
+            return ctx.record(point, samples, rates={"entries": entries})
         batch, context = int(point.params["batch"]), int(point.params["ctx"])
         if point.op == "request":
             return ctx.record(point, self._engines[engine_key].request_times(ctx, batch, context),
@@ -203,7 +198,7 @@ class VllmDecoder:
         self._dir = tempfile.TemporaryDirectory(prefix="calibration-decode-")
         Path(self._dir.name, "config.json").write_text(json.dumps(config))
         self.vocab = int(config["vocab_size"])
-        self.tp, self.cpu, self.dtype = tp, ctx.device.kind == "cpu", dtype
+        self.config, self.tp, self.cpu, self.dtype = config, tp, ctx.device.kind == "cpu", dtype
         self.handover: Handover | None = None
         self.extended = verl_available()
         with verl_environment(self.cpu, patches=True) if self.extended else contextlib.nullcontext():
@@ -227,13 +222,13 @@ class VllmDecoder:
                 worker_extension_cls=WORKER_EXTENSION if self.extended else "",
             )
 
-    def handover_times(self, ctx: RunContext, config: dict[str, Any], layers: int) -> list[float]:
+    def handover_times(self, ctx: RunContext, layers: int) -> tuple[list[float], int]:
         """Seconds of verl's hand-over of the model's first `layers` layers to every TP worker (shared memory on CPU,
-        device IPC else), from sender processes started with the first such point."""
+        device IPC else), from sender processes started with the first such point, and the entries each carried."""
         if self.handover is None:
-            self.handover = Handover(self.llm, self.tp, self.cpu, config, torch_dtype(self.dtype))
+            self.handover = Handover(self.llm, self.tp, self.cpu, self.config, torch_dtype(self.dtype))
         try:
-            return self.handover.times(ctx, layers)
+            return self.handover.times(ctx, layers), self.handover.entries(layers)
         except RuntimeError:  # the point fails; a later one starts from fresh senders
             self.handover.close()
             self.handover = None

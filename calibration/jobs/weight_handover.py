@@ -91,13 +91,10 @@ def checkpoint_entries(config: dict[str, Any], dtype: Any) -> list[tuple[str, An
     return [(name, tensor.detach().clone()) for name, tensor in model.state_dict().items()]
 
 
-def first_layers(entries: list[tuple[str, Any]], layers: int) -> list[tuple[str, Any]]:
-    """The entries outside the decoder layers and those of its first `layers` layers."""
-    def layer(name: str) -> int | None:
-        parts = name.split(".")
-        return int(parts[parts.index("layers") + 1]) if "layers" in parts else None
-
-    return [(n, t) for n, t in entries if (i := layer(n)) is None or i < layers]
+def in_first_layers(name: str, layers: int) -> bool:
+    """Whether checkpoint entry `name` is outside the decoder layers or in one of its first `layers` layers."""
+    parts = name.split(".")
+    return "layers" not in parts or int(parts[parts.index("layers") + 1]) < layers
 
 
 def _sender(handle: str, config: dict[str, Any], dtype: Any, use_shm: bool, orders: Any, replies: Any) -> None:
@@ -109,7 +106,7 @@ def _sender(handle: str, config: dict[str, Any], dtype: Any, use_shm: bool, orde
     transfer = transfer_module()
     transfer.get_torch_device()  # verl's platform, from the variables this process started with
     entries = checkpoint_entries(config, dtype)
-    replies.put(("ready", None))
+    replies.put(("ready", [name for name, _ in entries]))
     while (layers := orders.get()) is not None:
         try:
             sender = transfer.BucketedWeightSender(handle, bucket_size_mb=BUCKET_MB, use_shm=use_shm)
@@ -120,7 +117,7 @@ def _sender(handle: str, config: dict[str, Any], dtype: Any, use_shm: bool, orde
                 replies.put(("bound", None))
 
             sender._init_socket = bound
-            asyncio.run(sender.async_send_weights(iter(first_layers(entries, layers))))
+            asyncio.run(sender.async_send_weights((n, t) for n, t in entries if in_first_layers(n, layers)))
             replies.put(("sent", None))
         except Exception as exc:  # the job process reports it
             replies.put(("failed", f"{type(exc).__name__}: {exc}"))
@@ -146,9 +143,10 @@ class Handover:
                 config, dtype, cpu, orders, self.replies)) for rank, orders in enumerate(self.orders)]
             for proc in self.senders:
                 proc.start()
-        self._expect("ready")
+        self.names: list[str] = self._expect("ready")  # the checkpoint's entry names, as every sender built them
 
-    def _expect(self, what: str) -> None:
+    def _expect(self, what: str) -> Any:
+        """Every sender's reply `what`; the last one's detail."""
         for _ in self.senders:
             try:
                 kind, detail = self.replies.get(timeout=HANDOVER_TIMEOUT_S)
@@ -157,6 +155,11 @@ class Handover:
                                    f"{HANDOVER_TIMEOUT_S:.0f} s") from None
             if kind != what:
                 raise RuntimeError(f"weight hand-over failed: {detail or kind}")
+        return detail
+
+    def entries(self, layers: int) -> int:
+        """How many checkpoint entries a hand-over of the first `layers` layers carries to each worker."""
+        return sum(in_first_layers(name, layers) for name in self.names)
 
     def once(self, layers: int) -> None:
         for orders in self.orders:

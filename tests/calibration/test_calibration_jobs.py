@@ -131,14 +131,13 @@ def test_a_vllm_decode_step_that_timing_noise_makes_negative_is_a_failed_point(c
 
 
 def test_the_handover_points_take_a_models_first_layers_with_its_other_entries():
-    from calibration.jobs.weight_handover import first_layers
+    from calibration.jobs.weight_handover import in_first_layers
 
     names = ["model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight", "model.layers.1.mlp.up_proj.weight",
              "model.layers.10.input_layernorm.weight", "model.norm.weight", "lm_head.weight"]
-    entries = [(n, i) for i, n in enumerate(names)]
-    assert [n for n, _ in first_layers(entries, 1)] == [names[0], names[1], names[4], names[5]]
-    assert [n for n, _ in first_layers(entries, 2)] == [names[0], names[1], names[2], names[4], names[5]]
-    assert first_layers(entries, 11) == entries
+    assert [n for n in names if in_first_layers(n, 1)] == [names[0], names[1], names[4], names[5]]
+    assert [n for n in names if in_first_layers(n, 2)] == [names[0], names[1], names[2], names[4], names[5]]
+    assert all(in_first_layers(n, 11) for n in names)
 
 
 def test_the_engines_verl_variables_are_set_while_it_starts_and_restored_after(monkeypatch):
@@ -172,6 +171,7 @@ def test_a_hand_over_the_engine_does_not_take_fails_its_point_in_one_line():
         raise Exception("Call to collective_rpc method failed: RPC call to update_weights_from_ipc timed out.")
 
     handover = Handover(SimpleNamespace(collective_rpc=refuse), 1, True, dict(TINY_QWEN2), torch.float32)
+    assert (handover.entries(1), handover.entries(2)) == (15, 27)  # 3 outside the layers, 12 in each
     try:
         with pytest.raises(RuntimeError, match=r"^weight hand-over failed: Call to collective_rpc method failed"):
             handover.once(1)
