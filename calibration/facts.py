@@ -12,11 +12,11 @@ from calibration.measurements import HostFacts, Versions
 
 
 def host_facts() -> HostFacts:
-    """Hostname, CPU model, logical cores and total memory of this host."""
+    """Hostname, CPU model, logical cores (those this process may run on) and total memory of this host."""
     return HostFacts(
         hostname=socket.gethostname(),
         cpu_model=cpu_model(),
-        cores=os.cpu_count() or 1,
+        cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
         memory_gb=round(_memory_bytes() / 1e9, 3),
     )
 

@@ -359,6 +359,7 @@ class JobFit:
                       f"calibration overhead job: verl's agent-loop path (AgentLoopManagerTQ on {AGENT_WORKERS} "
                       f"worker, reward loop, TransferQueue; engine answering at once) at {sorted({int(x) for x in n})} "
                       "responses, seconds per response (least squares through the origin)")
+            self._host_sharing(agent)
         for op, stage in DRIVER_STAGES.items():
             points = [r for r in records if r.op == op]
             if self._sizes(points, op):
@@ -370,6 +371,19 @@ class JobFit:
             rest = [r.stats.median_s - self._twin_update(profile, r) for r in update]
             self._call_terms("update", update, rest, "verl's update_actor on its FSDP2 workers, less the twin's "
                                                      "passes, optimizer step and dispatch")
+
+    def _host_sharing(self, agent: list[JobMeasurement]) -> None:
+        """The cores the agent-loop path keeps busy alone (host CPU seconds over wall seconds of its points) and the
+        host's cores: what the twin's rollout shares with the engine on this host (twin.cost_models.host_sharing)."""
+        busy = sorted(r.derived["host_cpu_s"] for r in agent if "host_cpu_s" in r.derived)
+        if not busy:
+            return
+        self._set("agent_loop_busy_cores", statistics.median(busy),
+                  f"calibration overhead job: the host's busy CPU seconds over the wall seconds of verl's agent-loop "
+                  f"path (engine answering at once), median of {len(busy)} points ({busy[0]:.2f}-{busy[-1]:.2f})")
+        self._set("host_cores", float(agent[0].host.cores),
+                  f"the cores the calibration jobs could run on, on host {agent[0].host.hostname} "
+                  f"({agent[0].host.cpu_model})")
 
     def _twin_update(self, profile: Profile, r: JobMeasurement) -> float:
         """The twin's update stage for an update_actor point: its batch on its ranks in its micro-batches."""

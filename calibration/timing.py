@@ -32,3 +32,12 @@ def time_op(
         if i >= warmup:
             samples.append(max(elapsed, 1e-9))
     return samples
+
+
+def host_busy_s() -> float:
+    """CPU seconds the whole host has spent busy (every core, every process) since it booted: the difference
+    over a call is the host CPU time the call kept busy, where nothing else runs on the host."""
+    import psutil
+
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)

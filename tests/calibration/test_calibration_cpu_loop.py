@@ -119,6 +119,10 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 #                                                                              the sync 45.3 ms against 33.3 just out;
 #                                                                              rollout 14.10 s against 12.0 (a poll
 #                                                                              boundary); others 3 % / 4 %)
+#   V    local  +8.6 %   -20.1 %       -5.8 %     -15.7 %  -25.3 %  +2.8 %    (2026-12-04 23:27, the engine sharing the
+#                                                                              host with the agent loop: rollout 12.0 s
+#                                                                              against 10.0 / 12.1; the sync 51.7 ms
+#                                                                              against 29-109; others 2 % / 1 %)
 # Six CI runs of 2026-11-30 (ci20-ci25): rollout -0.5 to -69 %, old_log_prob +28 to -79 %, advantage +27 to -61 %,
 # update -24 to -70 %, reshard -96.6 to -99.5 %. In C (load average 8.4 before the jobs, 7.7 after the run) every
 # stage but the weight sync was within 25 %; in D the jobs ran while other programs took 64 % of the host and the run
@@ -129,6 +133,17 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 # load 5). Three CI runs (unshared host, 512 responses): old_log_prob 0.060 / 0.062 / 0.180 s measured against
 # 0.048 / 0.051 / 0.062 s predicted (-20 %, -17 %, -65 %); advantage -14.7 %, -14.6 %, -4.9 %. Advantage is held to
 # the bar; the others are not, each for a reason the runs measured:
+# The rollout is held to the bar. Until 2026-12-04 the twin added the engine's steps, counted as if every request came
+# at once (about 1 s), to the overhead job's agent-loop path (8.5 s) and polled the sum: 10-12 s against 13.1-16.1 s
+# measured, -17 % to -34 % in every run. In the run the agent loop hands the requests over one by one, so the TP2
+# engine steps at a few sequences through the whole round (the twin now counts 1,000-1,700 steps), its two workers
+# computing on the host's two cores beside the agent loop's processes (benchmarks/cpu_loop_stage_cpu.py, steady
+# steps: a 14.1 s window, the agent loop 7.3-7.6 CPU s, the TP workers 8.6-9.7 s, the host 94 % busy). This is not
+# the fair-share term for the workers' busy poll that an earlier round withdrew (sched_yield spinners beside a
+# CPU-bound task get no CPU on this kernel, benchmarks/yield_spinner_share.py): the workers count only while a request
+# is in flight, computing its steps. twin.cost_models.host_sharing
+# shares the cores among them, with the path's busy cores measured by the overhead job (1.56-1.63): a local loop
+# (2026-12-04 23:27) predicted 12.0 s against 11.04 (+8.6 %).
 NOT_YET = {
     # the same kind of stage (TransferQueue reads and the driver's GRPO pass through Ray, 0.1-0.25 s): within 25 % in
     # four CI runs of 2026-11-30 (-14.7, -14.6, -4.9, -16.7 %), then 0.24 s against 0.12 s predicted on an idle host
@@ -145,29 +160,6 @@ NOT_YET = {
     "old_log_prob": pytest.mark.xfail(strict=False, reason="old_log_prob 0.10-0.24 s measured, 0.05-0.12 s "
                                                            "predicted: -8 % to -79 % (-41 % and -56 % in the two CI "
                                                            "runs of 2026-12-04 evening)"),
-    # the overhead job's agent-loop path (512 x 8.9 ms = 4.5 s, with an engine that answers at once) plus the
-    # engine's 0.47 s is polled to 6.0 s; the run's generation took 8-11 s in CI. Measured per process
-    # (benchmarks/cpu_loop_stage_cpu.py, steady steps, load 8-15): generation 10.0 s (a poll boundary), the agent
-    # loop 4.8-5.2 s of CPU (about half of the window busy), reward loop 1.2 s, vLLM's HTTP server 1.0 s, engine core
-    # 0.5-1.1 s, TransferQueue 0.7-1.0 s, load balancer and Ray 1.3 s, vLLM's TP workers 4.7-5.8 s, other programs
-    # 2.3-4.7 s; the host's two cores were busy throughout. The TP workers' CPU is their busy poll (vLLM
-    # shm_broadcast SpinCondition, busy_loop_s=1) soaking up free time, not time taken from the agent loop: on this
-    # kernel (6.18, EEVDF) sched_yield spinners beside a CPU-bound task on one core get no CPU (<0.01 s per 0.4 s,
-    # benchmarks/yield_spinner_share.py), so a fair-share term for them was measured wrong and withdrawn. What
-    # the agent loop waits for is the engine at TP2 with the server's request path (the decode job times a TP1
-    # step, 1.1-1.5 ms) and the other programs' load; no job times the TP2 engine's request path yet.
-    # The decode job now times eager vLLM steps as the loop runs them (1.9-2.6 ms, where compiled ones took 1.0-1.2
-    # ms). The prediction is polled to the next 2 s, and what it polls is mostly the overhead job's agent-loop path,
-    # which two CI runs of one commit measured at 14.7 and 9.5 ms per response (512 responses: 7.5 s and 4.9 s): 10.0
-    # s predicted in run E, 6.0 s in run F, against 10.05 and 10.04 s measured. The job times that path with an
-    # engine that answers at once; in the run the engine, its HTTP server and the reward loop share the two cores.
-    # 2026-12-04 evening: 13.1-16.1 s measured, 10-12 s predicted (the agent-loop path 8.5 s and the engine 1.1 s,
-    # polled): in the run the requests reach the TP2 engine at the agent loop's rate, so the engine steps throughout
-    # at a few sequences, its two workers busy on the host's two cores beside the agent loop; the twin counts its
-    # steps as if the batch came at once
-    "rollout": pytest.mark.xfail(strict=False, reason="rollout 13.1-16.1 s measured, 10-12 s predicted (-23 % to -34 "
-                                                      "%): the engine stepping at the agent loop's arrival rate "
-                                                      "beside it on the host is not modelled"),
     # the overhead job's update_actor (384 responses, micro-batches of 48) was 1.3 s and the twin adds the terms it
     # fitted for 512 responses in one micro-batch per rank: 1.7 s; CI measured 2.0-2.8 s. Measured per process
     # (benchmarks/cpu_loop_stage_cpu.py, steady steps): the two trainer ranks used 2.6-3.8 s of CPU together

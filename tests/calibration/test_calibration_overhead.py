@@ -38,13 +38,15 @@ def test_call_and_slope_is_a_line_kept_non_negative():
     assert call == 0.0 and slope == pytest.approx((100 * 0.9 + 200 * 2.1) / (100**2 + 200**2))
 
 
-def _record(op: str, params: dict, seconds: float, prompt: float = 39.0, response: float = 7.0) -> JobMeasurement:
+def _record(op: str, params: dict, seconds: float, prompt: float = 39.0, response: float = 7.0,
+            host_cpu_s: float | None = None) -> JobMeasurement:
     n = params["responses"]
+    busy = {} if host_cpu_s is None else {"host_cpu_s": host_cpu_s / seconds}
     return JobMeasurement(
         key=f"overhead|{op}|{params}", job="overhead", timestamp=datetime.now(timezone.utc), op=op, params=params,
         stats=Stats.from_samples([seconds] * 3, warmup=1),
         derived={"responses": n / seconds, "prompt_tokens": n * prompt / seconds,
-                 "response_tokens": n * response / seconds},
+                 "response_tokens": n * response / seconds, **busy},
         device=DeviceFacts(kind="cpu", name="test-cpu", count=1, threads=1),
         host=HostFacts(hostname="h", cpu_model="c", cores=2, memory_gb=24.0), versions=Versions(python="3.11"))
 
@@ -65,6 +67,17 @@ def test_fit_reads_the_agent_loop_and_driver_stage_terms_off_verls_points():
     assert profile["advantage_call_s"] == pytest.approx(0.020, abs=1e-12)
     assert profile["advantage_s_per_response"] == pytest.approx(2e-4, rel=1e-9)
     assert "calibration overhead job" in profile.params["advantage_call_s"].source
+    assert profile["agent_loop_busy_cores"] == 0.0  # no host CPU measured: the placeholder stays
+
+
+def test_fit_reads_the_cores_the_agent_loop_keeps_busy_and_the_hosts_cores():
+    records = [_record("agent_loop", {"agent_workers": 1, "responses": 96}, 1.2, host_cpu_s=1.8),  # 1.5 cores
+               _record("agent_loop", {"agent_workers": 1, "responses": 384}, 4.8, host_cpu_s=8.16),  # 1.7
+               _record("agent_loop", {"agent_workers": 1, "responses": 768}, 9.6, host_cpu_s=15.36)]  # 1.6
+    profile = JobFit(embedded_profile("cpu"), records, "fp32").run("overhead", ["synthetic"]).profile
+    assert profile["agent_loop_busy_cores"] == pytest.approx(1.6, rel=1e-12)  # the median
+    assert profile["host_cores"] == 2.0  # the records' host
+    assert "median of 3 points (1.50-1.70)" in profile.params["agent_loop_busy_cores"].source
 
 
 def test_fit_of_update_actor_recovers_the_terms_beyond_the_twins_passes():

@@ -114,9 +114,15 @@ FRAMEWORK_TERMS = {
 }
 
 
+# what the rollout's agent-loop path shares with the engine: the host's cores it keeps busy alone and the host's
+# cores (twin.cost_models.host_sharing), measured by the overhead job beside its per-response term
+HOST_TERMS = ("agent_loop_busy_cores", "host_cores")
+
+
 def carries(pf: Profile, stage: str) -> bool:
     """Whether the profile has the framework terms of `stage` (measured by the overhead job)."""
-    return all(name is None or name in pf.params for name in FRAMEWORK_TERMS[stage])
+    names = (*FRAMEWORK_TERMS[stage], *(HOST_TERMS if stage == "rollout" else ()))
+    return all(name is None or name in pf.params for name in names)
 
 
 def framework_seconds(pf: Profile, stage: str, responses: float) -> float:

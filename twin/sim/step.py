@@ -8,9 +8,10 @@ Task dispatch before each worker call costs the skew of handing inputs to the wo
 time, or device to device). Response and prompt lengths are drawn from the workload (seeded).
 
 verl's framework time per call and per response (twin.cost_models.scheduling, where the profile carries the
-overhead job's terms): the agent-loop path of every response shares the host with the engine, so it adds to
-the engine's time before the trainer's poll sees the round end; bypass-mode old_log_prob is its TransferQueue
-copy; update_actor adds its call and per-response terms to the passes and the optimizer step.
+overhead job's terms): the agent-loop path hands the requests to the engine one by one, and where the engine
+computes on the host's cores the two share them (twin.cost_models.host_sharing); the round ends when the last
+request leaves the engine, seen at the trainer's next poll; bypass-mode old_log_prob is its TransferQueue copy;
+update_actor adds its call and per-response terms to the passes and the optimizer step.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from functools import cached_property
 import numpy as np
 import simpy
 
+from twin.cost_models.host_sharing import shared_host_rollout
+from twin.cost_models.rollout import response_tail
 from twin.cost_models.scheduling import driver_seconds, framework_seconds
 from twin.cost_models.transition import offload_moments, reshard_time
 from twin.evaluate import Evaluation
@@ -198,16 +201,42 @@ class StepSimulation:
         self.records.append(StepRecord(stages, outcome, pipelines))
 
     def _with_agent_loop(self, outcome: RolloutOutcome) -> float:
-        """One round's rollout with verl's agent-loop path of every response added to the engine's time before
-        the poll (the outcome's own poll wait replaced); its components gain `agent_loop`."""
-        agent = framework_seconds(self.ev.profile, "rollout", self.ev.rollout_cost.responses_per_round)
+        """One round's rollout with verl's agent-loop path handing every request to the engine (the outcome's
+        own poll wait replaced): the engine steps beside the path as the requests arrive, on the host's cores
+        where it computes there (twin.cost_models.host_sharing), and the round ends when the last request leaves
+        the engine, or when the engine would have ended with every request at once, if later. The outcome's
+        components and engine steps become this round's."""
+        rc, pf, wl = self.ev.rollout_cost, self.ev.profile, self.sc.workload
+        agent = framework_seconds(pf, "rollout", rc.responses_per_round)
         if agent == 0.0:
             return outcome.seconds
-        parts = outcome.components_s
-        busy = outcome.seconds - parts["poll_wait"] - parts["rl_scheduling"] + agent
-        polled = self.ev.rollout_cost.polled(busy)
-        parts.update(agent_loop=agent, poll_wait=polled - busy)
-        outcome.seconds = polled + parts["rl_scheduling"]
+        prompt, mean = wl.prompt_len.mean, wl.response_len.mean
+        prefill = float(rc.prefill_compute_s(prompt, prompt / 2))
+
+        def step(batch: float, context: float) -> float:
+            return float(rc.decode_step(batch, context).total)
+
+        def residence(batch: float) -> float:
+            return prefill + (mean + 1) * step(batch, prompt + mean / 2)
+
+        shared = shared_host_rollout(agent, rc.responses_per_round, pf["agent_loop_busy_cores"],
+                                     int(pf["host_cores"]), rc.ro.devices, rc.request_host_s, residence)
+        longest = response_tail(self.sc, rc.responses_per_round)
+        tail = prefill + (longest + 1) * step(1.0, prompt + longest / 2)
+        fixed = outcome.components_s["rl_scheduling"]
+        at_once = outcome.seconds - outcome.components_s["poll_wait"] - fixed
+        busy = max(at_once, shared.seconds + tail)
+        stepping = shared.duty * shared.seconds / (step(max(1.0, shared.in_flight), prompt + mean / 2)
+                                                   * shared.slowdown)
+        outcome.steps = max(outcome.steps, round(stepping + longest + 1))
+        outcome.components_s = {"agent_loop": agent, "host_sharing": shared.seconds - agent,
+                                "engine_tail": busy - shared.seconds, "rl_scheduling": fixed,
+                                "poll_wait": rc.polled(busy) - busy}
+        shared_note = (f"rollout on the host's {int(pf['host_cores'])} cores beside the agent-loop path: the engine "
+                       f"busy {shared.duty * 100:.0f} % of it with {shared.in_flight:.1f} requests in flight, the path "
+                       f"{shared.slowdown:.2f}x its time alone")
+        outcome.note = "; ".join(n for n in (outcome.note, shared_note) if n)
+        outcome.seconds = rc.polled(busy) + fixed
         return outcome.seconds
 
     def run(self, steps: int = 1) -> list[StepRecord]:

@@ -54,14 +54,29 @@ def test_with_the_agent_loop_term_the_reward_is_inside_the_rollout_and_the_advan
     assert plain == {"reward": 0.0, "advantage": 0.0}
 
 
-def test_the_agent_loop_adds_to_the_engine_before_the_poll():
-    zero, with_terms = _stages(_cpu({})), _stages(_cpu(TERMS))
-    parts = zero.rollout.components_s
-    engine = zero.stages_s["rollout"] - parts["poll_wait"] - parts["rl_scheduling"]
-    poll = embedded_profile("cpu")["rollout_poll_s"]  # 2 s
-    expected = math.ceil((engine + 4.8) / poll - 1e-9) * poll + parts["rl_scheduling"]
-    assert with_terms.stages_s["rollout"] == pytest.approx(expected, rel=1e-12)
-    assert with_terms.rollout.components_s["agent_loop"] == pytest.approx(4.8, rel=1e-12)
+def test_the_engine_steps_beside_the_agent_loop_on_the_hosts_cores():
+    """With the path keeping 1.5 of the host's 2 cores busy alone, the engine's 2 workers stepping beside it slow it
+    (twin.cost_models.host_sharing); the round ends when the last request leaves the engine, at the next poll."""
+    from twin.cost_models.host_sharing import shared_host_rollout
+
+    profile = _cpu({**TERMS, "agent_loop_busy_cores": 1.5, "host_cores": 2.0})
+    run = _stages(profile)
+    parts = run.rollout.components_s
+    sc, ev = _scenario(), Evaluation(_scenario(), profile)
+    rc, wl = ev.rollout_cost, sc.workload
+    prompt, mean = wl.prompt_len.mean, wl.response_len.mean
+    prefill = float(rc.prefill_compute_s(prompt, prompt / 2))
+    shared = shared_host_rollout(4.8, 384, 1.5, 2, 2, rc.request_host_s,
+                                 lambda b: prefill + (mean + 1) * float(rc.decode_step(b, prompt + mean / 2).total))
+    assert parts["agent_loop"] == pytest.approx(4.8, rel=1e-12)
+    assert parts["agent_loop"] + parts["host_sharing"] == pytest.approx(shared.seconds, rel=1e-12)
+    assert shared.slowdown > 1.0 and 0.0 < parts["engine_tail"] < 0.5
+    busy = shared.seconds + parts["engine_tail"]
+    poll = profile["rollout_poll_s"]  # 2 s
+    assert run.stages_s["rollout"] == pytest.approx(math.ceil(busy / poll - 1e-9) * poll + parts["rl_scheduling"],
+                                                    rel=1e-12)
+    idle = _stages(_cpu({**TERMS, "agent_loop_busy_cores": 0.0, "host_cores": 64.0})).rollout.components_s
+    assert idle["host_sharing"] == 0.0  # cores to spare: the path as it ran alone
 
 
 def test_bypass_old_log_prob_and_update_gain_their_terms():
