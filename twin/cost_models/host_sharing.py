@@ -35,7 +35,7 @@ class SharedHost:
     in_flight: float  # mean requests in the engine (Little's law)
 
 
-def shared_host_rollout(agent_s: float, requests: int, busy_cores: float, cores: int, workers: int,
+def shared_host_rollout(agent_s: float, requests: int, busy_cores: float, cores: float, workers: int,
                         front_end_s: float, residence_s: Callable[[float], float]) -> SharedHost:
     """The agent-loop path's time with the engine stepping beside it (module docstring). `residence_s(batch)`:
     how long one request stays in the engine running alone at that mean batch (prefill and decode steps)."""

@@ -220,7 +220,7 @@ class StepSimulation:
             return prefill + (mean + 1) * step(batch, prompt + mean / 2)
 
         shared = shared_host_rollout(agent, rc.responses_per_round, pf["agent_loop_busy_cores"],
-                                     int(pf["host_cores"]), rc.ro.devices, rc.request_host_s, residence)
+                                     pf["host_cores"], rc.ro.devices, rc.request_host_s, residence)
         longest = response_tail(self.sc, rc.responses_per_round)
         tail = prefill + (longest + 1) * step(1.0, prompt + longest / 2)
         fixed = outcome.components_s["rl_scheduling"]
@@ -232,7 +232,7 @@ class StepSimulation:
         outcome.components_s = {"agent_loop": agent, "host_sharing": shared.seconds - agent,
                                 "engine_tail": busy - shared.seconds, "rl_scheduling": fixed,
                                 "poll_wait": rc.polled(busy) - busy}
-        shared_note = (f"rollout on the host's {int(pf['host_cores'])} cores beside the agent-loop path: the engine "
+        shared_note = (f"rollout on the host's {pf['host_cores']:g} cores beside the agent-loop path: the engine "
                        f"busy {shared.duty * 100:.0f} % of it with {shared.in_flight:.1f} requests in flight, the path "
                        f"{shared.slowdown:.2f}x its time alone")
         outcome.note = "; ".join(n for n in (outcome.note, shared_note) if n)
