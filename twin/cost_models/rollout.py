@@ -24,9 +24,11 @@ from twin.catalog.config import ModelConfig
 from twin.catalog.inventory import Inventory
 from twin.cost_models.comm import collective_time
 from twin.cost_models.efficiency import efficiency, memory_seconds, peak_flops
+from twin.cost_models.host_sharing import shared_host_rollout
 from twin.cost_models.imbalance import expert_imbalance
 from twin.cost_models.memory import BF16, RolloutMemory
 from twin.cost_models.operators import attention_flops_per_ctx_layer, decode_attention_flops_per_ctx_layer
+from twin.cost_models.scheduling import framework_seconds
 from twin.cost_models.static import tensor_table
 from twin.layout.ranks import rollout_group
 from twin.profile import Profile
@@ -35,6 +37,16 @@ from twin.topology.routing import Cluster
 from twin.workload import length_quantile
 
 EOS_SYNCS_PER_STEP = 2  # cann-recipes-train: two DP end-of-sequence syncs per decode step (C2)
+
+
+@dataclass(frozen=True)
+class AgentLoopRound:
+    """One round with verl's agent-loop path handing the requests to the engine (RolloutCost.agent_loop_round)."""
+
+    busy_s: float  # until the last request leaves the engine, before the trainer's poll
+    components_s: dict[str, float]  # agent_loop, host_sharing, engine_tail
+    steps: int  # engine steps
+    note: str
 
 
 @dataclass(frozen=True)
@@ -244,7 +256,8 @@ class RolloutCost:
     def analytical_seconds(self, kv_tokens: int) -> float:
         """Closed-form rollout: per generation round, waves of continuous batching on one DP replica, then
         the longest response of the whole round decoded at a small batch (the replicas finish unevenly:
-        the round ends with the slowest), and prefill; DAPO's rounds one after another."""
+        the round ends with the slowest), and prefill, or the agent-loop path's round where the profile carries
+        one (agent_loop_round); DAPO's rounds one after another."""
         wl = self.sc.workload
         per_replica = self.sequences_per_replica
         conc = self.concurrency(per_replica, kv_tokens)
@@ -255,7 +268,43 @@ class RolloutCost:
         lone = float(self.decode_step(1.0, wl.prompt_len.mean + mean + tail / 2).total)
         decode = waves * mean * full + tail * lone
         prefill = self.prefill_time(per_replica * wl.prompt_len.mean)
-        return (self.polled(decode + prefill + self.request_host_s) + self.pf["rollout_fixed_s"]) * wl.gen_rounds
+        busy = decode + prefill + self.request_host_s
+        with_agent = self.agent_loop_round(busy, 0)
+        busy = with_agent.busy_s if with_agent else busy
+        return (self.polled(busy) + self.pf["rollout_fixed_s"]) * wl.gen_rounds
+
+    def agent_loop_round(self, engine_busy_s: float, engine_steps: int) -> AgentLoopRound | None:
+        """One round with verl's agent-loop path handing every request to the engine, where the profile carries
+        the path's time (the overhead job's): the engine steps beside the path as the requests arrive, sharing the
+        host's cores where it computes on them (twin.cost_models.host_sharing), and the round ends when the last
+        request leaves the engine, or when the engine would have ended with every request at once
+        (`engine_busy_s`, in `engine_steps`), if later. None where the profile carries no path."""
+        pf, wl = self.pf, self.sc.workload
+        agent = framework_seconds(pf, "rollout", self.responses_per_round)
+        if agent == 0.0:
+            return None
+        prompt, mean = wl.prompt_len.mean, wl.response_len.mean
+        prefill = float(self.prefill_compute_s(prompt, prompt / 2))
+
+        def step(batch: float, context: float) -> float:
+            return float(self.decode_step(batch, context).total)
+
+        def residence(batch: float) -> float:
+            return prefill + (mean + 1) * step(batch, prompt + mean / 2)
+
+        shared = shared_host_rollout(agent, self.responses_per_round, pf["agent_loop_busy_cores"], pf["host_cores"],
+                                     self.ro.devices, self.request_host_s, residence)
+        longest = response_tail(self.sc, self.responses_per_round)
+        tail = prefill + (longest + 1) * step(1.0, prompt + longest / 2)
+        busy = max(engine_busy_s, shared.seconds + tail)
+        stepping = shared.duty * shared.seconds / (step(max(1.0, shared.in_flight), prompt + mean / 2)
+                                                   * shared.slowdown)
+        note = (f"rollout on the host's {pf['host_cores']:g} cores beside the agent-loop path: the engine busy "
+                f"{shared.duty * 100:.0f} % of it with {shared.in_flight:.1f} requests in flight, the path "
+                f"{shared.slowdown:.2f}x its time alone")
+        return AgentLoopRound(busy, {"agent_loop": agent, "host_sharing": shared.seconds - agent,
+                                     "engine_tail": busy - shared.seconds},
+                              max(engine_steps, round(stepping + longest + 1)), note)
 
     @property
     def poll_s(self) -> float:

@@ -23,8 +23,6 @@ from functools import cached_property
 import numpy as np
 import simpy
 
-from twin.cost_models.host_sharing import shared_host_rollout
-from twin.cost_models.rollout import response_tail
 from twin.cost_models.scheduling import driver_seconds, framework_seconds
 from twin.cost_models.transition import offload_moments, reshard_time
 from twin.evaluate import Evaluation
@@ -201,42 +199,20 @@ class StepSimulation:
         self.records.append(StepRecord(stages, outcome, pipelines))
 
     def _with_agent_loop(self, outcome: RolloutOutcome) -> float:
-        """One round's rollout with verl's agent-loop path handing every request to the engine (the outcome's
-        own poll wait replaced): the engine steps beside the path as the requests arrive, on the host's cores
-        where it computes there (twin.cost_models.host_sharing), and the round ends when the last request leaves
-        the engine, or when the engine would have ended with every request at once, if later. The outcome's
-        components and engine steps become this round's."""
-        rc, pf, wl = self.ev.rollout_cost, self.ev.profile, self.sc.workload
-        agent = framework_seconds(pf, "rollout", rc.responses_per_round)
-        if agent == 0.0:
-            return outcome.seconds
-        prompt, mean = wl.prompt_len.mean, wl.response_len.mean
-        prefill = float(rc.prefill_compute_s(prompt, prompt / 2))
-
-        def step(batch: float, context: float) -> float:
-            return float(rc.decode_step(batch, context).total)
-
-        def residence(batch: float) -> float:
-            return prefill + (mean + 1) * step(batch, prompt + mean / 2)
-
-        shared = shared_host_rollout(agent, rc.responses_per_round, pf["agent_loop_busy_cores"],
-                                     pf["host_cores"], rc.ro.devices, rc.request_host_s, residence)
-        longest = response_tail(self.sc, rc.responses_per_round)
-        tail = prefill + (longest + 1) * step(1.0, prompt + longest / 2)
+        """One round's rollout with verl's agent-loop path handing every request to the engine, where the profile
+        carries the path (RolloutCost.agent_loop_round; the outcome's poll wait replaced): the outcome's
+        components, engine steps and note become the round's."""
+        rc = self.ev.rollout_cost
         fixed = outcome.components_s["rl_scheduling"]
         at_once = outcome.seconds - outcome.components_s["poll_wait"] - fixed
-        busy = max(at_once, shared.seconds + tail)
-        stepping = shared.duty * shared.seconds / (step(max(1.0, shared.in_flight), prompt + mean / 2)
-                                                   * shared.slowdown)
-        outcome.steps = max(outcome.steps, round(stepping + longest + 1))
-        outcome.components_s = {"agent_loop": agent, "host_sharing": shared.seconds - agent,
-                                "engine_tail": busy - shared.seconds, "rl_scheduling": fixed,
-                                "poll_wait": rc.polled(busy) - busy}
-        shared_note = (f"rollout on the host's {pf['host_cores']:g} cores beside the agent-loop path: the engine "
-                       f"busy {shared.duty * 100:.0f} % of it with {shared.in_flight:.1f} requests in flight, the path "
-                       f"{shared.slowdown:.2f}x its time alone")
-        outcome.note = "; ".join(n for n in (outcome.note, shared_note) if n)
-        outcome.seconds = rc.polled(busy) + fixed
+        agent = rc.agent_loop_round(at_once, outcome.steps)
+        if agent is None:
+            return outcome.seconds
+        outcome.steps = agent.steps
+        outcome.components_s = {**agent.components_s, "rl_scheduling": fixed,
+                                "poll_wait": rc.polled(agent.busy_s) - agent.busy_s}
+        outcome.note = "; ".join(n for n in (outcome.note, agent.note) if n)
+        outcome.seconds = rc.polled(agent.busy_s) + fixed
         return outcome.seconds
 
     def run(self, steps: int = 1) -> list[StepRecord]:

@@ -84,3 +84,14 @@ def test_bypass_old_log_prob_and_update_gain_their_terms():
     assert zero.stages_s["old_log_prob"] == 0.0
     assert with_terms.stages_s["old_log_prob"] == pytest.approx(0.01 + 384 * 1e-4, rel=1e-12)  # 0.0484 s
     assert with_terms.stages_s["update"] - zero.stages_s["update"] == pytest.approx(0.05 + 384 * 0.002, rel=1e-9)
+
+
+def test_the_closed_form_carries_the_same_framework_terms_as_the_simulation():
+    profile = _cpu({**TERMS, "agent_loop_busy_cores": 1.5, "host_cores": 2.0})
+    ev = Evaluation(_scenario(), profile)
+    closed, simulated = ev.stage_times(), _stages(profile).stages_s
+    assert closed["rollout"] == pytest.approx(simulated["rollout"], rel=1e-12)  # one agent-loop round, polled
+    assert closed["old_log_prob"] == pytest.approx(0.01 + 384 * 1e-4, rel=1e-12)  # the bypass copy
+    assert closed["update"] == pytest.approx(simulated["update"], rel=0.02)
+    assert closed["update"] - Evaluation(_scenario(), _cpu({})).stage_times()["update"] == pytest.approx(
+        0.05 + 384 * 0.002, rel=1e-9)
