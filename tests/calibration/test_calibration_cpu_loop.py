@@ -128,6 +128,11 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 #                                                                              0.289 / 0.087 s against 0.069; update
 #                                                                              2.62 / 2.97 s against 1.92; others 2 % /
 #                                                                              3 %)
+#   X    CI     +8.7 %   -14.6 %       -4.6 %     -12.3 %  +16.5 %  +3.6 %    (2026-12-05 00:33, a908158: every stage
+#                                                                              within the bar for the first time in CI;
+#                                                                              rollout 12.0 s against 10.04 / 12.05;
+#                                                                              update 2.11 s against 2.44 / 2.38; others
+#                                                                              3 % / 3 %)
 # Six CI runs of 2026-11-30 (ci20-ci25): rollout -0.5 to -69 %, old_log_prob +28 to -79 %, advantage +27 to -61 %,
 # update -24 to -70 %, reshard -96.6 to -99.5 %. In C (load average 8.4 before the jobs, 7.7 after the run) every
 # stage but the weight sync was within 25 %; in D the jobs ran while other programs took 64 % of the host and the run
