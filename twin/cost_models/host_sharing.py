@@ -14,7 +14,7 @@ lambda = requests / T over the path's time T and each stays R in the engine (its
 themselves slowed by the same factor), so duty = 1 - exp(-lambda R), the busy probability of an M/G/inf queue;
 the front end's time per request (vLLM's input and output processing) is CPU work of its own,
 front_end_cores = front_end_s / T. T = agent_s x slowdown(T) has one solution: the right side falls as T grows.
-The round ends when the last request, handed over at T, leaves the engine (the `tail_s` the caller gives).
+The round ends when the last request, handed over at T, leaves the engine (RolloutCost.agent_loop_round adds that tail).
 """
 
 from __future__ import annotations
