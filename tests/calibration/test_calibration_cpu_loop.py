@@ -133,6 +133,11 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 #                                                                              rollout 12.0 s against 10.04 / 12.05;
 #                                                                              update 2.11 s against 2.44 / 2.38; others
 #                                                                              3 % / 3 %)
+#   Y    CI     +19.5 %  -15.8 %       -5.6 %     -22.5 %  +27.7 %  +9.6 %    (2026-12-05 00:52, ca7180a: rollout 12.0 s
+#                                                                              against 10.04 / 10.05 (a poll boundary:
+#                                                                              the run's busy time under 10 s, the
+#                                                                              twin's over it); update 1.90 s against
+#                                                                              2.44 / 2.46; others 2 % / 3 %)
 # Six CI runs of 2026-11-30 (ci20-ci25): rollout -0.5 to -69 %, old_log_prob +28 to -79 %, advantage +27 to -61 %,
 # update -24 to -70 %, reshard -96.6 to -99.5 %. In C (load average 8.4 before the jobs, 7.7 after the run) every
 # stage but the weight sync was within 25 %; in D the jobs ran while other programs took 64 % of the host and the run
