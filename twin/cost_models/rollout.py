@@ -14,7 +14,7 @@ parts of both in vLLM).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -279,6 +279,18 @@ class RolloutCost:
         host's cores where it computes on them (twin.cost_models.host_sharing), and the round ends when the last
         request leaves the engine, or when the engine would have ended with every request at once
         (`engine_busy_s`, in `engine_steps`), if later. None where the profile carries no path."""
+        arrival = self._arrival_round
+        if arrival is None:
+            return None
+        busy = max(engine_busy_s, arrival.busy_s)
+        tail = arrival.components_s["engine_tail"] + busy - arrival.busy_s
+        return replace(arrival, busy_s=busy, components_s={**arrival.components_s, "engine_tail": tail},
+                       steps=max(engine_steps, arrival.steps))
+
+    @cached_property
+    def _arrival_round(self) -> AgentLoopRound | None:
+        """The agent-loop round as the requests' arrivals alone shape it (whatever the KV cache: the planner asks at
+        every gpu_memory_utilization step), once per layout."""
         pf, wl = self.pf, self.sc.workload
         agent = framework_seconds(pf, "rollout", self.responses_per_round)
         if agent == 0.0:
@@ -296,15 +308,13 @@ class RolloutCost:
                                      self.ro.devices, self.request_host_s, residence)
         longest = response_tail(self.sc, self.responses_per_round)
         tail = prefill + (longest + 1) * step(1.0, prompt + longest / 2)
-        busy = max(engine_busy_s, shared.seconds + tail)
         stepping = shared.duty * shared.seconds / (step(max(1.0, shared.in_flight), prompt + mean / 2)
                                                    * shared.slowdown)
         note = (f"rollout on the host's {pf['host_cores']:g} cores beside the agent-loop path: the engine busy "
                 f"{shared.duty * 100:.0f} % of it with {shared.in_flight:.1f} requests in flight, the path "
                 f"{shared.slowdown:.2f}x its time alone")
-        return AgentLoopRound(busy, {"agent_loop": agent, "host_sharing": shared.seconds - agent,
-                                     "engine_tail": busy - shared.seconds},
-                              max(engine_steps, round(stepping + longest + 1)), note)
+        return AgentLoopRound(shared.seconds + tail, {"agent_loop": agent, "host_sharing": shared.seconds - agent,
+                                                      "engine_tail": tail}, round(stepping + longest + 1), note)
 
     @property
     def poll_s(self) -> float:

@@ -208,11 +208,11 @@ class StepSimulation:
         agent = rc.agent_loop_round(at_once, outcome.steps)
         if agent is None:
             return outcome.seconds
+        polled = rc.polled(agent.busy_s)
         outcome.steps = agent.steps
-        outcome.components_s = {**agent.components_s, "rl_scheduling": fixed,
-                                "poll_wait": rc.polled(agent.busy_s) - agent.busy_s}
+        outcome.components_s = {**agent.components_s, "rl_scheduling": fixed, "poll_wait": polled - agent.busy_s}
         outcome.note = "; ".join(n for n in (outcome.note, agent.note) if n)
-        outcome.seconds = rc.polled(agent.busy_s) + fixed
+        outcome.seconds = polled + fixed
         return outcome.seconds
 
     def run(self, steps: int = 1) -> list[StepRecord]:
