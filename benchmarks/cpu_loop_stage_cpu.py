@@ -10,7 +10,9 @@ what other programs on the host used (host busy minus the run's processes minus 
 
     python benchmarks/cpu_loop_stage_cpu.py plan.json --model-path assets/model --data-dir assets/data --steps 2
 
-Prints one table per step (stage, wall s, CPU s per class) and, with `--json FILE`, writes the raw windows.
+Prints one table per step (stage, wall s, CPU s per class), then for the trainer ranks, the driver and TransferQueue
+the system CPU seconds, minor page faults and involuntary context switches in each stage, and with `--json FILE`
+writes the raw windows.
 """
 
 from __future__ import annotations
@@ -116,8 +118,19 @@ def _host_busy() -> float:
     return busy / os.sysconf("SC_CLK_TCK")
 
 
+KERNEL_METRICS = ("system_s", "minor_faults", "involuntary_switches")
+KERNEL_CLASSES = ("trainer_rank", "driver", "transfer_queue")  # printed per stage (the JSON has every class)
+
+
+def _kernel_counters(proc) -> tuple[float, int, int]:
+    """(system CPU s, minor page faults, involuntary context switches) of a process so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return proc.cpu_times().system, int(fields[7]), proc.num_ctx_switches().involuntary
+
+
 def sample(root_pid: int, interval: float, out: list, done: threading.Event) -> None:
-    """Append (time, host busy s, own cpu s, {pid: (title, cpu s)}) every `interval` until `done`."""
+    """Append (time, host busy s, own cpu s, {pid: (title, cpu s, system s, minor faults, involuntary switches)})
+    every `interval` until `done`."""
     import psutil
 
     root = psutil.Process(root_pid)
@@ -133,8 +146,8 @@ def sample(root_pid: int, interval: float, out: list, done: threading.Event) -> 
         for pid, p in list(procs.items()):
             try:
                 t = p.cpu_times()
-                row[pid] = (_title(p), t.user + t.system)
-            except psutil.Error:
+                row[pid] = (_title(p), t.user + t.system, *_kernel_counters(p))
+            except (psutil.Error, OSError):
                 procs.pop(pid)
         own = me.cpu_times()
         out.append((time.time(), _host_busy(), own.user + own.system, row))
@@ -155,36 +168,40 @@ def _at(samples: list, t: float, value) -> float:
 
 
 def window(samples: list, start: float, end: float) -> dict[str, float]:
-    """CPU seconds per process class in [start, end], the host's busy seconds, the sampler's, and the rest."""
+    """CPU seconds per process class in [start, end], the host's busy seconds, the sampler's, and the rest; and each
+    class's kernel counters (`KERNEL_METRICS`) under `_kernel`."""
     pids = {pid for s in samples for pid in s[3]}
     cpu: dict[str, float] = {}
+    kernel: dict[str, dict[str, float]] = {}
     titles: dict[str, set] = {}
     for pid in pids:
-        def value(s, pid=pid):
-            return s[3][pid][1] if pid in s[3] else None
-
         seen = [s for s in samples if pid in s[3]]
         if not seen:
             continue
         first, last = seen[0], seen[-1]
 
-        def cum(s, first=first, last=last, value=value):
-            v = value(s)
-            if v is not None:
-                return v
-            return value(first) if s[0] < first[0] else value(last)
+        def used(index: int, pid=pid, first=first, last=last) -> float:
+            """Increase of field `index` of the pid's sample rows over the window."""
+            def cum(at):
+                row = at[3].get(pid) or (first if at[0] < first[0] else last)[3][pid]
+                return row[index]
+            return _at(samples, end, cum) - _at(samples, start, cum)
 
-        used = _at(samples, end, cum) - _at(samples, start, cum)
         title = next((s[3][pid][0] for s in samples if pid in s[3] and start <= s[0] <= end), first[3][pid][0])
         cls = classify(title)
-        cpu[cls] = cpu.get(cls, 0.0) + used
-        if used > 0.005:
+        seconds = used(1)
+        cpu[cls] = cpu.get(cls, 0.0) + seconds
+        counters = kernel.setdefault(cls, dict.fromkeys(KERNEL_METRICS, 0.0))
+        for i, metric in enumerate(KERNEL_METRICS, 2):
+            counters[metric] += used(i)
+        if seconds > 0.005:
             titles.setdefault(cls, set()).add(title.split(" ")[0][:60])
     host = _at(samples, end, lambda s: s[1]) - _at(samples, start, lambda s: s[1])
     own = _at(samples, end, lambda s: s[2]) - _at(samples, start, lambda s: s[2])
     run = sum(cpu.values())
     return {"wall": end - start, **{k: round(v, 4) for k, v in sorted(cpu.items())}, "run": run, "sampler": own,
-            "host": host, "external": host - run - own, "_titles": {k: sorted(v) for k, v in titles.items()}}
+            "host": host, "external": host - run - own, "_kernel": kernel,
+            "_titles": {k: sorted(v) for k, v in titles.items()}}
 
 
 def step_windows(marks: list[dict]) -> list[dict[str, dict]]:
@@ -245,6 +262,10 @@ def main() -> None:
             if name in rows:
                 r = rows[name]
                 print(f"{name:>15}" + "".join(f"{r.get(h, 0.0):>15.3f}" for h in head[1:]))
+        for cls in KERNEL_CLASSES:
+            print(f"{cls} kernel counters ({' / '.join(KERNEL_METRICS)}): " + ", ".join(
+                f"{name} " + " / ".join(f"{rows[name]['_kernel'].get(cls, {}).get(m, 0.0):.3g}" for m in KERNEL_METRICS)
+                for name in STAGES if name in rows))
         for name in STAGES:
             if name in rows:
                 print(f"  {name}: {rows[name]['_titles']}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from pathlib import Path
 
 import psutil
 
@@ -22,15 +23,17 @@ WORLD = 2  # the CPU loop's trainer ranks
 GROUP = 4  # responses per prompt (scenarios/cpu-tiny-grpo.yaml n)
 
 
-def ranks_cpu_s() -> dict[int, float]:
-    """CPU seconds of each of verl's actor worker processes under this one."""
+def ranks_counters() -> dict[int, tuple[float, float, int, int]]:
+    """(CPU s, system CPU s, minor page faults, involuntary context switches) of each of verl's actor worker
+    processes under this one, so far."""
     out = {}
     for child in psutil.Process().children(recursive=True):
         try:
             if "ActorRolloutRefWorker" in " ".join(child.cmdline()):
                 t = child.cpu_times()
-                out[child.pid] = t.user + t.system
-        except psutil.Error:
+                faults = int(Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
+                out[child.pid] = (t.user + t.system, t.system, faults, child.num_ctx_switches().involuntary)
+        except (psutil.Error, OSError):
             continue
     return out
 
@@ -45,6 +48,8 @@ def main() -> None:
     ap.add_argument("responses", type=int)
     ap.add_argument("micro", type=int, help="micro-batch per rank (sequences)")
     ap.add_argument("--repeats", type=int, default=4)
+    ap.add_argument("--idle", type=float, default=0.0,
+                    help="seconds to wait before each timed call, as the loop's ranks wait out the rollout")
     a = ap.parse_args()
     import ray
 
@@ -64,14 +69,18 @@ def main() -> None:
         driver.stage("advantage")
         driver.stage("update")  # warm-up: builds the FSDP2 actor
         for _ in range(a.repeats):
-            cpu0, host0, start = ranks_cpu_s(), host_busy_s(), time.perf_counter()
+            time.sleep(a.idle)
+            before, host0, start = ranks_counters(), host_busy_s(), time.perf_counter()
             driver.stage("update")
             wall = time.perf_counter() - start
-            cpu1, host = ranks_cpu_s(), host_busy_s() - host0
-            ranks = sum(cpu1[p] - cpu0.get(p, 0.0) for p in cpu1)
-            print(f"update_actor {a.responses} responses, micro-batch {a.micro} per rank: wall {wall:.3f} s, ranks' "
-                  f"CPU {ranks:.3f} s, host busy {host:.2f} s of {(os.cpu_count() or 1) * wall:.2f}, "
-                  f"load {os.getloadavg()[0]:.1f}", flush=True)
+            after, host = ranks_counters(), host_busy_s() - host0
+            cpu, system, faults, switches = (sum(after[p][i] - before.get(p, after[p])[i] for p in after)
+                                             for i in range(4))
+            print(f"update_actor {a.responses} responses, micro-batch {a.micro} per rank, after {a.idle:g} s idle: "
+                  f"wall {wall:.3f} s, ranks' "
+                  f"CPU {cpu:.3f} s (system {system:.3f} s, {faults} minor faults, {switches} involuntary switches), "
+                  f"host busy {host:.2f} s of {(os.cpu_count() or 1) * wall:.2f}, load {os.getloadavg()[0]:.1f}",
+                  flush=True)
     finally:
         driver.close()
         ray.shutdown()

@@ -53,8 +53,8 @@ def _warn(message: str) -> None:
 
 @app.command()
 def run(
-    jobs: Annotated[list[str], typer.Argument(help="gemm, attention, collectives, copy, decode, train, overhead",
-                                              show_default=False)],
+    jobs: Annotated[list[str], typer.Argument(help="gemm, attention, collectives, copy, decode, train, overhead, "
+                                                   "page_touch", show_default=False)],
     output: Annotated[Path, typer.Option("-o", "--output", help="measurements.jsonl to append to")],
     device: Annotated[DeviceKind, typer.Option(help="device to measure")] = DeviceKind.cpu,
     repeats: Annotated[int, typer.Option(min=1, help="timed repeats per point")] = 5,

@@ -14,7 +14,8 @@ through the training pass and optimizer-step models (per-pass and per-step overh
 pass's efficiency). The overhead job's verl points give verl's framework time per call and per response
 (twin.cost_models.scheduling FRAMEWORK_TERMS): the agent-loop path's seconds per response (through the
 origin), each driver stage's call and per-response seconds (non-negative least squares over the batch sizes),
-and update_actor's the same over what its measured time leaves beyond the twin's passes and optimizer step.
+and update_actor's the same over what its measured time leaves beyond the twin's passes and optimizer step. The
+page_touch job gives the extra cost of first-touching a page the host has taken back (twin.cost_models.host_pages).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from twin.catalog.config import parse_config
 from twin.catalog.inventory import Inventory, build_inventory
 from twin.cost_models.comm import collective_time
 from twin.cost_models.efficiency import SCALE, Curve, efficiency, peak_flops
+from twin.cost_models.host_pages import RETURNED_PAGE_TERM
 from twin.cost_models.memory import GB, RolloutMemory, TrainMemory
 from twin.cost_models.rollout import RolloutCost
 from twin.cost_models.scheduling import FRAMEWORK_TERMS
@@ -366,11 +368,15 @@ class JobFit:
                 self._call_terms(stage, points, [r.stats.median_s for r in points], f"verl's {op} stage method")
         update = [r for r in records if r.op == "update_actor"]
         if self._sizes(update, "update_actor"):
-            zeroed = dict.fromkeys(FRAMEWORK_TERMS["update"], 0.0)
+            # the harness's update faults pages the guest holds (benchmarks/verl_update_cpu.py: under 3 us a fault)
+            zeroed = dict.fromkeys((*FRAMEWORK_TERMS["update"], *self._returned_page_terms()), 0.0)
             profile = self.base.with_values({**self.values, **zeroed}, self.base.id)
             rest = [r.stats.median_s - self._twin_update(profile, r) for r in update]
             self._call_terms("update", update, rest, "verl's update_actor on its FSDP2 workers, less the twin's "
                                                      "passes, optimizer step and dispatch")
+
+    def _returned_page_terms(self) -> tuple[str, ...]:
+        return (RETURNED_PAGE_TERM,) if RETURNED_PAGE_TERM in self.base.params else ()
 
     def _host_sharing(self, agent: list[JobMeasurement]) -> None:
         """The cores the agent-loop path keeps busy alone (host CPU seconds over wall seconds of its points) and the
@@ -384,6 +390,25 @@ class JobFit:
         self._set("host_cores", float(agent[0].host.cores),
                   f"the cores the calibration jobs could run on, on host {agent[0].host.hostname} "
                   f"({agent[0].host.cpu_model})")
+
+    def page_touch(self) -> None:
+        """The extra seconds of first-touching a page after an idle gap (reported to the host) over one touched again
+        at once (the guest's own), from the page_touch job's medians per page; for profiles that carry the term."""
+        records = self.by_job.get("page_touch", [])
+        if RETURNED_PAGE_TERM not in self.base.params or not records:
+            return
+        per_page: dict[float, list[float]] = {}
+        for r in records:  # the record's "pages" figure is pages per second at the median time
+            per_page.setdefault(float(r.params["idle_s"]), []).append(1.0 / r.derived["pages"])
+        if len(per_page) < 2 or 0.0 not in per_page:
+            self.notes.append("page_touch job: no pair of idle and back-to-back points; host_returned_page_us keeps "
+                              "its base value")
+            return
+        idle = max(per_page)
+        held, returned = statistics.median(per_page[0.0]), statistics.median(per_page[idle])
+        self._set(RETURNED_PAGE_TERM, max(0.0, returned - held) * 1e6,
+                  f"calibration page_touch job: a fresh buffer first-touched {idle:g} s after the last was freed, "
+                  f"{returned * 1e6:.2f} us a page, against {held * 1e6:.2f} us at once (the difference)")
 
     def _twin_update(self, profile: Profile, r: JobMeasurement) -> float:
         """The twin's update stage for an update_actor point: its batch on its ranks in its micro-batches."""
@@ -409,6 +434,7 @@ class JobFit:
         self.collectives()
         self.decode()
         self.train()
+        self.page_touch()
         self.verl_calls()
         if not self.values:
             raise ValueError("no job measurement matched this profile's device and dtype")

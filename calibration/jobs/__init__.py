@@ -15,6 +15,7 @@ JOB_MODULES = {
     "decode": "calibration.jobs.decode",
     "train": "calibration.jobs.train",
     "overhead": "calibration.jobs.overhead",
+    "page_touch": "calibration.jobs.page_touch",
 }
 
 

@@ -93,6 +93,19 @@ def test_fit_of_update_actor_recovers_the_terms_beyond_the_twins_passes():
     assert profile["update_s_per_response"] == pytest.approx(0.002, rel=1e-6)
 
 
+def test_the_harness_update_pays_no_host_returned_pages():
+    """The overhead job's update_actor faults pages the guest holds (benchmarks/verl_update_cpu.py: under 3 us a
+    fault): its terms come out the same whatever the profile charges a loop's update for host-returned pages."""
+    base = embedded_profile("cpu")
+    params = [{"workers": 2, "responses": r, "micro_per_rank": 48} for r in (96, 384)]
+    twin = [JobFit(base, [], "fp32")._twin_update(base, _record("update_actor", p, 1.0)) for p in params]
+    records = [_record("update_actor", p, t + 0.05 + p["responses"] * 0.002) for p, t in zip(params, twin, strict=True)]
+    paying = base.with_values({"host_returned_page_us": 6.0}, base.id)
+    profile = JobFit(paying, records, "fp32").run("overhead", ["synthetic"]).profile
+    assert profile["update_call_s"] == pytest.approx(0.05, rel=1e-6)
+    assert profile["update_s_per_response"] == pytest.approx(0.002, rel=1e-6)
+
+
 def test_one_batch_size_leaves_a_stages_terms_at_their_base_values():
     records = [_record("advantage", {"responses": 384}, 0.1)]
     out = JobFit(embedded_profile("cpu"), records, "fp32")

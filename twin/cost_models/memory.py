@@ -200,14 +200,16 @@ class TrainMemory:
         allocated = per_mb * in_flight + working + logits + gathered
         return allocated * (1 + self.pf["activation_fragmentation"]) if fragmented else allocated
 
-    def log_prob_activation_bytes(self, stage: int) -> float:
-        """Forward-only pass: one layer live at a time, plus the fp32 logits of the micro-batch."""
+    def log_prob_activation_bytes(self, stage: int, fragmented: bool = True) -> float:
+        """Forward-only pass: one layer live at a time, plus the fp32 logits of the micro-batch; with `fragmented`,
+        as the caching allocator reserves them."""
         lay = self.lay
         tokens = self._micro_batch_tokens(lay.log_prob_micro_batch)
         _, largest = self._layer_activations(tokens)
         logits = self._logits_bytes(tokens, forward_only=True) if self.stages.has_head[stage] else 0.0
         gathered = float(tensor_table(self.inv).largest_layer_bytes) if lay.engine == "fsdp" else 0.0
-        return (largest + logits + gathered) * (1 + self.pf["activation_fragmentation"])
+        allocated = largest + logits + gathered
+        return allocated * (1 + self.pf["activation_fragmentation"]) if fragmented else allocated
 
     # ---- what stays on the device outside training -----------------------------------------------
     def resident_outside_training(self, stage: int) -> dict[str, float]:

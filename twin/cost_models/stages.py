@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from twin.cost_models.host_pages import returned_page_seconds
 from twin.cost_models.scheduling import Call, collect_seconds, dispatch_seconds, framework_seconds
 from twin.cost_models.training import TrainCost
 from twin.profile import Profile
@@ -12,7 +13,8 @@ from twin.scenario import Scenario
 def train_stage_seconds(sc: Scenario, pf: Profile, tc: TrainCost) -> dict[str, float]:
     """old_log_prob, ref and update seconds: each pass's pipeline time with the driver's dispatch before it and its
     collection after it, and verl's framework terms where the profile carries them (the update's call and
-    per-response terms; bypass-mode old_log_prob is its copy alone), as the step simulation adds them."""
+    per-response terms; bypass-mode old_log_prob is its copy alone) and the first touches of host-returned pages
+    (twin.cost_models.host_pages), as the step simulation adds them."""
     lay, devices = tc.lay, tc.devices
 
     def driver(call: Call) -> float:
@@ -21,8 +23,11 @@ def train_stage_seconds(sc: Scenario, pf: Profile, tc: TrainCost) -> dict[str, f
     log_prob = tc.log_prob_time()
     responses = sc.workload.responses
     bypass = framework_seconds(pf, "old_log_prob", responses)  # bypass mode: the rollout's log-probs copied
+    pages = returned_page_seconds(sc, pf, tc.mem)
     return {
-        "old_log_prob": bypass if sc.has("skip_old_log_prob") else log_prob + driver("old_log_prob"),
-        "ref": log_prob + driver("ref") if sc.workload.use_kl_loss else 0.0,
-        "update": tc.update_time() + driver("update") + framework_seconds(pf, "update", responses),
+        "old_log_prob": bypass if sc.has("skip_old_log_prob")
+        else log_prob + driver("old_log_prob") + pages.get("old_log_prob", 0.0),
+        "ref": log_prob + driver("ref") + pages.get("ref", 0.0) if sc.workload.use_kl_loss else 0.0,
+        "update": tc.update_time() + driver("update") + framework_seconds(pf, "update", responses)
+        + pages.get("update", 0.0),
     }

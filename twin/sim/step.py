@@ -23,6 +23,7 @@ from functools import cached_property
 import numpy as np
 import simpy
 
+from twin.cost_models.host_pages import returned_page_seconds
 from twin.cost_models.scheduling import driver_seconds, framework_seconds
 from twin.cost_models.transition import offload_moments, reshard_time
 from twin.evaluate import Evaluation
@@ -122,6 +123,15 @@ class StepSimulation:
         yield self.env.timeout(seconds)
         return seconds
 
+    def _returned_pages(self, name: str, pages: dict[str, float]) -> Generator[simpy.Event, object, float]:
+        """The trainer ranks first-touching host-returned pages before pass `name` (twin.cost_models.host_pages)."""
+        seconds = pages.get(name, 0.0)
+        if seconds:
+            for lane in self._stage_lanes:
+                self.trace.span(lane, "compute", f"{name}: first touch of host-returned pages", self.env.now, seconds)
+            yield self.env.timeout(seconds)
+        return seconds
+
     def _step(self, k: int) -> Generator[simpy.Event, object, None]:
         ev, sc, pf, env = self.ev, self.sc, self.ev.profile, self.env
         wl = sc.workload
@@ -132,6 +142,7 @@ class StepSimulation:
         moments = offload_moments(ev.train_memory, ev.rollout_memory, sc, ev.cluster, pf)
         mem = ev.memory_report.phases
         driver = driver_seconds(sc, pf)
+        pages = returned_page_seconds(sc, pf, ev.train_memory)
         drv = "driver"
         self.trace.span(drv, "step", f"step {k}", env.now, 0.0)
         t_step = env.now
@@ -158,12 +169,13 @@ class StepSimulation:
                                                             moments["ref_onload"])
             skew = ev.dispatch_s(name)
             yield from self._timed(drv, "dispatch", f"{name} task dispatch", skew)
+            touch = yield from self._returned_pages(name, pages)
             run = yield from self._pass(name, ev.layout.train.log_prob_micro_batch, "log_prob", prompts, responses)
             pipelines[name] = run
             collect = ev.collect_s(name)
             if collect:
                 yield from self._timed(drv, "driver", f"{name} outputs collected", collect)
-            stages[name] = skew + run.seconds + collect
+            stages[name] = skew + touch + run.seconds + collect
             if name == "ref":
                 stages["offload"] += yield from self._timed(drv, "transition", "ref weights offload",
                                                             moments["ref_offload"])
@@ -175,6 +187,7 @@ class StepSimulation:
         update = skew
         if framework := framework_seconds(pf, "update", wl.responses):
             update += yield from self._timed(drv, "dispatch", "update_actor framework time", framework)
+        update += yield from self._returned_pages("update", pages)
         opt_step = ev.train_cost.optimizer_time() / wl.optimizer_steps
         mini_batches = wl.optimizer_steps // wl.ppo_epochs
         minibatch = len(responses) // mini_batches

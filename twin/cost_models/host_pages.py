@@ -1,0 +1,46 @@
+"""First touches of host memory the hypervisor has taken back: what a CPU target's trainer passes pay after the
+rollout.
+
+A guest kernel with free page reporting (virtio-balloon; Linux mm/page_reporting.c reports free blocks to the host
+PAGE_REPORTING_DELAY = 2 s after they are freed, and the host discards them) makes the next touch of such a page a
+fault on the host as well as in the guest. On the CI host (a Firecracker guest: "Free page reporting enabled",
+page_reporting_order=11) the `page_touch` calibration job measures 6.4-9.7 us a 4 KiB page after an idle gap
+against 0.37 us for a page the guest still holds (2026-12-05). In the CPU loop the trainer ranks wait out the
+rollout while the engine's processes run; their first pass afterwards faulted its memory at 7.4-7.9 us a fault
+(85-132 thousand faults per update on two ranks, perf: clear_page 24 % of the ranks' update samples), where verl's
+update alone on the host (benchmarks/verl_update_cpu.py, even after 14 s idle) faults at under 3 us. Why the
+run's pages are returned ones and the lone update's are not is not established; the model takes the run's case.
+
+The pages are the pass's activation bytes (`TrainMemory`, as allocated, of the busiest stage; ranks fault their
+own in parallel): the first trainer pass after the rollout touches all of its own, each later pass only what it
+needs beyond the largest before it (the pages it reuses are the guest's own again). A profile without
+`host_returned_page_us` (every accelerator kind: their activations live in device memory) pays nothing. The update
+of a loop's later mini-batches reuses the first's pages; only the first is charged.
+"""
+
+from __future__ import annotations
+
+from twin.cost_models.memory import TrainMemory
+from twin.profile import Profile
+from twin.scenario import Scenario
+
+PAGE_BYTES = 4096  # x86-64 base page: the unit the kernel faults and the host takes back
+RETURNED_PAGE_TERM = "host_returned_page_us"
+
+
+def returned_page_seconds(sc: Scenario, pf: Profile, tm: TrainMemory) -> dict[str, float]:
+    """Seconds each trainer pass after the rollout (old_log_prob unless bypassed, ref with a KL loss, update)
+    spends first-touching pages the host took back; {} where the profile does not carry the term."""
+    if RETURNED_PAGE_TERM not in pf.params:
+        return {}
+    stages = range(tm.n_stages)
+    log_prob = max(tm.log_prob_activation_bytes(s, fragmented=False) for s in stages)
+    passes = {"old_log_prob": log_prob if not sc.has("skip_old_log_prob") else 0.0,
+              "ref": log_prob if sc.workload.use_kl_loss else 0.0,
+              "update": max(tm.update_activation_bytes(s, fragmented=False) for s in stages)}
+    seconds, touched = {}, 0.0
+    for name, nbytes in passes.items():
+        fresh = max(0.0, nbytes - touched)
+        touched = max(touched, nbytes)
+        seconds[name] = fresh / PAGE_BYTES * pf[RETURNED_PAGE_TERM] * 1e-6
+    return seconds
