@@ -10,9 +10,10 @@ what other programs on the host used (host busy minus the run's processes minus 
 
     python benchmarks/cpu_loop_stage_cpu.py plan.json --model-path assets/model --data-dir assets/data --steps 2
 
-Prints one table per step (stage, wall s, CPU s per class), then for the trainer ranks, the driver and TransferQueue
-the system CPU seconds, minor page faults and involuntary context switches in each stage, and with `--json FILE`
-writes the raw windows.
+The same file marks every Python garbage collection of 5 ms or more in every process (`gc.callbacks`). Prints one
+table per step (stage, wall s, CPU s per class), then for the trainer ranks, the driver and TransferQueue the system
+CPU seconds, minor page faults and involuntary context switches in each stage, the GC pauses per class, and with
+`--json FILE` writes the raw windows.
 """
 
 from __future__ import annotations
@@ -54,6 +55,13 @@ import sys
 import time
 
 _TARGET = "verl.utils.profiler.performance"
+_GC_MIN_S = 0.005  # Python garbage collections at least this long are marked
+_gc_started = []
+
+
+def _append(mark):
+    with open(os.environ["@ENV@"], "a") as f:
+        f.write(json.dumps({**mark, "pid": os.getpid()}) + "\\n")
 
 
 def _wrap(module):
@@ -64,11 +72,18 @@ def _wrap(module):
         try:
             yield from original(name, timing_raw)
         finally:
-            line = json.dumps({"name": name, "start": start, "end": time.time(), "pid": os.getpid()}) + "\\n"
-            with open(os.environ["@ENV@"], "a") as f:
-                f.write(line)
+            _append({"name": name, "start": start, "end": time.time()})
 
     module._timer = _timer
+
+
+def _gc_callback(phase, info):
+    if phase == "start":
+        _gc_started[:] = [time.time()]
+    elif _gc_started:
+        start, end = _gc_started.pop(), time.time()
+        if end - start >= _GC_MIN_S:
+            _append({"name": "gc", "generation": info["generation"], "start": start, "end": end})
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -89,7 +104,10 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 if os.environ.get("@ENV@"):
+    import gc
+
     sys.meta_path.insert(0, _Finder())
+    gc.callbacks.append(_gc_callback)
 '''.replace("@ENV@", MARKS_ENV)
 
 
@@ -204,6 +222,18 @@ def window(samples: list, start: float, end: float) -> dict[str, float]:
             "_titles": {k: sorted(v) for k, v in titles.items()}}
 
 
+def gc_pauses(samples: list, marks: list[dict], start: float, end: float) -> dict[str, float]:
+    """Seconds of Python garbage collection (pauses of `_GC_MIN_S` or more) inside [start, end] per process class."""
+    titles = {pid: row[0] for s in samples for pid, row in s[3].items()}
+    out: dict[str, float] = {}
+    for m in marks:
+        overlap = min(end, m["end"]) - max(start, m["start"])
+        if m["name"] == "gc" and overlap > 0:
+            cls = classify(titles.get(m["pid"], "?"))
+            out[cls] = out.get(cls, 0.0) + overlap
+    return out
+
+
 def step_windows(marks: list[dict]) -> list[dict[str, dict]]:
     """verl's stage marks grouped by step (a `step` mark closes one), first mark of each name per step."""
     steps, current = [], {}
@@ -251,7 +281,8 @@ def main() -> None:
           f"cores {os.cpu_count()}")
     result = []
     for n, stages in enumerate(step_windows(marks), 1):
-        rows = {name: window(samples, m["start"], m["end"]) for name, m in stages.items()}
+        rows = {name: {**window(samples, m["start"], m["end"]), "_gc": gc_pauses(samples, marks, m["start"], m["end"])}
+                for name, m in stages.items()}
         result.append(rows)
         cols = sorted({k for r in rows.values() for k in r if not k.startswith("_")} - {"wall", "run", "host",
                                                                                           "external", "sampler"})
@@ -266,6 +297,8 @@ def main() -> None:
             print(f"{cls} kernel counters ({' / '.join(KERNEL_METRICS)}): " + ", ".join(
                 f"{name} " + " / ".join(f"{rows[name]['_kernel'].get(cls, {}).get(m, 0.0):.3g}" for m in KERNEL_METRICS)
                 for name in STAGES if name in rows))
+        print("Python GC pauses of 5 ms or more, s: " + ", ".join(
+            f"{name} {({k: round(v, 3) for k, v in rows[name]['_gc'].items()})}" for name in STAGES if name in rows))
         for name in STAGES:
             if name in rows:
                 print(f"  {name}: {rows[name]['_titles']}")

@@ -5,7 +5,8 @@ A guest kernel with free page reporting (virtio-balloon; Linux mm/page_reporting
 them: the next touch of such a page faults on the host as well. Each call maps a fresh anonymous buffer, asks for
 transparent huge pages on it (MADV_HUGEPAGE: a huge page needs a free 2 MiB block, which after a quiet spell only the
 reported blocks offer), writes one byte of every 4 KiB page and unmaps it. Timed right after the previous call the
-kernel hands the same blocks out again; timed after `idle_s` it hands out reported ones. The difference per 4 KiB
+kernel hands the same blocks out again; timed after `idle_s` (and, before the first, `DRAIN_S` for the kernel to
+report what earlier work freed) it hands out reported ones. The difference per 4 KiB
 page is the host's cost of backing a page again, what the twin charges a CPU target's trainer for the pages it first
 touches after the rollout (twin.cost_models.host_pages); on a host without reporting it comes out near 0.
 """
@@ -23,6 +24,10 @@ BUFFER_BYTES = 256 << 20  # 65,536 pages of 4 KiB: a trainer pass's activations 
 PAGE_BYTES = 4096
 # twice the kernel's reporting delay, so that the freed buffer has been reported when the next call starts
 IDLE_S = 4.0
+# before the idle point: the kernel reports a freed backlog a part per pass, passes 2 s apart, and until it is through
+# fresh memory still comes from unreported blocks: after a 6 GiB free, touches stayed at the back-to-back cost for 16 s
+# and were returned-page slow from 20 s on (2026-12-05); in CI the jobs before this one free gigabytes
+DRAIN_S = 30.0
 THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
@@ -59,6 +64,8 @@ class PageTouchJob(InProcessJob):
 
     def measure(self, ctx: RunContext, point: Point) -> JobMeasurement:
         size, idle = int(point.params["bytes"]), float(point.params["idle_s"])
+        if idle > 0:
+            time.sleep(DRAIN_S)
         samples = ctx.time(lambda: touch_fresh_buffer(size), before=lambda: time.sleep(idle))
         return ctx.record(point, samples, rates={"pages": float(size // PAGE_BYTES)},
                           note=f"a fresh {size >> 20} MiB mapping (MADV_HUGEPAGE; transparent huge pages "

@@ -15,7 +15,8 @@ from twin.profile import embedded_profile
 
 
 def test_the_job_touches_a_fresh_buffer_at_once_and_after_an_idle_gap(cpu_ctx, assert_sane, monkeypatch):
-    monkeypatch.setattr(page_touch_job, "IDLE_S", 0.2)  # the real gap (4 s) outlasts the kernel's reporting delay
+    monkeypatch.setattr(page_touch_job, "IDLE_S", 0.2)  # the real gaps outlast the kernel's reporting
+    monkeypatch.setattr(page_touch_job, "DRAIN_S", 0.1)
     job = load_job("page_touch")
     points = job.points(cpu_ctx)
     assert [(p.op, p.params) for p in points] == [("first_touch", {"bytes": 256 << 20, "idle_s": 0.0}),
