@@ -83,7 +83,9 @@ def _gc_callback(phase, info):
     elif _gc_started:
         start, end = _gc_started.pop(), time.time()
         if end - start >= _GC_MIN_S:
-            _append({"name": "gc", "generation": info["generation"], "start": start, "end": end})
+            with open("/proc/self/cmdline", "rb") as f:  # Ray's process title, as the sampler would read it
+                title = f.read().replace(b"\\0", b" ").decode(errors="replace").strip()[:120]
+            _append({"name": "gc", "generation": info["generation"], "start": start, "end": end, "title": title})
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -222,14 +224,13 @@ def window(samples: list, start: float, end: float) -> dict[str, float]:
             "_titles": {k: sorted(v) for k, v in titles.items()}}
 
 
-def gc_pauses(samples: list, marks: list[dict], start: float, end: float) -> dict[str, float]:
+def gc_pauses(marks: list[dict], start: float, end: float) -> dict[str, float]:
     """Seconds of Python garbage collection (pauses of `_GC_MIN_S` or more) inside [start, end] per process class."""
-    titles = {pid: row[0] for s in samples for pid, row in s[3].items()}
     out: dict[str, float] = {}
     for m in marks:
         overlap = min(end, m["end"]) - max(start, m["start"])
         if m["name"] == "gc" and overlap > 0:
-            cls = classify(titles.get(m["pid"], "?"))
+            cls = classify(m["title"])
             out[cls] = out.get(cls, 0.0) + overlap
     return out
 
@@ -281,7 +282,7 @@ def main() -> None:
           f"cores {os.cpu_count()}")
     result = []
     for n, stages in enumerate(step_windows(marks), 1):
-        rows = {name: {**window(samples, m["start"], m["end"]), "_gc": gc_pauses(samples, marks, m["start"], m["end"])}
+        rows = {name: {**window(samples, m["start"], m["end"]), "_gc": gc_pauses(marks, m["start"], m["end"])}
                 for name, m in stages.items()}
         result.append(rows)
         cols = sorted({k for r in rows.values() for k in r if not k.startswith("_")} - {"wall", "run", "host",
@@ -303,7 +304,8 @@ def main() -> None:
             if name in rows:
                 print(f"  {name}: {rows[name]['_titles']}")
     if a.json:
-        Path(a.json).write_text(json.dumps({"load_before": load0, "steps": result}, indent=1))
+        gc_marks = [m for m in marks if m["name"] == "gc"]
+        Path(a.json).write_text(json.dumps({"load_before": load0, "steps": result, "gc": gc_marks}, indent=1))
 
 
 if __name__ == "__main__":
