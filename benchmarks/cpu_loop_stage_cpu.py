@@ -142,16 +142,12 @@ KERNEL_METRICS = ("system_s", "minor_faults", "involuntary_switches")
 KERNEL_CLASSES = ("trainer_rank", "driver", "transfer_queue")  # printed per stage (the JSON has every class)
 
 
-def _kernel_counters(proc) -> tuple[float, int, int]:
-    """(system CPU s, minor page faults, involuntary context switches) of a process so far (/proc/PID/stat)."""
-    fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return proc.cpu_times().system, int(fields[7]), proc.num_ctx_switches().involuntary
-
-
 def sample(root_pid: int, interval: float, out: list, done: threading.Event) -> None:
     """Append (time, host busy s, own cpu s, {pid: (title, cpu s, system s, minor faults, involuntary switches)})
     every `interval` until `done`."""
     import psutil
+
+    from calibration.timing import kernel_counters
 
     root = psutil.Process(root_pid)
     me = psutil.Process()
@@ -166,7 +162,7 @@ def sample(root_pid: int, interval: float, out: list, done: threading.Event) -> 
         for pid, p in list(procs.items()):
             try:
                 t = p.cpu_times()
-                row[pid] = (_title(p), t.user + t.system, *_kernel_counters(p))
+                row[pid] = (_title(p), t.user + t.system, *kernel_counters(p))
             except (psutil.Error, OSError):
                 procs.pop(pid)
         own = me.cpu_times()
@@ -190,6 +186,8 @@ def _at(samples: list, t: float, value) -> float:
 def window(samples: list, start: float, end: float) -> dict[str, float]:
     """CPU seconds per process class in [start, end], the host's busy seconds, the sampler's, and the rest; and each
     class's kernel counters (`KERNEL_METRICS`) under `_kernel`."""
+    import numpy as np
+
     pids = {pid for s in samples for pid in s[3]}
     cpu: dict[str, float] = {}
     kernel: dict[str, dict[str, float]] = {}
@@ -200,20 +198,19 @@ def window(samples: list, start: float, end: float) -> dict[str, float]:
             continue
         first, last = seen[0], seen[-1]
 
-        def used(index: int, pid=pid, first=first, last=last) -> float:
-            """Increase of field `index` of the pid's sample rows over the window."""
-            def cum(at):
-                row = at[3].get(pid) or (first if at[0] < first[0] else last)[3][pid]
-                return row[index]
-            return _at(samples, end, cum) - _at(samples, start, cum)
+        def cum(at, pid=pid, first=first, last=last):
+            """The pid's cumulative figures (CPU s, then `KERNEL_METRICS`) at sample `at`, held outside its life."""
+            row = at[3].get(pid) or (first if at[0] < first[0] else last)[3][pid]
+            return np.array(row[1:], dtype=float)
 
+        used = _at(samples, end, cum) - _at(samples, start, cum)
         title = next((s[3][pid][0] for s in samples if pid in s[3] and start <= s[0] <= end), first[3][pid][0])
         cls = classify(title)
-        seconds = used(1)
+        seconds = float(used[0])
         cpu[cls] = cpu.get(cls, 0.0) + seconds
         counters = kernel.setdefault(cls, dict.fromkeys(KERNEL_METRICS, 0.0))
-        for i, metric in enumerate(KERNEL_METRICS, 2):
-            counters[metric] += used(i)
+        for metric, amount in zip(KERNEL_METRICS, used[1:], strict=True):
+            counters[metric] += float(amount)
         if seconds > 0.005:
             titles.setdefault(cls, set()).add(title.split(" ")[0][:60])
     host = _at(samples, end, lambda s: s[1]) - _at(samples, start, lambda s: s[1])

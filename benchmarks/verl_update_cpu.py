@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from pathlib import Path
 
 import psutil
+
+from calibration.timing import kernel_counters
 
 WORLD = 2  # the CPU loop's trainer ranks
 GROUP = 4  # responses per prompt (scenarios/cpu-tiny-grpo.yaml n)
@@ -31,8 +32,7 @@ def ranks_counters() -> dict[int, tuple[float, float, int, int]]:
         try:
             if "ActorRolloutRefWorker" in " ".join(child.cmdline()):
                 t = child.cpu_times()
-                faults = int(Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
-                out[child.pid] = (t.user + t.system, t.system, faults, child.num_ctx_switches().involuntary)
+                out[child.pid] = (t.user + t.system, *kernel_counters(child))
         except (psutil.Error, OSError):
             continue
     return out

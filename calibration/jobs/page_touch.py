@@ -19,9 +19,9 @@ from pathlib import Path
 
 from calibration.jobs.base import InProcessJob, Point, RunContext
 from calibration.measurements import JobMeasurement
+from twin.cost_models.host_pages import PAGE_BYTES
 
 BUFFER_BYTES = 256 << 20  # 65,536 pages of 4 KiB: a trainer pass's activations on the CPU loop are 0.1-0.3 GB
-PAGE_BYTES = 4096
 # twice the kernel's reporting delay, so that the freed buffer has been reported when the next call starts
 IDLE_S = 4.0
 # before the idle point: the kernel reports a freed backlog a part per pass, passes 2 s apart, and until it is through
