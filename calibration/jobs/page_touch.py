@@ -1,12 +1,12 @@
 """First touch of host memory the hypervisor has taken back, against memory the guest kernel still holds.
 
 A guest kernel with free page reporting (virtio-balloon; Linux mm/page_reporting.c) reports free blocks of
-2^page_reporting_order pages to the host PAGE_REPORTING_DELAY = 2 s after they are freed, and the host discards
-them: the next touch of such a page faults on the host as well. Each call maps a fresh anonymous buffer, asks for
-transparent huge pages on it (MADV_HUGEPAGE: a huge page needs a free 2 MiB block, which after a quiet spell only the
-reported blocks offer), writes one byte of every 4 KiB page and unmaps it. Timed right after the previous call the
-kernel hands the same blocks out again; timed after `idle_s` (and, before the first, `DRAIN_S` for the kernel to
-report what earlier work freed) it hands out reported ones. The difference per 4 KiB
+2^page_reporting_order pages (order 9 on the CI host: 2 MiB) to the host PAGE_REPORTING_DELAY = 2 s after they are
+freed, and the host discards them: the next touch of such a page faults on the host as well. Each call maps a fresh
+anonymous buffer, asks for transparent huge pages on it (MADV_HUGEPAGE: a huge page needs a free 2 MiB block, which
+after a quiet spell only the reported blocks offer), writes one byte of every 4 KiB page and unmaps it. Timed right
+after the previous call the kernel hands the same blocks out again; timed after `idle_s` (and, before the first,
+`DRAIN_S` for the kernel to report what earlier work freed) it hands out reported ones. The difference per 4 KiB
 page is the host's cost of backing a page again, what the twin charges a CPU target's trainer for the pages it first
 touches after the rollout (twin.cost_models.host_pages); on a host without reporting it comes out near 0.
 """
