@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -47,7 +48,5 @@ def host_busy_s() -> float:
 def kernel_counters(proc: Any) -> tuple[float, int, int]:
     """(system CPU seconds, minor page faults, involuntary context switches) of a psutil process so far; the faults
     from /proc/PID/stat (psutil does not read them)."""
-    from pathlib import Path
-
     fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
     return proc.cpu_times().system, int(fields[7]), proc.num_ctx_switches().involuntary

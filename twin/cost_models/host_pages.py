@@ -3,19 +3,20 @@ rollout.
 
 A guest kernel with free page reporting (virtio-balloon; Linux mm/page_reporting.c reports free blocks to the host
 PAGE_REPORTING_DELAY = 2 s after they are freed, and the host discards them) makes the next touch of such a page a
-fault on the host as well as in the guest. On the CI host (a Firecracker guest: "Free page reporting enabled",
-order 9: 2 MiB blocks) the `page_touch` calibration job's buffer takes 5.5-7.5 us a 4 KiB page after an idle
-gap against 0.37 us at once, when the guest still holds the pages (2026-12-05, locally and in three CI runs). In
-the CPU loop the trainer ranks wait out the rollout while the engine's processes run; their first pass afterwards
-faulted its memory at 7.4-7.9 us a fault (85-132 thousand faults per update on two ranks, perf: clear_page 24 % of
-the ranks' update samples), where verl's update alone on the host (benchmarks/verl_update_cpu.py, even after 14 s
-idle) faults at under 3 us. The guest's allocator serves a 4 KiB fault from its smallest free block, and only
-blocks of 2 MiB or more are reported (page_reporting_order reads 9 in sysfs): 4 KiB faults land on returned memory
-once the small free blocks are used up, which the run's processes do and the lone update does not (a fresh mapping
-touched 128 MiB at a time: 1.6-1.9 us a page through the host's 6.6 GiB of small blocks, 13-33 us after them, the
-job's buffer 23 us the same hour, 2026-12-05). How many of the pass's pages land there is the guest's free-memory
-state: in that hour the run's update faulted at 7.9-10 us, a third of its pages on returned memory, where in the
-morning nearly all were. The model charges every page (the run's case at its worst: an upper bound).
+fault on the host as well as in the guest. On the CI host (a Firecracker guest: "Free page reporting enabled", order
+9: 2 MiB blocks) the `page_touch` calibration job's buffer takes 6-25 us a 4 KiB page after an idle gap against 0.37
+us at once, when the guest still holds the pages (2026-12-05, locally and in CI: 6.3-7.1 us until 04:00, 9.7-24.8 us
+after, the host's price moving within the hour). In the CPU loop the trainer ranks wait out the rollout while the
+engine's processes run; their first pass afterwards faulted its memory at 7.4-7.9 us a fault (85-132 thousand faults
+per update on two ranks, perf: clear_page 24 % of the ranks' update samples), where verl's update alone on the host
+(benchmarks/verl_update_cpu.py, even after 14 s idle) faults at under 3 us. The guest's allocator serves a 4 KiB
+fault from its smallest free block, and only blocks of 2 MiB or more are reported (page_reporting_order reads 9 in
+sysfs): 4 KiB faults land on returned memory once the small free blocks are used up, which the run's processes do
+and the lone update does not (a fresh mapping touched 128 MiB at a time: 1.6-1.9 us a page through the host's 6.6
+GiB of small blocks, 13-33 us after them, the job's buffer 23 us the same hour, 2026-12-05). How many of the pass's
+pages land there is the guest's free-memory state: in that hour the run's update faulted at 7.9-10 us, a third of
+its pages on returned memory, where in the morning nearly all were. The model charges every page (the run's case at
+its worst: an upper bound).
 
 The pages are the pass's activation bytes (`TrainMemory`, as allocated, of the busiest stage; ranks fault their
 own in parallel): the first trainer pass after the rollout touches all of its own, each later pass only what it
