@@ -10,7 +10,8 @@ what other programs on the host used (host busy minus the run's processes minus 
 
     python benchmarks/cpu_loop_stage_cpu.py plan.json --model-path assets/model --data-dir assets/data --steps 2
 
-The same file marks every Python garbage collection of 5 ms or more in every process (`gc.callbacks`). Prints one
+The same file marks every Python garbage collection of 5 ms or more in every process (`gc.callbacks`), with the
+objects the collector tracks after it (what a full collection walks). Prints one
 table per step (stage, wall s, CPU s per class), then for the trainer ranks, the driver and TransferQueue the system
 CPU seconds, minor page faults and involuntary context switches in each stage, the GC pauses per class, and with
 `--json FILE` writes the raw windows.
@@ -85,7 +86,9 @@ def _gc_callback(phase, info):
         if end - start >= _GC_MIN_S:
             with open("/proc/self/cmdline", "rb") as f:  # Ray's process title, as the sampler would read it
                 title = f.read().replace(b"\\0", b" ").decode(errors="replace").strip()[:120]
-            _append({"name": "gc", "generation": info["generation"], "start": start, "end": end, "title": title})
+            import gc  # the objects the collector tracks after this pause: what a full collection walks
+            _append({"name": "gc", "generation": info["generation"], "start": start, "end": end, "title": title,
+                     "tracked": len(gc.get_objects())})
 
 
 class _Finder(importlib.abc.MetaPathFinder):
