@@ -273,7 +273,10 @@ def plan_cmd(
     from twin.sim.step import simulated
     from twin.uncertainty import print_uncertainty
 
-    check_target(output, f"--output {output}", [scenario, profile, model])
+    inputs = [scenario, profile, model, explain, cluster]  # a query or kind name matches no file
+    check_target(output, f"--output {output}", inputs)
+    for beside in _files_beside_plan(output, pareto):
+        check_target(beside, f"{beside} (written beside --output {output})", inputs)
     if risk not in ("p50", "p90"):
         raise TwinError(f"--risk {risk!r}: give p50 or p90")
     card_counts = _card_counts(cards)
@@ -370,11 +373,18 @@ def plan_cmd(
             for p, o in searches:
                 if o.summary.front_stopped:
                     console.print(f"Pareto front ({p.sc.cluster.cards} cards): {o.summary.front_stopped}", markup=False)
-            png = output.with_suffix(".pareto.png")
+            png = _files_beside_plan(output, pareto)[-1]
             plot_front(everything, pts, png, f"{sc.model} on {', '.join(str(p.sc.cluster.cards) for p, _ in searches)} "
                                               f"{sc.cluster.kind} cards: Pareto front (risk {risk})")
             console.print(f"wrote {png}")
         _report_written(output, plan, command_file)
+
+
+def _files_beside_plan(output: Path, pareto: bool) -> list[Path]:
+    """What `twin plan` writes next to its plan: the executor's launch script and, with --pareto, the front's PNG."""
+    from twin.command_file import command_file_path
+
+    return [command_file_path(output), *([output.with_suffix(".pareto.png")] if pareto else [])]
 
 
 def _saved(plan: Plan, output: Path, command_file: CommandFile, as_json: bool) -> bool:

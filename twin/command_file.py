@@ -36,12 +36,17 @@ def executor_command() -> list[str] | None:
     return [sys.executable, "-m", "executor"] if beside else None
 
 
+def command_file_path(plan_path: Path) -> Path:
+    """Where the launch script of the plan at `plan_path` goes: beside it, PLAN.command.sh."""
+    return plan_path.with_suffix(".command.sh")
+
+
 class CommandFile:
     """A started `executor command-file --when-told` for the plan about to be saved at `plan_path`."""
 
     def __init__(self, plan_path: Path) -> None:
         self.plan_path = plan_path
-        self.target = plan_path.with_suffix(".command.sh")
+        self.target = command_file_path(plan_path)
         self.told = False
         exe = executor_command()
         self.proc = None if exe is None else subprocess.Popen(

@@ -2,7 +2,8 @@
 
 Reading: only regular files, at most `max_bytes`, UTF-8 text only, nesting at most MAX_DEPTH levels
 (checked before or while parsing, so a deep document never reaches Python's recursion limit), YAML
-aliases refused (a few lines of anchors can stand for billions of nodes). Writing: the target is checked
+aliases only where the document they expand to stays within MAX_NODES nodes and MAX_DEPTH levels and refers to
+nothing that contains it (a few lines of anchors can stand for billions of nodes). Writing: the target is checked
 first (a directory, a device, a system path, an input of the same command, a missing or unwritable
 directory, a read-only filesystem), then written through a temporary file in the same directory and a
 rename, keeping the existing file's permissions. Every failure is one TwinError line naming the file.
@@ -28,6 +29,7 @@ M = TypeVar("M", bound=BaseModel)
 
 MAX_BYTES = 16 << 20  # scenario, plan and profile files are a few kB; 16 MiB leaves room for any of them
 MAX_DEPTH = 64  # the deepest real document (a plan.json) nests 6 levels
+MAX_NODES = 1_000_000  # a YAML document with its aliases expanded (the shipped cluster files: a few hundred)
 SYSTEM_DIRS = ("/proc", "/sys", "/dev")  # pseudo-filesystems: never a place for an output file
 
 
@@ -113,16 +115,52 @@ def json_depth(text: str) -> int:
     return deepest
 
 
+def _expanded_size(root) -> tuple[int, int]:
+    """Nodes and depth of a composed YAML document with every alias expanded, counted once per distinct node
+    (iteratively: a chain of aliases nests far deeper than the text). Raises on an alias inside its own anchor."""
+    import yaml
+
+    size: dict[int, tuple[int, int]] = {}
+    stack: list[tuple[object, bool]] = [(root, False)]
+    open_nodes: set[int] = set()
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            open_nodes.discard(key)
+            kids = [size[id(k)] for k in _children(node)]
+            size[key] = (1 + sum(n for n, _ in kids), 1 + max((d for _, d in kids), default=0))
+            continue
+        if key in size:
+            continue
+        if key in open_nodes:
+            raise yaml.YAMLError("an alias refers to a node that contains it")
+        open_nodes.add(key)
+        stack.append((node, True))
+        stack.extend((k, False) for k in _children(node) if id(k) not in size)
+    return size[id(root)]
+
+
+def _children(node) -> list:
+    """The nodes directly inside a composed YAML node (keys and values of a mapping, items of a sequence)."""
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
 def _yaml_loader():
-    """A safe loader that refuses aliases and nesting deeper than MAX_DEPTH while composing."""
+    """A safe loader that refuses nesting deeper than MAX_DEPTH while composing, and a document whose aliases
+    expand past MAX_NODES nodes or MAX_DEPTH levels, or into themselves, before constructing it."""
     import yaml
 
     class BoundedLoader(yaml.SafeLoader):
         depth = 0
 
         def compose_node(self, parent, index):
-            if self.check_event(yaml.AliasEvent):
-                raise yaml.YAMLError("aliases (*name) are not accepted")
             self.depth += 1
             try:
                 if self.depth > MAX_DEPTH:
@@ -130,6 +168,14 @@ def _yaml_loader():
                 return super().compose_node(parent, index)
             finally:
                 self.depth -= 1
+
+        def construct_document(self, node):
+            nodes, depth = _expanded_size(node)
+            if nodes > MAX_NODES:
+                raise yaml.YAMLError(f"its aliases expand to {nodes:,} nodes, more than {MAX_NODES:,}")
+            if depth > MAX_DEPTH:
+                raise yaml.YAMLError(f"its aliases nest it more than {MAX_DEPTH} levels deep")
+            return super().construct_document(node)
 
     return BoundedLoader
 

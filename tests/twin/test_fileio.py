@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
 from twin.errors import TwinError
 from twin.fileio import (
     MAX_DEPTH,
+    MAX_NODES,
     check_target,
     json_depth,
     output_dir,
@@ -63,10 +65,31 @@ def test_nesting_limit_without_recursion_error():
     assert parse_mapping("a: " + deepest_allowed, "y", "yaml")["a"] == parse_mapping(
         '{"a": ' + deepest_allowed + "}", "j", "json")["a"]
     assert json_depth('{"a": ' + deepest_allowed + "}") == MAX_DEPTH - 1
-    with pytest.raises(TwinError, match="aliases"):
-        parse_mapping("a: &x [1]\nb: *x\n", "y", "yaml")
     with pytest.raises(TwinError, match="NaN is not a JSON number"):
         parse_mapping('{"a": NaN}', "j", "json")
+
+
+def test_yaml_aliases_within_bounds_and_never_a_bomb():
+    """Anchors as the shipped cluster files use them expand; a billion-laughs document (9^9 leaves from ten
+    lines), an alias chain nesting past MAX_DEPTH and an alias inside its own anchor are one-line errors."""
+    assert parse_mapping("a: &x [1, {b: 2}]\nc: *x\n", "y", "yaml") == {"a": [1, {"b": 2}], "c": [1, {"b": 2}]}
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 10)]
+    # nodes: the mapping, 10 keys, and each l_i holds 1 + 9 x (l_{i-1}'s nodes), l0 10
+    expanded = 1 + 10 + sum(10 * 9**i + (9**i - 1) // 8 for i in range(10))
+    with pytest.raises(TwinError, match=f"expand to {expanded:,} nodes, more than {MAX_NODES:,}"):
+        parse_mapping("\n".join(lines), "bomb", "yaml")
+    chain = ["c0: &c0 [1]"] + [f"c{i}: &c{i} [*c{i - 1}]" for i in range(1, MAX_DEPTH + 1)]
+    with pytest.raises(TwinError, match=f"nest it more than {MAX_DEPTH} levels deep"):
+        parse_mapping("\n".join(chain), "chain", "yaml")
+    with pytest.raises(TwinError, match="an alias refers to a node that contains it"):
+        parse_mapping("a: &x [1, *x]\n", "cycle", "yaml")
+
+
+@pytest.mark.parametrize("name", ["a2", "a3", "cpu", "h20"])
+def test_shipped_cluster_files_read_as_user_files(name):
+    path = Path(__file__).resolve().parents[2] / "twin" / "hardware" / "data" / "clusters" / f"{name}.yaml"
+    assert read_mapping(path, name, "yaml")["tiers"]
 
 
 def test_read_mapping_of_a_good_file(tmp_path):

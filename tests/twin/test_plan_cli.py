@@ -87,6 +87,7 @@ def test_a_started_command_file_not_told_to_write_writes_nothing(tmp_path):
     (("--risk", "p70"), "--risk 'p70': give p50 or p90"),
     (("--cards", "8,x"), "give a card count or several separated by commas"),
     (("--explain", "TP2 PP1"), "give a scenario file or 'TRAINING | ROLLOUT'"),
+    (("--time-limit", "nan"), "nan is outside its domain, 1 to 86,400"),
 ])
 def test_bad_options_get_one_line(tmp_path, args, fragment):
     base = ["plan", "--model", "qwen2.5-7b", "-o", "plan.json"]
@@ -111,3 +112,28 @@ def test_pareto_over_card_counts_plots_and_records_the_joint_front(tmp_path):
     assert "not dominated on step time, headroom, reshard volume, card-hours" in text
     png = tmp_path / "p.pareto.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {png}" in text
+
+
+@pytest.mark.parametrize("case", ["explain_is_output", "scenario_beside_output", "explain_beside_pareto"])
+def test_no_output_of_plan_overwrites_an_input(tmp_path, case):
+    """The plan, its command file and its Pareto PNG are each checked against every input file before the search:
+    an --explain plan given as --output, a scenario named like the command file, an --explain file named like
+    the PNG."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text((Path(__file__).resolve().parents[2] / "scenarios" / "cpu-tiny-grpo.yaml").read_text())
+    guarded, args = {
+        "explain_is_output": (tmp_path / "p.json", ["--scenario", "s.yaml", "--explain", "p.json", "-o", "p.json"]),
+        "scenario_beside_output": (tmp_path / "s.command.sh", ["--scenario", "s.command.sh", "--keep-layout",
+                                                               "-o", "s.json"]),
+        "explain_beside_pareto": (tmp_path / "q.pareto.png", ["--scenario", "s.yaml", "--pareto", "--explain",
+                                                              "q.pareto.png", "-o", "q.json"]),
+    }[case]
+    if guarded.suffix == ".sh":
+        shutil.copy(scenario, guarded)
+    else:
+        guarded.write_text('{"stands for": "a file the user keeps"}\n')
+    before = guarded.read_bytes()
+    out = twin("plan", *args, cwd=tmp_path)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "is also an input of this command" in out.stderr
+    assert guarded.read_bytes() == before
