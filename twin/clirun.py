@@ -74,7 +74,7 @@ def bounded(lo: int | None, hi: int | None, why: str) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
         if value is None:
             return value
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
+        if value != value or (lo is not None and value < lo) or (hi is not None and value > hi):  # NaN, or out
             span = f"at least {lo:,}" if hi is None else f"at most {hi:,}" if lo is None else f"{lo:,} to {hi:,}"
             raise typer.BadParameter(f"{value} is outside its domain, {span}: {why}")
         return value

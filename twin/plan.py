@@ -141,7 +141,8 @@ class Plan(BaseModel):
     profile: str
     runner_ups: list[RunnerUp] = []
     search: SearchSummary | None = None
-    headroom_fraction: float | None = None  # of HBM, kept free in every phase by every candidate
+    headroom_fraction: float | None = Field(default=None, ge=0.0, lt=1.0, allow_inf_nan=False)  # of HBM, kept free
+    # in every phase by every candidate
     headroom_source: str | None = None
     risk: Risk = "p50"
     explained: Explanation | None = None

@@ -35,7 +35,7 @@ NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False, description="a m
 class LengthDist(BaseModel):
     """A token-length distribution: fixed at the mean, lognormal with the given mean, or an empirical file."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     mean: float = Field(gt=0, allow_inf_nan=False)
     max: int = Field(ge=1, le=MAX_TOKENS, description="at most 8x the longest context of the catalog models")
@@ -70,7 +70,7 @@ def clipped_lognormal_mean(mean: float, sigma: float, top: int) -> float:
 class Workload(BaseModel):
     """One RL step's work: prompts, responses per prompt and their lengths."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     algorithm: Literal["grpo", "dapo"] = "grpo"
     global_batch: int = Field(default=512, ge=1, le=MAX_PROMPTS, description="prompts per step")  # prompts per step
@@ -82,7 +82,9 @@ class Workload(BaseModel):
     use_kl_loss: bool = True  # a reference model is evaluated
     # DAPO dynamic sampling: prompts per generation round [global_batch] and rounds per step [1]
     gen_batch: int | None = Field(default=None, ge=1)
-    gen_rounds: float = Field(default=1.0, ge=1.0)  # a mean over steps may be fractional
+    # a mean over steps may be fractional; at most 100, a sanity bound (verl's DAPO samples until the batch fills or
+    # max_num_gen_batches rounds, 0 = no cap, in its default config)
+    gen_rounds: float = Field(default=1.0, ge=1.0, le=100.0)
     # forced_balanced: random-init recipe runs pin routing to spread tokens evenly (VLLM_ENABLE_FIX_ROUTE=1)
     expert_routing: Literal["learned", "forced_balanced"] = "learned"
 
@@ -131,7 +133,7 @@ RECIPE_ENGINE, CORE_ENGINE = "verl 0.7 recipe", "verl >= 0.8 core"
 class Software(BaseModel):
     """Versions where behaviour depends on them (DESIGN 4.2); unset: what the profile was fitted on."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     # the RL framework that ran it: verl (what the executor launches) or MindSpeed-RL, whose published runs are
     # calibration and judge cases; its data and weight paths differ from verl's (`parallel_pull`, evaluate's
@@ -197,7 +199,7 @@ class Software(BaseModel):
 
 
 class ClusterRef(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     kind: str
     cards: int = Field(ge=1, le=MAX_CARDS, description="1 to 16,384: 8192 A3 cards is the largest "
@@ -212,7 +214,7 @@ class Measured(BaseModel):
     default) only measure its error, so a fit that memorises its inputs shows.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     use: Literal["fit", "judge"] = "judge"
     step_s: Positive | None = None
@@ -239,7 +241,7 @@ class Measured(BaseModel):
 class Scenario(BaseModel):
     """The complete description of one case the twin simulates or plans for."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
     schema_version: int = Field(default=SCENARIO_SCHEMA, alias="schema")
     name: str = Field(min_length=1, max_length=200)

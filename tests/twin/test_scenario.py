@@ -6,9 +6,11 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from twin.scenario import Scenario
+from twin.errors import TwinError
+from twin.scenario import Scenario, load_scenario
 
-C9 = Path(__file__).resolve().parents[2] / "scenarios" / "c9-qwen3-30b-a3b-h20-16-16-per-tensor.yaml"
+ROOT = Path(__file__).resolve().parents[2]
+C9 = ROOT / "scenarios" / "c9-qwen3-30b-a3b-h20-16-16-per-tensor.yaml"
 
 
 def test_a_separate_placement_measures_its_weight_sync_only():
@@ -38,3 +40,14 @@ def test_verl_puts_a_calls_inputs_once_from_0_6(verl, puts_once):
     from twin.scenario import Software
 
     assert Software(verl=verl).puts_inputs_once is puts_once
+
+
+@pytest.mark.parametrize(("rounds", "message"), [(float("inf"), "Input should be a finite number"),
+                                                 (1e300, "Input should be less than or equal to 100")])
+def test_dapo_rounds_are_finite_and_bounded(tmp_path, rounds, message):
+    raw = yaml.safe_load((ROOT / "scenarios" / "cpu-tiny-grpo.yaml").read_text())
+    raw["workload"]["gen_rounds"] = rounds
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(TwinError, match=f"field 'workload.gen_rounds': {message}"):
+        load_scenario(path)

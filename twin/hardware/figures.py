@@ -19,7 +19,7 @@ Confidence = Literal["H", "M", "L"]  # H first-party/exact, M ambiguous or reput
 class Figure(BaseModel):
     """A number with where it came from and how far to trust it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     value: float = Field(gt=0)
     source: Source
@@ -29,7 +29,7 @@ class Figure(BaseModel):
 class CurvePoint(BaseModel):
     """One point of an efficiency curve: the efficiency reached at operation size `x`."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     x: float = Field(gt=0)
     # a fraction of the nominal figure; a measurement may slightly exceed an 'effective' nominal figure
@@ -72,7 +72,7 @@ class Curve(BaseModel):
     """Efficiency as a function of an operation's size: linear interpolation in log(x) between the points,
     the end values beyond them."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     points: tuple[CurvePoint, ...] = Field(min_length=1)
     _table: _Table = PrivateAttr()

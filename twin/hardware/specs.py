@@ -29,7 +29,7 @@ class DeviceSpec(BaseModel):
     memory-bound kernel moves; the fraction of HBM bandwidth it reaches).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
     schema_version: int = Field(default=HARDWARE_SCHEMA, alias="schema")
     name: str = Field(min_length=1)
@@ -114,7 +114,7 @@ class LinkTier(BaseModel):
     log(peers), clamped beyond them.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: TierName
     bandwidth_gbs: Figure  # per direction, per link
@@ -173,7 +173,7 @@ class LinkTier(BaseModel):
 class ClusterKind(BaseModel):
     """A kind of cluster: its device, packaging, link tiers and hosts."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
     schema_version: int = Field(default=HARDWARE_SCHEMA, alias="schema")
     name: str = Field(min_length=1)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class Recompute(BaseModel):
     """Activation recomputation: none, selective (attention core only) or full (whole layers)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     granularity: Literal["none", "selective", "full"] = "none"
     method: Literal["uniform", "block"] = "uniform"
@@ -24,7 +24,7 @@ class Recompute(BaseModel):
 class Offload(BaseModel):
     """What lives in host memory outside the phase that needs it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     param: bool = False
     grad: bool = False
@@ -37,7 +37,7 @@ class Offload(BaseModel):
 class TrainLayout(BaseModel):
     """How the actor (and reference) model is sharded for training."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     engine: Literal["megatron", "fsdp"] = "megatron"
     tp: int = Field(default=1, ge=1)
@@ -118,7 +118,7 @@ class RolloutLayout(BaseModel):
     each TP group is its own instance.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     tp: int = Field(default=1, ge=1)
     dp: int = Field(default=1, ge=1)
@@ -157,7 +157,7 @@ class Layout(BaseModel):
     `separate`, the rollout on devices of its own, the last `rollout.devices` of the cluster, and the trainer on the
     others (verl's fully async and one-step-off policies; the twin models their weight sync, not their step)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     train: TrainLayout
     rollout: RolloutLayout

@@ -86,6 +86,11 @@ def test_a_malformed_file_is_one_line_naming_file_and_field(tmp_path):
     _one_line(twin("plan", "--cluster", str(bad), "--model", "tiny", "--cards", "1", "-o", str(tmp_path / "p.json")),
               "bad.yaml", "field 'tiers.0.bandwidth_gbs.value'")
     raw = user_a2()
+    raw["tiers"][0]["latency_us"]["value"] = float("inf")  # read before the search, not a NaN deep inside it
+    inf = write(tmp_path / "inf.yaml", raw)
+    _one_line(twin("plan", "--cluster", str(inf), "--model", "tiny", "--cards", "1", "-o", str(tmp_path / "p.json")),
+              "inf.yaml", "field 'tiers.0.latency_us.value': Input should be a finite number")
+    raw = user_a2()
     raw["device"]["curves"]["gemm"]["points"][0]["source"] = " "
     _one_line(twin("layouts", "--model", "tiny", "--cards", "1", "--cluster", str(write(tmp_path / "s.yaml", raw))),
               "field 'device.curves.gemm.points.0.source'")
