@@ -70,6 +70,7 @@ def run(
     from calibration.facts import host_facts, versions
     from calibration.jobs import load_job
     from calibration.jobs.base import RunContext
+    from calibration.measurements import appendable
     from calibration.run_summary import summary_table
     from calibration.runner import run_jobs
     from twin.fileio import check_target
@@ -79,12 +80,11 @@ def run(
         load_job(name)  # unknown names fail before torch is imported
     if model_config is not None and not model_config.is_file():
         raise CalibrationError(f"model config {model_config} is not a readable file")
+    done = appendable(output, f"--output {output}").keys()  # before torch: a file of anything else is refused
     dev = open_device(device.value)
     ctx = RunContext(dev, device_facts(dev), host_facts(), versions(), repeats=repeats, warmup=warmup,
                      world=world, grid=grid.value, model_config=model_config)
-    outcome = run_jobs(ctx, jobs, output, stderr)
-    for bad in outcome.bad_lines:
-        _warn(f"{output}:{bad.line}: malformed line kept in the file but not counted as measured ({bad.reason})")
+    outcome = run_jobs(ctx, jobs, output, stderr, done)
     stdout.print(summary_table(outcome))
     for tally in outcome.tallies:
         for failure in tally.failed:
@@ -164,6 +164,7 @@ def fit(
     refuse_overwrite(output, "a calibration profile")
     check_target(output, f"--output {output}", [*(measurements or []), profile, model_config, *(cases or [])])
     base = load_profile(profile) if profile else reference_profile(kind)
+    _check_fit_options(base, dtype, bool(cases), free, accept_bound_hits)
     result = base
     new_id = new_id or output.stem
     inputs = [str(p) for p in measurements or []]
@@ -198,6 +199,25 @@ def _names(text: str | None) -> list[str]:
     return [n.strip() for n in (text or "").split(",") if n.strip()]
 
 
+def _check_fit_options(base: Profile, dtype: str | None, case_fit: bool, free: str | None,
+                       accept: str | None) -> None:
+    """Refuse, before any fitting, an unknown --dtype, and --free or --accept-bound-hits names that are not
+    parameters a fit of `base` may free (or either option without the case fit it applies to)."""
+    from calibration.devices import DTYPE_NAMES
+    from calibration.fit import candidates
+
+    if dtype is not None and dtype not in DTYPE_NAMES:
+        raise CalibrationError(f"--dtype {dtype!r} is not one of {', '.join(DTYPE_NAMES)}")
+    allowed = candidates(base)
+    for option, names in (("--free", _names(free)), ("--accept-bound-hits", _names(accept))):
+        unknown = [n for n in names if n not in allowed]
+        if unknown:
+            raise CalibrationError(f"{option}: {unknown[0]!r} is not a parameter a fit of profile {base.id} may "
+                                   f"free; choose from {', '.join(allowed)}")
+        if names and not case_fit:
+            raise CalibrationError(f"{option} applies to a case fit: give --cases")
+
+
 def _case_fit(base: Profile, cases: list[Scenario], new_id: str, outer: int, free: str | None,
               accept: str | None) -> Profile:
     """The identifiability report, the fit of the identified (or named) parameters, and its bound check."""
@@ -229,14 +249,17 @@ def _case_fit(base: Profile, cases: list[Scenario], new_id: str, outer: int, fre
 
 
 def _loaded(path: Path) -> LoadedMeasurements:
-    """A measurements file, with its malformed lines reported (not fatal)."""
-    from calibration.measurements import load_measurements
+    """A measurements file; its malformed lines are summed up in one warning, or one error when no line is a
+    record (a file of something else)."""
+    from calibration.measurements import bad_lines_text, load_measurements
 
-    if not path.is_file():
+    if not path.exists():
         raise CalibrationError(f"measurements {path}: no such file")
     loaded = load_measurements(path)
-    for bad in loaded.bad_lines[:3]:
-        _warn(f"{path}: {bad}")
+    if loaded.bad_lines and not loaded.records:
+        raise CalibrationError(f"measurements {path}: holds no records: {bad_lines_text(loaded.bad_lines)}")
+    if loaded.bad_lines:
+        _warn(f"measurements {path}: {bad_lines_text(loaded.bad_lines)}; they were skipped")
     return loaded
 
 
@@ -250,11 +273,11 @@ SkipSteps = Annotated[int, typer.Option(min=0, help="leading steps of the run le
 
 
 def _run_case(runs: Path, scenario: Path, skip_steps: int, use: CaseUse) -> Scenario:
-    """The scenario with the measured values of the verl run in `runs`; warns of unreadable lines."""
-    from calibration.runs import load_run, run_case
-    from twin.scenario import load_scenario
+    """The scenario, checked as `twin simulate` checks it, with the measured values of the verl run in `runs`;
+    warns of unreadable lines."""
+    from calibration.runs import checked_scenario, load_run, run_case
 
-    sc = load_scenario(scenario)
+    sc = checked_scenario(scenario)
     run = load_run(runs, skip_steps, use.value)
     case = run_case(sc, run)
     if run.bad_lines:

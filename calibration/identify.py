@@ -113,9 +113,19 @@ def log_jacobian(base: Profile, names: list[str], targets: list[Target],
     if zero:
         raise ValueError(f"parameter {zero[0]} is {base.params[zero[0]].value:g}: a log-space Jacobian cannot see "
                          "it (its source says the term is absent; a measurement job gives it a value)")
-    y0 = np.log(predict(base))
+    y0 = _log_of(predict(base), targets, base)
     cols = []
     for n in names:
-        y = np.log(predict(base.with_values({n: base.params[n].value * float(np.exp(LOG_STEP))}, base.id)))
-        cols.append((y - y0) / LOG_STEP)
+        moved = base.with_values({n: base.params[n].value * float(np.exp(LOG_STEP))}, base.id)
+        cols.append((_log_of(predict(moved), targets, moved) - y0) / LOG_STEP)
     return Identifiability(list(names), targets, np.array(cols).T if cols else np.zeros((len(targets), 0)))
+
+
+def _log_of(predicted: np.ndarray, targets: list[Target], profile: Profile) -> np.ndarray:
+    """log(predicted); a prediction that is not a positive finite number is refused naming its target."""
+    bad = next((i for i, v in enumerate(predicted) if not (np.isfinite(v) and v > 0)), None)
+    if bad is not None:
+        raise ValueError(f"profile {profile.id} predicts {predicted[bad]:g} for {targets[bad].label}: a log-space fit "
+                         "needs positive finite predictions (a stage predicted as 0 s or without bound); check the "
+                         "profile's parameters")
+    return np.log(predicted)

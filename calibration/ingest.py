@@ -19,7 +19,7 @@ from calibration.measurements import (
     RunInfo,
     RunMeasurement,
     SourceRef,
-    load_measurements,
+    appendable,
 )
 from calibration.verl_logs import LogFormat, ParsedLog, parse_log
 from twin.fileio import MAX_DEPTH, check_target, decode_text, json_depth, parse_mapping, read_bytes, validation_message
@@ -91,11 +91,15 @@ def _read_text(path: Path, what: str) -> str:
 
 
 def plan_identity(path: Path) -> PlanIdentity:
-    """Path and sha256 of a plan file, with its "scenario" and "layout" fields where present."""
+    """Path and sha256 of a plan file checked as `executor run` checks it (twin.plan.load_plan, then
+    executor.plan_check.check_plan), with its "scenario" and "layout" fields as the file holds them."""
+    from executor.plan_check import check_plan
+    from twin.plan import load_plan
+
+    check_plan(load_plan(path), path)
     label = f"plan {path}"
     data = read_bytes(path, label)
-    plan = parse_mapping(decode_text(data, label), label, "json")
-    fields = plan
+    fields = parse_mapping(decode_text(data, label), label, "json")
     return PlanIdentity(path=str(path.resolve()), sha256=hashlib.sha256(data).hexdigest(),
                         scenario=fields.get("scenario"), layout=fields.get("layout"))
 
@@ -188,35 +192,45 @@ def records_of(
 
 
 def ingest(logs: list[Path], out: Path, plan_path: Path | None = None, append: bool = False) -> IngestResult:
-    """Read every log, then append its records to `out` (which must not exist unless `append`).
+    """Read every log, then append its records to `out` (which must not exist unless `append`, and then must be
+    a file of measurement records).
 
-    The output is checked first (never one of the inputs, never a directory or device) and locked
-    (fcntl.flock) from reading the records already there to writing the new ones, so concurrent
-    `--append` runs never duplicate a record.
+    The output is checked before anything is written (never one of the inputs, the logs that run records
+    name included, never a directory or device) and locked (fcntl.flock) from reading the records already
+    there to writing the new ones, so concurrent `--append` runs never duplicate a record.
     """
-    check_target(out, f"output {out}", [*logs, plan_path])
     plan = plan_identity(plan_path) if plan_path is not None else None
     sources = [resolve_source(path) for path in logs]
+    check_target(out, f"output {out}", [*logs, plan_path, *(source.path for source in sources)])
     parsed = [(source, parse_log(source.path, _read_text(source.path, "log"))) for source in sources]
     if not any(p.steps for _, p in parsed):
         raise CalibrationError(f"no verl step metrics found in {', '.join(str(p) for p in logs)}")
+    read = [records_of(source, log, plan) for source, log in parsed]
+    if not any(records for records, _ in read):
+        raise CalibrationError(nothing_usable([report for _, report in read]))
     with _locked_output(out, append):
-        done = load_measurements(out).keys()
+        done = appendable(out, f"output {out}").keys()
         result = IngestResult()
-        batches = []
-        for source, log in parsed:
-            records, report = records_of(source, log, plan)
-            fresh = [r for r in records if r.key not in done]
-            report.already_in_output = len(records) - len(fresh)
-            done |= {r.key for r in fresh}
-            batches.append(fresh)
-            result.reports.append(report)
         with MeasurementWriter(out) as writer:
-            for batch in batches:
-                for record in batch:
+            for records, report in read:
+                fresh = [r for r in records if r.key not in done]
+                report.already_in_output = len(records) - len(fresh)
+                done |= {r.key for r in fresh}
+                result.reports.append(report)
+                for record in fresh:
                     writer.write(record)
             result.written = writer.written
     return result
+
+
+def nothing_usable(reports: list[SourceReport]) -> str:
+    """One line saying why logs with step lines gave no record: every value unusable or every line bad."""
+    bad = [b for r in reports for b in r.bad_lines]
+    why = [f"no finite value of a calibration metric ({', '.join(PREFIXES + NAMES)}, memory) on "
+           f"{sum(r.steps for r in reports)} step lines"]
+    why += [f"{sum(r.non_finite for r in reports)} NaN/inf/null values"] if any(r.non_finite for r in reports) else []
+    why += [f"{len(bad)} bad lines (first: {bad[0]})"] if bad else []
+    return f"{', '.join(str(r.path) for r in reports)}: no usable metric values: {'; '.join(why)}"
 
 
 @contextmanager

@@ -18,13 +18,15 @@ from typing import Annotated, Any, BinaryIO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from calibration.errors import CalibrationError
+
 SCHEMA_VERSION = 1
 
 ParamValue = bool | int | float | str | list[int] | list[float]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # a NaN or inf is never a measurement
 
 
 class Stats(_Strict):
@@ -181,6 +183,15 @@ class BadLine:
     line: int
     reason: str
 
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.reason}"
+
+
+def bad_lines_text(bad: list[BadLine], shown: int = 2) -> str:
+    """In words: how many lines are not measurement records, and the first `shown` of them with why."""
+    listed = "; ".join(map(str, bad[:shown])) + (f"; {len(bad) - shown} more" if len(bad) > shown else "")
+    return f"{len(bad)} {'line is' if len(bad) == 1 else 'lines are'} not measurement records ({listed})"
+
 
 @dataclass
 class LoadedMeasurements:
@@ -224,6 +235,16 @@ def load_measurements(path: Path | str) -> LoadedMeasurements:
     return loaded
 
 
+def appendable(path: Path, label: str) -> LoadedMeasurements:
+    """The records of `path`, to which new records may be appended: a missing or empty file, or one whose every
+    line is a record. Anything else (a scenario, a plan, a damaged file) is refused in one line, never appended to."""
+    loaded = load_measurements(path)
+    if loaded.bad_lines:
+        raise CalibrationError(f"{label}: not a measurements file: {bad_lines_text(loaded.bad_lines)}; records are "
+                               "appended only to a file of records, so choose another output path")
+    return loaded
+
+
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err.get("loc", ()))
@@ -235,7 +256,8 @@ class MeasurementWriter:
 
     The file is opened in append mode, so existing lines are never lost; if an earlier writer was
     killed mid-line, a newline is written first so the partial line stays separate (and is reported
-    as malformed when loading) instead of corrupting the next record.
+    as malformed when loading) instead of corrupting the next record. The commands check a file with
+    `appendable` before they append to it.
     """
 
     def __init__(self, path: Path | str) -> None:

@@ -12,11 +12,12 @@ is compared with the twin's allocator peak of the same phase, in GB.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from calibration.errors import CalibrationError
-from calibration.targets import Target, below, case_targets, floor_of, target_values
+from calibration.targets import Target, below, case_targets, divided, floor_of, target_values
 from twin.disaggregated import is_separate
 from twin.profile import Profile, serves_kind
 from twin.scenario import Scenario
@@ -89,7 +90,7 @@ class SyncRow:
 
     @property
     def error(self) -> float:
-        return self.predicted_s / self.measured_s - 1
+        return divided(self.predicted_s, self.measured_s) - 1  # a sync measured as 0 s is below its floor
 
     @property
     def below_floor(self) -> bool:
@@ -185,6 +186,7 @@ def build_report(profile: Profile, cases: list[Scenario]) -> Report:
     stages = {name: simulate(ev)[0].stages_s for name, ev in evs.items()}
     rows = [Row(t, "fitted" if t.case in fitted else "held_out", p, floor_of(t, evs[t.case]))
             for t, p in zip(targets, target_values(targets, stages, evs), strict=True)]
+    refuse_non_finite(profile, rows)
     memory = []
     for sc in kept:
         if sc.measured is not None and sc.measured.memory_peak_gb is not None:
@@ -193,6 +195,16 @@ def build_report(profile: Profile, cases: list[Scenario]) -> Report:
             memory.append(MemoryRow(sc.name, "fitted" if sc.name in fitted else "held_out",
                                     sc.measured.memory_peak_gb * GIB / GB, predicted))
     return Report(profile, rows, skipped, memory=memory, sync=sync)
+
+
+def refuse_non_finite(profile: Profile, rows: list[Row]) -> None:
+    """One line naming the first prediction that is not a finite number (a stage predicted as 0 s or without
+    bound turns a throughput or ratio into inf or NaN): the profile's parameters are out of any sane range."""
+    row = next((r for r in rows if not math.isfinite(r.predicted)), None)
+    if row is not None:
+        raise CalibrationError(f"profile {profile.id} predicts {row.predicted:g} for {row.target.label}: a stage "
+                               "predicted as 0 s or without bound; check the profile's parameters (`twin simulate "
+                               "CASE --profile PROFILE` shows its stages)")
 
 
 def _sync_row(sc: Scenario, profile: Profile, fitted: set[str]) -> SyncRow:

@@ -11,6 +11,13 @@ from twin.fileio import save_figure
 
 COLOURS = {"fitted": "#4c72b0", "held_out": "#dd8452"}
 MARKERS = {"s": "o", "tokens/s": "^", "ratio": "s"}
+LOG_RANGE = (1e-300, 1e300)
+
+
+def _on_log_axes(value: float) -> bool:
+    """A value a log axis can show with room around it: positive and far from the float limits (a measured 1e308 s
+    is a value the file holds, not one to plot)."""
+    return LOG_RANGE[0] < value < LOG_RANGE[1]
 
 
 def _unit(row: Row) -> str:
@@ -19,9 +26,14 @@ def _unit(row: Row) -> str:
     return "s" if row.target.is_stage or row.target.quantity == "step" else "tokens/s"
 
 
+def _plotted(row: Row) -> bool:
+    return _on_log_axes(row.target.goal) and _on_log_axes(row.predicted)
+
+
 def plot_report(report: Report, path: Path, label: str | None = None, inputs: Iterable[Path | None] = ()) -> None:
     """Left: the signed relative error of every row; right: predicted vs measured with the identity line.
-    Rows measured as 0 (no relative error, no place on a log axis) are counted in the caption only."""
+    Rows measured as 0 (no relative error, no place on a log axis) and rows off the log axes are counted in the
+    caption only."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
@@ -47,11 +59,11 @@ def plot_report(report: Report, path: Path, label: str | None = None, inputs: It
     for group in GROUPS:
         for unit, marker in MARKERS.items():
             pts = [(r.target.goal, r.predicted) for r in rows
-                   if r.group == group and _unit(r) == unit and r.predicted > 0]  # log axes: a 0 s prediction is off
+                   if r.group == group and _unit(r) == unit and _plotted(r)]  # log axes: a 0 s prediction is off
             if pts:
                 scatter.scatter(*zip(*pts, strict=True), color=COLOURS[group], marker=marker, s=36,
                                 label=f"{GROUP_TITLES[group]}, {unit}")
-    values = [v for r in rows for v in (r.target.goal, r.predicted) if v > 0] or [1.0]
+    values = [v for r in rows if _plotted(r) for v in (r.target.goal, r.predicted)] or [1.0]
     lo, hi = min(values) / 1.5, max(values) * 1.5
     scatter.plot([lo, hi], [lo, hi], color="black", linewidth=0.8, label="predicted = measured")
     scatter.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured", ylabel="predicted")
@@ -61,8 +73,8 @@ def plot_report(report: Report, path: Path, label: str | None = None, inputs: It
                      f"{mape_text(report.mape(g, 'stages'))}" for g in GROUPS)
     fig.suptitle(f"profile {report.profile.id}: MAPE {mape}", fontsize=10)
     zero = len(report.rows) - len(rows)
-    unplotted = sum(1 for r in rows if r.predicted <= 0)
+    unplotted = sum(1 for r in rows if not _plotted(r))
     if zero or unplotted:
         fig.text(0.01, 0.005, f"not in the scatter (see the table): {zero} measured as 0 s, {unplotted} predicted "
-                 "as 0 s", fontsize=8)
+                 f"as 0 s or off the log axes ({LOG_RANGE[0]:g} to {LOG_RANGE[1]:g})", fontsize=8)
     save_figure(fig, path, dpi=110, label=label, inputs=inputs)

@@ -12,10 +12,9 @@ from types import FrameType
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from calibration.errors import CalibrationError
 from calibration.jobs import load_job
 from calibration.jobs.base import Failure, Job, Point, RunContext
-from calibration.measurements import BadLine, JobMeasurement, MeasurementWriter, load_measurements
+from calibration.measurements import JobMeasurement, MeasurementWriter
 
 
 @dataclass
@@ -32,7 +31,6 @@ class JobTally:
 @dataclass
 class RunOutcome:
     tallies: list[JobTally]
-    bad_lines: list[BadLine]
     interrupted: bool = False
 
     @property
@@ -42,19 +40,6 @@ class RunOutcome:
     @property
     def failed(self) -> int:
         return sum(len(t.failed) for t in self.tallies)
-
-
-def readable_output(out: Path) -> tuple[set[str], list[BadLine]]:
-    """Keys already measured in `out` and its malformed lines; the file itself is never rewritten."""
-    if out.exists() and not out.is_file():
-        raise CalibrationError(f"output {out} is not a regular file")
-    if not out.parent.is_dir():
-        raise CalibrationError(f"output directory {out.parent} does not exist")
-    try:
-        loaded = load_measurements(out)
-    except OSError as exc:
-        raise CalibrationError(f"cannot read {out}: {exc.strerror}") from None
-    return loaded.keys(), loaded.bad_lines
 
 
 def plan(ctx: RunContext, names: list[str], done: set[str]) -> list[tuple[Job, list[Point], JobTally]]:
@@ -85,11 +70,11 @@ def sigterm_as_interrupt() -> Iterator[None]:
             signal.signal(sig, action)
 
 
-def run_jobs(ctx: RunContext, names: list[str], out: Path, console: Console) -> RunOutcome:
-    """Measure what `out` does not hold yet, appending each record as soon as it is measured."""
-    done, bad_lines = readable_output(out)
+def run_jobs(ctx: RunContext, names: list[str], out: Path, console: Console, done: set[str]) -> RunOutcome:
+    """Measure what `out` does not hold yet (`done`: the keys it holds, calibration.measurements.appendable),
+    appending each record as soon as it is measured."""
     jobs = plan(ctx, names, done)
-    outcome = RunOutcome([tally for _, _, tally in jobs], bad_lines)
+    outcome = RunOutcome([tally for _, _, tally in jobs])
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     total = sum(len(todo) for _, todo, _ in jobs)
     with (

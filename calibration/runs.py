@@ -16,6 +16,8 @@ from typing import Literal
 
 from calibration.errors import CalibrationError
 from calibration.measurements import RunMeasurement, load_measurements
+from calibration.targets import evaluation
+from twin.fileio import validated
 from twin.scenario import Measured, Scenario
 
 STAGE_METRICS = {
@@ -67,7 +69,7 @@ def load_run(path: Path, skip_steps: int, use: Literal["fit", "judge"] = "judge"
     skipped, used = steps[:skip_steps], steps[skip_steps:]
     start_up = f"step {', '.join(map(str, skipped))} skipped (engine start-up)" if skipped else "no step skipped"
     measured = _mean_values([r for r in records if r.step in used], use, source=(
-        f"verl run {runs[0]} ({path}): mean of steps {used[0]}..{used[-1]}; {start_up}"))
+        f"verl run {runs[0]} ({path}): mean of steps {used[0]}..{used[-1]}; {start_up}"), label=f"runs {path}")
     if not measured.stages_s and measured.step_s is None and measured.tps_per_device is None:
         raise CalibrationError(f"runs {path}: none of {', '.join([*STAGE_METRICS, STEP_METRIC, THROUGHPUT_METRIC])} "
                                f"in steps {used[0]}..{used[-1]}")
@@ -76,28 +78,55 @@ def load_run(path: Path, skip_steps: int, use: Literal["fit", "judge"] = "judge"
     return RunValues(path, runs[0], steps, used, measured, len(loaded.bad_lines), cluster)
 
 
-def _mean_values(records: list[RunMeasurement], use: Literal["fit", "judge"], source: str) -> Measured:
-    """Each mapped metric's mean over the records (of the steps that logged it)."""
+def _mean_values(records: list[RunMeasurement], use: Literal["fit", "judge"], source: str, label: str) -> Measured:
+    """Each mapped metric's mean over the records (of the steps that logged it), checked as a scenario's."""
     values: dict[str, list[float]] = {}
     for r in records:
         values.setdefault(r.metric, []).append(r.value)
-    means = {metric: fmean(v) for metric, v in values.items()}
-    return Measured(
-        use=use,
-        stages_s={stage: means[m] for m, stage in STAGE_METRICS.items() if m in means},
-        step_s=means.get(STEP_METRIC),
-        tps_per_device=means.get(THROUGHPUT_METRIC),
-        source=source,
-    )
+    means = {metric: mean(v) for metric, v in values.items()}
+    return validated(Measured, {
+        "use": use,
+        "stages_s": {stage: means[m] for m, stage in STAGE_METRICS.items() if m in means},
+        "step_s": means.get(STEP_METRIC),
+        "tps_per_device": means.get(THROUGHPUT_METRIC),
+        "source": source,
+    }, label)
+
+
+def mean(values: list[float]) -> float:
+    """The mean of finite values; one whose sum overflows (values near the largest float, 1e308) is taken over
+    the values scaled by the largest, so it is never an OverflowError."""
+    try:
+        return fmean(values)
+    except OverflowError:
+        scale = max(map(abs, values))
+        return scale * fmean(v / scale for v in values)
 
 
 def run_case(sc: Scenario, run: RunValues) -> Scenario:
-    """The scenario with the run's measured values in place of its own; its cluster must be the run's."""
+    """The scenario with the run's measured values in place of its own, validated again as a whole (a separate
+    placement measures its weight sync only); its cluster must be the run's."""
     if run.cluster is not None and run.cluster != (sc.cluster.kind, sc.cluster.cards):
         kind, cards = run.cluster
         raise CalibrationError(f"runs {run.path}: the run was on {cards} {kind} cards, scenario {sc.name} "
                                f"describes {sc.cluster.cards} {sc.cluster.kind} cards")
-    return sc.model_copy(update={"measured": run.measured})
+    raw = sc.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return validated(Scenario, {**raw, "measured": run.measured.model_dump(mode="json", exclude_none=True)},
+                     f"scenario {sc.name} with the measured values of {run.path}")
+
+
+def checked_scenario(path: Path) -> Scenario:
+    """The scenario (or a plan.json's) a run executed, read and checked as `twin simulate` checks it (its model,
+    cluster kind, layout and profile), with a cluster file named relative to it made absolute."""
+    from twin.cli import load_case
+    from twin.errors import TwinError
+
+    sc, base = load_case(str(path))  # a file it cannot read or validate names itself
+    try:
+        evaluation(sc, None, base)
+    except TwinError as exc:
+        raise CalibrationError(f"scenario {path}: {exc}") from None
+    return sc
 
 
 def write_case(sc: Scenario, out: Path) -> None:

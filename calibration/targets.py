@@ -3,8 +3,10 @@ tokens/s, and ratios between cases) and how to read the same quantity off predic
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from twin.scenario import Scenario
@@ -80,12 +82,15 @@ def case_targets(cases: list[Scenario]) -> list[Target]:
     return out
 
 
-def evaluation(sc: Scenario, profile: Profile) -> Evaluation | SyncEvaluation:
-    """The twin's evaluation of a case: of its step, or of a disaggregated run's weight sync."""
+def evaluation(sc: Scenario, profile: Profile | None, base_dir: Path | None = None) -> Evaluation | SyncEvaluation:
+    """The twin's evaluation of a case: of its step, or of a disaggregated run's weight sync; building it checks
+    the case's model, cluster kind, layout and profile (files named relative to `base_dir`)."""
     from twin.disaggregated import SyncEvaluation, is_separate
     from twin.evaluate import Evaluation
 
-    return SyncEvaluation(sc, profile) if is_separate(sc) else Evaluation(sc, profile)
+    if is_separate(sc):
+        return SyncEvaluation(sc, profile, base_dir=base_dir)
+    return Evaluation(sc, profile, base_dir=base_dir)
 
 
 def predicted_stages(ev: Evaluation | SyncEvaluation) -> dict[str, float]:
@@ -166,18 +171,24 @@ def tps_tokens(sc: Scenario) -> float:
     return wl.tokens_per_step
 
 
+def divided(a: float, b: float) -> float:
+    """a / b of non-negative values; for b = 0 (a predicted stage of 0 s) inf, or NaN when a is 0 too, never a
+    ZeroDivisionError: the caller reports a non-finite value."""
+    if b:
+        return a / b
+    return math.inf if a else math.nan
+
+
 def quantity(stages: Mapping[str, float], sc: Scenario, devices: int, name: str) -> float:
     """The value of quantity `name` for one step with these stage seconds (the step is their sum)."""
     if name.startswith("stage:"):
         return stages[name.removeprefix("stage:")]
-    tokens = tps_tokens(sc)
+    if name == "rollout_tps_per_card":
+        return divided(tps_tokens(sc), stages["rollout"]) / sc.cluster.cards
     step = sum(stages.values())
-    return {
-        "step": step,
-        "tps_per_card": tokens / step / sc.cluster.cards,
-        "tps_per_device": tokens / step / devices,
-        "rollout_tps_per_card": tokens / stages["rollout"] / sc.cluster.cards,
-    }[name]
+    if name == "step":
+        return step
+    return divided(tps_tokens(sc), step) / {"tps_per_card": sc.cluster.cards, "tps_per_device": devices}[name]
 
 
 def target_values(targets: list[Target], stages: Mapping[str, Mapping[str, float]],
@@ -187,6 +198,6 @@ def target_values(targets: list[Target], stages: Mapping[str, Mapping[str, float
     for t in targets:
         v = quantity(stages[t.case], evs[t.case].sc, evs[t.case].devices, t.quantity)
         if t.reference:
-            v /= quantity(stages[t.reference], evs[t.reference].sc, evs[t.reference].devices, t.quantity)
+            v = divided(v, quantity(stages[t.reference], evs[t.reference].sc, evs[t.reference].devices, t.quantity))
         out.append(v)
     return out

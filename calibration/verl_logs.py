@@ -99,7 +99,7 @@ def _jsonl_line(line: str, number: int) -> StepMetrics:
         if value is None:
             values[name] = None
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            values[name] = finite_or_none(float(value))
+            values[name] = finite_or_none(value)
     return StepMetrics(step, number, values)
 
 
@@ -119,8 +119,13 @@ def _console_line(line: str, number: int, complete: bool) -> StepMetrics | None:
     return StepMetrics(int(match.group(1)), number, values)
 
 
-def finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None
+def finite_or_none(value: float | int) -> float | None:
+    """`value` as a float; None for NaN, inf and an integer beyond the largest float (JSON allows any digits)."""
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def console_value(raw: str, pair: str) -> float:

@@ -276,7 +276,15 @@ class Scenario(BaseModel):
     @model_validator(mode="after")
     def _separate_measures_its_sync(self) -> Scenario:
         m = self.measured
-        if self.layout is None or self.layout.placement != "separate" or m is None:
+        if m is None:
+            return self
+        if self.layout is None or self.layout.placement != "separate":
+            from twin.results import STAGES
+
+            unknown = [k for k in m.stages_s if k not in STAGES]
+            if unknown:
+                raise ValueError(f"measured.stages_s: {unknown[0]!r} is not a stage the twin predicts (stages: "
+                                 f"{', '.join(STAGES)})")
             return self
         others = [k for k, v in m.model_dump(exclude={"use", "source", "stages_s", "tps_tokens"}).items() if v]
         others += [f"stages_s.{k}" for k in m.stages_s if k != "weight_sync"]

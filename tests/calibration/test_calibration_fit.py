@@ -31,7 +31,7 @@ from twin.cost_models.comm import collective_time
 from twin.disaggregated import SyncEvaluation
 from twin.evaluate import Evaluation
 from twin.profile import Profile, embedded_profile, reference_profile
-from twin.scenario import Scenario, load_scenario
+from twin.scenario import Measured, Scenario, load_scenario
 from twin.topology.routing import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -230,6 +230,70 @@ def test_fit_writes_a_new_profile_and_never_overwrites(tmp_path):
     assert own.returncode == 2 and len(own.stderr.strip().splitlines()) == 1
     nothing = _cli("fit", "-o", "x.yaml", cwd=tmp_path)
     assert nothing.returncode == 2 and "give measurements" in nothing.stderr
+
+
+def _measurements(tmp_path: Path, extra: bytes = b"") -> Path:
+    """Synthetic collectives records, followed by `extra` bytes."""
+    path = tmp_path / "m.jsonl"
+    with MeasurementWriter(path) as w:
+        for r in _synthetic_collectives():
+            w.write(r)
+    with path.open("ab") as f:
+        f.write(extra)
+    return path
+
+
+def test_bad_lines_are_summed_up_in_one_line(tmp_path):
+    garbage = tmp_path / "g.bin"
+    garbage.write_bytes(b"\x00\x01 binary\nname: x\n[1, 2]\n")
+    result = _cli("fit", str(garbage), "--kind", "cpu", "-o", "out.yaml", cwd=tmp_path)
+    assert result.returncode == 2 and "BadLine(" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"calibration: error: measurements {garbage}: holds no records: 3 lines are not measurement records (line 1: "
+        "Invalid JSON: ")
+    assert "; line 2: Invalid JSON: " in lines[0] and lines[0].endswith("; 1 more)")
+    some = _measurements(tmp_path, b"garbage\n{}\n")
+    ok = _cli("fit", str(some), "--kind", "cpu", "-o", "out.yaml", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    warnings = [line for line in ok.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "BadLine(" not in ok.stderr
+    first = len(_synthetic_collectives()) + 1
+    assert warnings[0].startswith(f"warning: measurements {some}: 2 lines are not measurement records (line {first}: ")
+    assert f"; line {first + 1}: " in warnings[0] and warnings[0].endswith("); they were skipped")
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--free", "gemm_efficiency_scale,nope", "--free: 'nope' is not a parameter a fit of profile cpu-base-1 may free; "
+                                             "choose from framework_overhead_gb, "),
+    ("--accept-bound-hits", "nope", "--accept-bound-hits: 'nope' is not a parameter a fit of profile cpu-base-1 may"),
+    ("--free", "rollout_poll_s", "'rollout_poll_s' is not a parameter"),  # in the profile, but without bounds
+    ("--free", "gemm_efficiency_scale", "--free applies to a case fit: give --cases"),
+    ("--dtype", "int3", "--dtype 'int3' is not one of bf16, fp16, fp32"),
+])
+def test_unknown_parameters_and_dtypes_are_refused(tmp_path, option, value, message):
+    result = _cli("fit", str(_measurements(tmp_path)), "--kind", "cpu", option, value, "-o", "out.yaml",
+                  cwd=tmp_path)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.splitlines()) == 1 and not (tmp_path / "out.yaml").exists()
+
+
+def test_a_case_measuring_a_stage_the_twin_does_not_predict_is_refused(tmp_path):
+    raw = yaml.safe_load((ROOT / "scenarios" / "cpu-tiny-grpo.yaml").read_text())
+    case = tmp_path / "case.yaml"
+    case.write_text(yaml.safe_dump({**raw, "measured": {"use": "fit", "stages_s": {"unknown_stage": 1}}}))
+    result = _cli("fit", "--cases", str(case), "--kind", "cpu", "-o", "out.yaml", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert f"scenario {case}: field '(top level)': measured.stages_s: 'unknown_stage' is not a stage" in result.stderr
+
+
+def test_a_fit_refuses_a_start_point_that_predicts_a_zero_stage():
+    """A profile polling the rollout every 1e308 s predicts a rollout of 0 s: no log-space Jacobian exists there."""
+    poll = reference_profile("cpu").with_values({"rollout_poll_s": 1e308}, "poll")
+    case = load_scenario(ROOT / "scenarios" / "cpu-tiny-grpo.yaml").model_copy(update={"measured": Measured(
+        use="fit", step_s=7.5, stages_s={"rollout": 3.0, "update": 3.0})})
+    with pytest.raises(ValueError, match=r"^profile poll predicts 0 for cpu-tiny-grpo: stage:rollout: a log-space fit"):
+        CaseFit(poll, [case]).identify(["gemm_efficiency_scale"])
 
 
 def test_case_fit_refuses_what_one_case_cannot_identify_and_bound_hits(tmp_path):

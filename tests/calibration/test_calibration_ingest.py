@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 from datetime import datetime, timezone
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from calibration.ingest import selected, unit_of
 from calibration.measurements import load_measurements
 from calibration.verl_logs import parse_log
 
+REPO = Path(__file__).resolve().parents[2]
 tracking = pytest.importorskip("verl.utils.tracking")
 aggregate_logger = pytest.importorskip("verl.utils.logger.aggregate_logger")
 
@@ -122,12 +124,23 @@ def test_ingest_never_overwrites_and_append_skips_what_is_there(tmp_path, metric
     assert out.read_bytes() == first
 
 
-def test_ingest_run_record_and_plan(tmp_path, metrics_file, run_cli):
+@pytest.fixture(scope="module")
+def plan_json(tmp_path_factory) -> dict:
+    """A plan.json of the CPU loop's scenario as `twin plan --keep-layout` writes it, as a JSON object."""
+    from twin.plan import save_plan
+    from twin.planner import fixed_plan
+    from twin.scenario import load_scenario
+
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    save_plan(fixed_plan(load_scenario(REPO / "scenarios" / "cpu-tiny-grpo.yaml")), path)
+    return json.loads(path.read_text())
+
+
+def test_ingest_run_record_and_plan(tmp_path, metrics_file, plan_json, run_cli):
     from executor.run_record import RunRecord, save_record
 
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"schema": 1, "scenario": {"name": "tiny-cpu"}, "layout": {"train": {"tp": 1}},
-                                "other": [1, 2]}))
+    plan.write_text(json.dumps(plan_json))
     record = RunRecord(plan_path=str(plan), plan_sha256="ab" * 32, scenario="tiny-cpu", cluster_kind="cpu",
                        cards=1, devices=2, command=["python", "-m", "verl.trainer.main_ppo"], env={},
                        versions={"verl": "0.9.1"}, host={"hostname": "h"}, workdir=str(tmp_path),
@@ -143,7 +156,7 @@ def test_ingest_run_record_and_plan(tmp_path, metrics_file, run_cli):
     first = records[0]
     assert first.run.scenario == "tiny-cpu" and first.run.devices == 2 and first.run.versions == {"verl": "0.9.1"}
     assert first.plan.sha256 == hashlib.sha256(plan.read_bytes()).hexdigest()
-    assert first.plan.scenario == {"name": "tiny-cpu"} and first.plan.layout == {"train": {"tp": 1}}
+    assert first.plan.scenario == plan_json["scenario"] and first.plan.layout == plan_json["layout"]
     assert first.source.path == str(metrics_file.resolve())
 
 
@@ -163,6 +176,96 @@ def test_ingest_errors_are_one_line(tmp_path, metrics_file, run_cli):
         assert result.returncode != 0
         assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr, result.stderr
     assert not list(tmp_path.glob("[abc].jsonl"))
+
+
+def _mutated(plan: dict, where: str, value: object) -> dict:
+    """A deep copy of `plan` with the field at dotted path `where` set to `value`."""
+    out = json.loads(json.dumps(plan))
+    *parents, leaf = where.split(".")
+    node = out
+    for key in parents:
+        node = node[key]
+    node[leaf] = value
+    return out
+
+
+@pytest.mark.parametrize(("where", "value", "message"), [
+    ("schema", 2, "schema version 2 is not supported"),
+    ("layout.train.tp", 0, "field 'layout.train.tp'"),
+    ("scenario.cluster.kind", "nope", "unknown cluster kind 'nope'"),
+    ("scenario.model", "no-such-model", "unknown model 'no-such-model'"),
+    ("scenario.cluster.cards", 0, "field 'scenario.cluster.cards'"),
+    ("optimizations", "x", "field 'optimizations'"),
+])
+def test_a_plan_is_checked_as_the_executor_checks_it(tmp_path, metrics_file, plan_json, where, value, message,
+                                                    run_cli):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(_mutated(plan_json, where, value)))
+    result = run_cli("ingest", str(metrics_file), "--plan", str(plan), "-o", str(tmp_path / "m.jsonl"))
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
+    assert not (tmp_path / "m.jsonl").exists()
+
+
+def test_appends_only_to_a_file_of_records(tmp_path, metrics_file, run_cli):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_bytes((REPO / "scenarios" / "cpu-tiny-grpo.yaml").read_bytes())
+    binary = tmp_path / "b.bin"
+    binary.write_bytes(b"\x00\x01\x02\n\xff\xfe\n")
+    for target in (scenario, binary):
+        before = target.read_bytes()
+        result = run_cli("ingest", str(metrics_file), "-o", str(target), "--append")
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert len(result.stderr.splitlines()) == 1, result.stderr
+        assert f"output {target}: not a measurements file" in result.stderr and "line 1:" in result.stderr
+        assert target.read_bytes() == before
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    assert run_cli("ingest", str(metrics_file), "-o", str(empty), "--append").returncode == 0
+    assert len(load_measurements(empty).records) == 3 * SELECTED_PER_STEP - 1
+
+
+def test_the_log_a_run_record_names_is_an_input(tmp_path, metrics_file):
+    from calibration.ingest import ingest
+    from executor.run_record import RunRecord, save_record
+    from twin.errors import TwinError
+
+    record = RunRecord(plan_path="plan.json", plan_sha256="ab" * 32, scenario="tiny-cpu", cluster_kind="cpu",
+                       cards=1, devices=2, command=["python"], env={}, versions={}, host={}, workdir=str(tmp_path),
+                       log_path="missing.log", metrics_path=metrics_file.name,
+                       started_at=datetime(2026, 1, 1, tzinfo=timezone.utc), exit_status=0)
+    save_record(record, tmp_path / "run.json")
+    before = metrics_file.read_bytes()
+    with pytest.raises(TwinError, match="is also an input of this command"):
+        ingest([tmp_path / "run.json"], metrics_file, append=True)
+    assert metrics_file.read_bytes() == before
+
+
+def test_an_integer_beyond_the_largest_float_is_a_non_finite_value(tmp_path, run_cli):
+    log = tmp_path / "m.jsonl"
+    huge = "1" + "0" * 400
+    log.write_text(f'{{"step": 1, "data": {{"timing_s/gen": {huge}, "timing_s/step": 2.0}}}}\n')
+    assert parse_log(log, log.read_text()).steps[0].values == {"timing_s/gen": None, "timing_s/step": 2.0}
+    out = tmp_path / "out.jsonl"
+    result = run_cli("ingest", str(log), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "1 metric values were NaN/inf/null" in result.stderr and "Traceback" not in result.stderr
+    assert [(r.metric, r.value) for r in load_measurements(out).records] == [("timing_s/step", 2.0)]
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"timing_s/gen": "1.5", "perf/throughput": {"x": 1}}, "on 1 step lines"),
+    ({"timing_s/gen": None, "timing_s/step": None}, "2 NaN/inf/null values"),
+    ({"timing_s/gen": -1.0}, "first: line 1: timing_s/gen = -1 is negative"),
+])
+def test_a_log_without_a_usable_value_is_an_error(tmp_path, data, message, run_cli):
+    log = tmp_path / "m.jsonl"
+    log.write_text(json.dumps({"step": 1, "data": data}) + "\n")
+    out = tmp_path / "out.jsonl"
+    result = run_cli("ingest", str(log), "-o", str(out))
+    assert result.returncode == 2 and "no usable metric values" in result.stderr, result.stderr
+    assert message in result.stderr and len(result.stderr.splitlines()) == 1
+    assert not out.exists()
 
 
 def _log(tmp_path, rows) -> object:

@@ -7,11 +7,15 @@ from datetime import datetime, timezone
 import pytest
 from pydantic import ValidationError
 
+from calibration.errors import CalibrationError
 from calibration.measurements import (
+    BadLine,
     RunMeasurement,
     SourceRef,
     Stats,
     append_measurements,
+    appendable,
+    bad_lines_text,
     load_measurements,
     parse_measurement,
 )
@@ -61,3 +65,37 @@ def test_load_counts_malformed_lines_with_numbers(tmp_path):
     assert len(loaded.records) == 1
     assert [b.line for b in loaded.bad_lines] == [2, 3, 5]
     assert "partial" in loaded.bad_lines[-1].reason
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_a_record_holds_finite_numbers_only(tmp_path, value):
+    out = tmp_path / "m.jsonl"
+    good = _run_record(1).model_dump_json()
+    out.write_text(good + "\n" + good.replace('"value":2.5', f'"value":{value}') + "\n")
+    loaded = load_measurements(out)
+    assert len(loaded.records) == 1
+    assert [(b.line, b.reason) for b in loaded.bad_lines] == [(2, "run.value: Input should be a finite number")]
+
+
+def test_records_are_appended_only_to_a_file_of_records(tmp_path):
+    out = tmp_path / "m.jsonl"
+    assert appendable(out, "out").records == []  # a new file
+    out.write_text("\n")
+    assert appendable(out, "out").records == []  # blank lines only
+    append_measurements(out, [_run_record(1)])
+    assert [r.step for r in appendable(out, "out").records] == [1]
+    for content in (b"name: x\nmodel: tiny\n", b'{\n  "schema": 1\n}\n', b"\x00\x01\n",
+                    out.read_bytes() + b'{"schema_version": 1, "key": "cut'):
+        other = tmp_path / "other"
+        other.write_bytes(content)
+        with pytest.raises(CalibrationError, match=r"^out: not a measurements file: \d+ lines? (is|are) not "
+                                                   r"measurement records \(line \d+: ") as err:
+            appendable(other, "out")
+        assert "\n" not in str(err.value) and other.read_bytes() == content
+
+
+def test_bad_lines_in_words():
+    bad = [BadLine(1, "Invalid JSON"), BadLine(4, "kind: x"), BadLine(9, "partial last line (no newline)")]
+    assert str(bad[0]) == "line 1: Invalid JSON"
+    assert bad_lines_text(bad[:1]) == "1 line is not measurement records (line 1: Invalid JSON)"
+    assert bad_lines_text(bad) == "3 lines are not measurement records (line 1: Invalid JSON; line 4: kind: x; 1 more)"

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime, timezone
 from pathlib import Path
 from statistics import fmean
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from calibration.cli import app
 from calibration.measurements import RunMeasurement, SourceRef, append_measurements
-from calibration.report import Report, Row
-from calibration.targets import Target
+from calibration.report import Report, Row, SyncRow
+from calibration.targets import Target, divided, quantity
 from twin.evaluate import Evaluation
 from twin.profile import embedded_profile, load_profile
 from twin.scenario import load_scenario
@@ -22,6 +24,7 @@ from twin.sim.step import simulate
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "scenarios"
 A3_PROFILE = REPO / "twin" / "profiles" / "a3.yaml"
+CPU_PROFILE = REPO / "twin" / "profiles" / "cpu.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -207,3 +210,63 @@ def test_errors_are_one_line(run_cli, args, message):
     result = run_cli("report", *args)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert len(result.stderr.splitlines()) == 1 and not result.stdout
+
+
+def _cpu_case(tmp_path: Path, measured: dict) -> Path:
+    """The CPU loop's scenario with `measured` values, written to tmp_path."""
+    raw = yaml.safe_load((SCENARIOS / "cpu-tiny-grpo.yaml").read_text())
+    path = tmp_path / "case.yaml"
+    path.write_text(yaml.safe_dump({**raw, "measured": measured}))
+    return path
+
+
+def test_a_measured_stage_the_twin_does_not_predict_is_refused(tmp_path, run_cli):
+    case = _cpu_case(tmp_path, {"stages_s": {"rollout": 1.0, "unknown_stage": 1.0}})
+    result = run_cli("report", "--profile", str(CPU_PROFILE), "--cases", str(case))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [
+        f"calibration: error: scenario {case}: field '(top level)': measured.stages_s: 'unknown_stage' is not a "
+        "stage the twin predicts (stages: rollout, reward, old_log_prob, ref, advantage, update, reshard, offload)"]
+
+
+def test_a_prediction_of_a_zero_stage_is_never_a_division_by_zero(tmp_path, run_cli):
+    """A profile polling the rollout every 1e308 s predicts a rollout of 0 s: its rollout tokens/s is no number."""
+    raw = yaml.safe_load(CPU_PROFILE.read_text())
+    raw["params"]["rollout_poll_s"]["value"] = 1e308
+    profile = tmp_path / "poll.yaml"
+    profile.write_text(yaml.safe_dump(raw))
+    measured = {"step_s": 7.5, "stages_s": {"rollout": 3.0, "update": 3.0}}
+    ok = run_cli("report", "--profile", str(profile), "--cases", str(_cpu_case(tmp_path, measured)), "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert {r["quantity"]: r["predicted"] for r in json.loads(ok.stdout)["rows"]}["stage:rollout"] == 0.0
+    case = _cpu_case(tmp_path, {**measured, "rollout_tps_per_card": 100.0})
+    result = run_cli("report", "--profile", str(profile), "--cases", str(case))
+    assert result.returncode == 2 and "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert "profile cpu-base-1 predicts inf for cpu-tiny-grpo: rollout_tps_per_card" in result.stderr
+
+
+def test_divisions_by_a_zero_prediction_or_measurement():
+    sc = load_scenario(SCENARIOS / "cpu-tiny-grpo.yaml")
+    stages = {"rollout": 0.0, "update": 0.0}
+    assert quantity(stages, sc, 2, "rollout_tps_per_card") == math.inf
+    assert quantity(stages, sc, 2, "tps_per_device") == math.inf and quantity(stages, sc, 2, "step") == 0.0
+    assert divided(3.0, 2.0) == 1.5 and divided(1.0, 0.0) == math.inf and math.isnan(divided(0.0, 0.0))
+    row = SyncRow("c", "held_out", "per_tensor", measured_s=0.0, predicted_s=1.0, floor_s=0.1)
+    assert row.error == math.inf and row.below_floor
+
+
+def test_a_run_measured_near_the_largest_float_is_reported_and_plotted(tmp_path, run_cli):
+    """Values of 1e308 s average without overflow; the plot leaves what a log axis cannot show to the table."""
+    when = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    runs = tmp_path / "runs.jsonl"
+    append_measurements(runs, [
+        RunMeasurement(key=f"run|r|step={s}|{m}", job="verl", timestamp=when, metric=m, value=v, step=s,
+                       source=SourceRef(path="metrics.jsonl", line=s))
+        for m, v in (("timing_s/gen", 1e308), ("timing_s/step", 1.7e308)) for s in (1, 2, 3)])
+    png = tmp_path / "r.png"
+    result = run_cli("report", "--profile", str(CPU_PROFILE), "--runs", str(runs), "--scenario",
+                     str(SCENARIOS / "cpu-tiny-grpo.yaml"), "--plot", str(png), "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {r["quantity"]: r for r in json.loads(result.stdout)["rows"]}
+    assert rows["stage:rollout"]["measured"] == 1e308 and rows["step"]["measured"] == pytest.approx(1.7e308)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

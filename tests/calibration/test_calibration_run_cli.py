@@ -14,6 +14,7 @@ import pytest
 
 from calibration.measurements import load_measurements
 
+REPO = Path(__file__).resolve().parents[2]
 GEMM_POINTS = 6  # 3 shapes x (fp32, bf16) on a CPU
 
 
@@ -133,6 +134,22 @@ def test_bad_input_is_one_line_on_stderr(tmp_path, args, message, run_cli):
     assert len(lines) == 1, result.stderr
     assert message in lines[0] and "Traceback" not in result.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("content", [
+    (REPO / "scenarios" / "cpu-tiny-grpo.yaml").read_bytes(),  # a scenario
+    b'{\n  "schema": 1,\n  "scenario": {}\n}\n',  # a plan.json
+    b"\x89PNG\r\n\x1a\n\x00\x00",  # a binary file
+    b'{"kind": "job"}\n',  # JSON lines that are not records
+])
+def test_run_appends_only_to_a_file_of_records(tmp_path, content, run_cli):
+    out = tmp_path / "out"
+    out.write_bytes(content)
+    result = run_cli("run", "copy", "-o", str(out), "--repeats", "1", "--warmup", "0")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert f"--output {out}: not a measurements file" in result.stderr and "line 1: " in result.stderr
+    assert out.read_bytes() == content
 
 
 def test_help_works_without_importing_torch():

@@ -8,11 +8,13 @@ from pathlib import Path
 from statistics import fmean
 
 import pytest
+import yaml
 
 from calibration.errors import CalibrationError
 from calibration.ingest import selected
 from calibration.measurements import RunInfo, RunMeasurement, SourceRef, append_measurements
-from calibration.runs import STAGE_METRICS, STEP_METRIC, THROUGHPUT_METRIC, load_run, run_case
+from calibration.runs import STAGE_METRICS, STEP_METRIC, THROUGHPUT_METRIC, load_run, mean, run_case
+from twin.errors import TwinError
 from twin.results import STAGES
 from twin.scenario import load_scenario
 
@@ -144,3 +146,58 @@ def test_case_command_errors_are_one_line(tmp_path, runs_file, run_cli):
         assert result.returncode == 2 and message in result.stderr, result.stderr
         assert len(result.stderr.splitlines()) == 1
     assert not (tmp_path / "case.yaml").exists()
+
+
+def _scenario_with(tmp_path: Path, where: str, value: object, source: Path = SCENARIO) -> Path:
+    """`source` with the field at dotted path `where` set to `value`, written to tmp_path."""
+    raw = yaml.safe_load(source.read_text())
+    *parents, leaf = where.split(".")
+    node = raw
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.parametrize(("where", "value", "message"), [
+    ("cluster.kind", "nope", "unknown cluster kind 'nope'"),
+    ("model", "no-such-model", "unknown model 'no-such-model'"),
+    ("layout.rollout.tp", 3, "TP x DP"),
+    ("layout.rollout.max_num_seqs", 10**12, "max_num_batched_tokens >= max_num_seqs"),
+    ("profile", "/dev/zero", "profile /dev/zero: is a device"),
+])
+def test_case_checks_the_scenario_as_twin_simulate_does(tmp_path, runs_file, where, value, message, run_cli):
+    scenario = _scenario_with(tmp_path, where, value)
+    out = tmp_path / "case.yaml"
+    result = run_cli("case", str(runs_file), "--scenario", str(scenario), "-o", str(out))
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
+    assert not out.exists()
+
+
+def test_a_case_is_validated_whole_before_it_is_written(tmp_path):
+    """A disaggregated scenario measures its weight sync only: the run's stages do not make a case of it."""
+    path = tmp_path / "runs.jsonl"
+    append_measurements(path, records())
+    separate = load_scenario(REPO / "scenarios" / "c9-qwen25-math-7b-h20-4-4-per-tensor.yaml")
+    with pytest.raises(TwinError, match="a separate placement measures its weight sync only"):
+        run_case(separate, load_run(path, skip_steps=1))
+
+
+def test_values_near_the_largest_float_average_without_overflow(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    append_measurements(path, [r.model_copy(update={"value": 1e308}) if r.metric == "timing_s/gen" else r
+                               for r in records()])
+    assert load_run(path, skip_steps=1).measured.stages_s["rollout"] == pytest.approx(1e308)
+    assert mean([1e308, 1.7e308, 1e308]) == pytest.approx(1.2333e308, rel=1e-4)
+    assert mean([-2.0, 0.0, 5.0]) == 1.0 and mean([0.0, 0.0]) == 0.0
+
+
+def test_a_mean_the_scenario_refuses_names_the_runs_file(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    append_measurements(path, [r.model_copy(update={"value": 0.0}) if r.metric == STEP_METRIC else r
+                               for r in records()])
+    with pytest.raises(TwinError, match=f"^runs {re.escape(str(path))}: field 'step_s': Input should be greater"):
+        load_run(path, skip_steps=1)

@@ -22,7 +22,10 @@ def test_a_separate_placement_measures_its_weight_sync_only():
         with pytest.raises(ValidationError, match=f"not {named}"):
             Scenario.model_validate(bad)
     colocated = {**raw, "layout": {**raw["layout"], "placement": "colocated"}}
-    assert Scenario.model_validate(colocated).layout.placement == "colocated"  # validated as a layout later
+    with pytest.raises(ValidationError, match="'weight_sync' is not a stage the twin predicts"):  # its sync: reshard
+        Scenario.model_validate(colocated)
+    unmeasured = {k: v for k, v in colocated.items() if k != "measured"}
+    assert Scenario.model_validate(unmeasured).layout.placement == "colocated"  # validated as a layout later
 
 
 def test_a_mindspeed_rl_run_names_no_verl_version():
@@ -50,4 +53,13 @@ def test_dapo_rounds_are_finite_and_bounded(tmp_path, rounds, message):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(TwinError, match=f"field 'workload.gen_rounds': {message}"):
+        load_scenario(path)
+
+
+def test_a_measured_stage_must_be_one_the_twin_predicts(tmp_path):
+    raw = yaml.safe_load((ROOT / "scenarios" / "cpu-tiny-grpo.yaml").read_text())
+    raw["measured"] = {"stages_s": {"rollout": 1.0, "generation": 2.0}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(TwinError, match=r"measured\.stages_s: 'generation' is not a stage the twin predicts"):
         load_scenario(path)
