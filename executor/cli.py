@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shlex
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -66,7 +65,8 @@ def run(
     """Build the verl launch for PLAN.json, validate it against the installed verl, and run it."""
     from executor.errors import ValidationFailed
     from executor.npu_opt.host import HostEnv
-    from executor.options import LaunchOptions, RunPaths
+    from executor.options import RunPaths
+    from executor.paths import launch_options
     from executor.plan_check import check_plan
     from executor.targets import target_for
     from executor.validate import validate
@@ -78,8 +78,7 @@ def run(
         plan = load_plan(plan_path)
         check_plan(plan, plan_path)
         check_verl_version()
-        options = LaunchOptions(workdir=_workdir(workdir, plan.scenario.name, plan_path),
-                                model_path=model_path, data_dir=data_dir.resolve() if data_dir else None, steps=steps)
+        options = launch_options(plan, plan_path, workdir, model_path, data_dir, steps)
         target = target_for(plan.scenario.cluster.kind)
         if not dry_run:
             target.require_hardware(plan.predictions.devices)
@@ -98,21 +97,6 @@ def run(
         raise typer.Exit(2) from None
     except TwinError as exc:
         raise fail(str(exc)) from None
-
-
-def _workdir(given: Path | None, name: str, plan_path: Path) -> Path:
-    """The run directory: as given (a directory or a new path, never a file or device), else runs/<name>-<stamp>,
-    which must stay inside runs/."""
-    from twin.errors import TwinError
-    from twin.fileio import check_target
-
-    if given is not None:
-        return check_target(given, f"--workdir {given}", [plan_path], directory=True).resolve()
-    runs = Path("runs").resolve()
-    path = (runs / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}").resolve()
-    if path.parent != runs:
-        raise TwinError(f"scenario name {name!r} would put the run directory outside runs/ ({path})")
-    return path
 
 
 def _real_run(plan_path, plan, spec, target, paths, options) -> None:
@@ -155,8 +139,21 @@ def _root() -> None:
     """Launch verl runs from twin plans."""
 
 
+def quiet_import_warnings() -> None:
+    """Ignore the UserWarnings Megatron core and mbridge print when imported without Apex or Transformer Engine.
+
+    This process imports them only to check patch targets and verl's config; the trainer it starts is a process of
+    its own, whose log still shows them (they say which kernels the training falls back to).
+    """
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r".*(Apex|Transformer Engine).* not installed", category=UserWarning,
+                            module=r"(megatron|mbridge)(\.|$)")
+
+
 def main() -> None:
     """Console-script entry point: user errors become one line on stderr."""
     from twin.clirun import run_app
 
+    quiet_import_warnings()
     run_app(app, "executor")

@@ -56,3 +56,9 @@ class RunPaths(BaseModel):
     @property
     def checkpoints(self) -> Path:
         return self.workdir / "checkpoints"
+
+    def outputs(self) -> dict[str, Path]:
+        """The files and directories the run writes here, by what each is."""
+        return {"log": self.log, "metrics": self.metrics, "record": self.record,
+                "worker patch reports": self.patch_reports, "weight sync timings": self.sync_timings,
+                "checkpoints": self.checkpoints}

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -26,21 +31,48 @@ def cpu_assets(
 ) -> None:
     """Write a tiny model (dense Qwen2, Qwen3-MoE or DeepSeek-V3) and a maths dataset in verl's parquet format,
     offline; then run `executor run PLAN --model-path DIR/model --data-dir DIR/data` on a plan for cluster kind cpu."""
-    from rich.console import Console
-
-    from executor.cpu.assets import TINY_MODELS, make_math_dataset, make_tiny_model
-    from executor.cpu.math_problems import make_problems
-    from executor.cpu.warm_start import warm_start
+    from executor.console import out
+    from executor.cpu.assets import TINY_MODELS
     from twin.errors import TwinError
+    from twin.fileio import output_dir
 
     if model not in TINY_MODELS:
         raise TwinError(f"--model {model!r}: choose one of {', '.join(TINY_MODELS)}")
-    if (out_dir / "model").exists() or (out_dir / "data").exists():
-        raise TwinError(f"{out_dir} already holds model/ or data/; choose an empty directory")
-    model_dir = make_tiny_model(out_dir / "model", seed=seed, model=model)
+    label = f"output directory {out_dir}"
+    out_dir = output_dir(out_dir, label)  # an existing file, a device, a missing parent: one line, nothing made
+    try:
+        if (out_dir / "model").exists() or (out_dir / "data").exists():
+            raise TwinError(f"{out_dir} already holds model/ or data/; choose an empty directory")
+        with staged(out_dir, ("model", "data")) as tmp:
+            _write_assets(tmp, seed, warm_start_steps, train_problems, test_problems, model)
+    except OSError as exc:  # a full disk, a directory made unwritable meanwhile: nothing half-written is left
+        raise TwinError(f"{label}: cannot write ({exc.strerror or exc})") from None
+    out.print(f"model: {out_dir / 'model'}\ndata: {out_dir / 'data' / 'train.parquet'}, "
+              f"{out_dir / 'data' / 'test.parquet'}", markup=False)  # unwrapped, a '[' in a path kept
+
+
+def _write_assets(root: Path, seed: int, warm_start_steps: int, train_problems: int, test_problems: int,
+                  model: str) -> None:
+    """The tiny model in root/model (warm-started for `warm_start_steps`) and the dataset in root/data."""
+    from executor.cpu.assets import make_math_dataset, make_tiny_model
+    from executor.cpu.math_problems import make_problems
+    from executor.cpu.warm_start import warm_start
+
+    model_dir = make_tiny_model(root / "model", seed=seed, model=model)
     if warm_start_steps:
         problems = make_problems(1000, seed=seed + 1, kinds=("identity",))
         warm_start(model_dir, problems, steps=warm_start_steps, seed=seed)
-    train, test = make_math_dataset(out_dir / "data", n_train=train_problems, n_test=test_problems, seed=seed,
-                                    kinds=("identity",))
-    Console().print(f"model: {model_dir}\ndata: {train}, {test}", highlight=False)
+    make_math_dataset(root / "data", n_train=train_problems, n_test=test_problems, seed=seed, kinds=("identity",))
+
+
+@contextmanager
+def staged(out_dir: Path, names: tuple[str, ...]) -> Iterator[Path]:
+    """A temporary directory inside `out_dir`; once the block has written them there, `names` are moved into
+    `out_dir` (each a rename: there whole, or not at all). The temporary directory is removed in any case."""
+    tmp = Path(tempfile.mkdtemp(prefix=".cpu-assets-", dir=out_dir))
+    try:
+        yield tmp
+        for name in names:
+            os.rename(tmp / name, out_dir / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -32,6 +32,7 @@ from typing import NamedTuple
 from executor.cpu.megatron_compat import MOE_ON_CPU
 from executor.cpu.names import PLATFORM_NAME, PLUGIN_MODULE
 from executor.cpu.vllm_compat import MLA_ROLLOUT_CONFIG, ROLLOUT_CONFIG
+from executor.verl_config.overrides import hydra_value
 
 RAY_LOGICAL_CPUS = 16
 VLLM_KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE per vLLM worker: far above what the tiny runs need
@@ -70,6 +71,11 @@ class MegatronSizes(NamedTuple):
     moe: bool = False
 
 
+
+
+def _path(path: Path) -> str:
+    """An absolute path spelled as a Hydra override value (quoted where it holds '=', spaces, quotes...)."""
+    return hydra_value(str(Path(path).resolve()))
 
 
 def reward_function_path() -> Path:
@@ -126,8 +132,8 @@ def cpu_run_config(
     responses_per_rank = batch_prompts * n // world
     overrides = [
         # data
-        f"data.train_files={Path(train_files).resolve()}",
-        f"data.val_files={Path(val_files).resolve()}",
+        f"data.train_files={_path(train_files)}",
+        f"data.val_files={_path(val_files)}",
         f"data.train_batch_size={batch_prompts}",
         f"data.max_prompt_length={prompt_len}",
         f"data.max_response_length={response_len}",
@@ -138,7 +144,7 @@ def cpu_run_config(
         "algorithm.use_kl_in_reward=False",
         "algorithm.rollout_correction.bypass_mode=True",
         # model
-        f"actor_rollout_ref.model.path={Path(model_dir).resolve()}",
+        f"actor_rollout_ref.model.path={_path(model_dir)}",
         "actor_rollout_ref.model.use_remove_padding=False",
         "actor_rollout_ref.model.enable_gradient_checkpointing=False",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
@@ -168,7 +174,7 @@ def cpu_run_config(
         *_vllm_rollout(prompt_len + response_len, *rollout_batching, mla=mla),
         # reward
         "reward.num_workers=1",
-        f"reward.custom_reward_function.path={reward_function_path()}",
+        f"reward.custom_reward_function.path={_path(reward_function_path())}",
         "reward.custom_reward_function.name=compute_score",
         # infrastructure
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
@@ -187,8 +193,8 @@ def cpu_run_config(
         "trainer.test_freq=-1",
         "trainer.save_freq=-1",
         "trainer.resume_mode=disable",
-        f"trainer.default_local_dir={workdir / 'checkpoints'}",
-        f"trainer.rollout_data_dir={workdir / ROLLOUTS_DIR}",  # each step's prompts, answers and scores
+        f"trainer.default_local_dir={_path(workdir / 'checkpoints')}",
+        f"trainer.rollout_data_dir={_path(workdir / ROLLOUTS_DIR)}",  # each step's prompts, answers and scores
     ]
     env = {
         "VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,

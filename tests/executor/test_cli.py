@@ -170,3 +170,40 @@ def test_flipped_optimization_and_diverging_layout_copies(make_plan) -> None:
                                         r"launches verl runs only"):
         check_plan(Plan.model_validate(mindspeed), "p.json")
     check_plan(Plan.model_validate(raw), "p.json")  # the unedited plan passes
+
+
+def test_dry_run_under_a_directory_whose_path_holds_equals(make_plan, tmp_path: Path) -> None:
+    # the default run directory runs/<name>-<time> under a current directory named a=b: its paths reach Hydra quoted;
+    # the UserWarnings Megatron core prints on import without Apex stay out of the executor's own stderr
+    cwd = tmp_path / "a=b"
+    (cwd / "model").mkdir(parents=True)
+    (cwd / "data").mkdir()
+    plan = make_plan(REPO / "scenarios" / "cpu-tiny-grpo-megatron.yaml")
+    proc = subprocess.run([sys.executable, "-c", "from executor.cli import main\nmain()", "run", str(plan), "--dry-run",
+                           "--model-path", "model", "--data-dir", "data"], capture_output=True, text=True, cwd=cwd,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"trainer.default_local_dir='\"'\"'{cwd / 'runs'}/cpu-tiny-grpo-megatron-" in proc.stdout
+    assert f"data.train_files='\"'\"'{cwd / 'data' / 'train.parquet'}'\"'\"'" in proc.stdout
+    assert "UserWarning" not in proc.stderr and "Apex" not in proc.stderr, proc.stderr
+    assert not (cwd / "runs").exists()
+
+
+def test_a_run_directory_ray_would_expand_is_refused_in_one_line(make_plan, tmp_path: Path) -> None:
+    proc = executor("run", str(make_plan()), "--dry-run", "--workdir", str(tmp_path / "$HOME"))
+    _one_error_line(proc, "holds '$H', which verl's config or Ray would expand")
+
+
+def test_only_megatrons_and_mbridges_missing_apex_warnings_are_ignored() -> None:
+    import warnings
+
+    from executor.cli import quiet_import_warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        quiet_import_warnings()
+        for module, message in (("megatron.core.optimizer", "Transformer Engine and Apex are not installed. Falling"),
+                                ("mbridge.models.x", "Apex is not installed. Falling back to Torch Norm"),
+                                ("megatron.core.x", "something else"), ("mypkg", "Apex is not installed.")):
+            warnings.warn_explicit(message, UserWarning, "f.py", 1, module=module)
+    assert [str(w.message) for w in seen] == ["something else", "Apex is not installed."]

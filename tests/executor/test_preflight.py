@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 from executor.options import LaunchOptions
-from executor.preflight import data_problems, model_problems, preflight, required_dists
+from executor.preflight import data_problems, model_problems, named_path_problems, preflight, required_dists
 from executor.targets import target_for
 from executor.versions import installed_version
 from twin.plan import load_plan
@@ -60,3 +60,25 @@ def test_packages_an_ascend_megatron_run_needs(make_plan, tmp_path: Path) -> Non
     need = plan.predictions.host_memory_gb_per_node
     assert len(host) == 1 and f"{need:.0f} GB of host memory per node" in host[0]
     assert len(problems) == len(packages) + 1
+
+
+def test_a_model_or_data_path_that_is_no_directory(make_plan, tmp_path: Path) -> None:
+    plan = load_plan(make_plan())
+    afile = tmp_path / "plan.json"
+    afile.write_text("{}")
+    assert model_problems(plan, str(tmp_path / "missing")) == [f"model path {tmp_path / 'missing'}: no such directory"]
+    assert model_problems(plan, str(afile)) == [f"model path {afile}: is not a directory"]
+    assert model_problems(plan, "") == ["--model-path is empty"]
+    assert model_problems(plan, "/dev/zero") == ["model path /dev/zero: is not a directory"]
+    assert data_problems(LaunchOptions(workdir=tmp_path, data_dir=afile)) == [
+        f"data directory {afile}: is not a directory"]
+
+
+def test_only_the_paths_named_are_checked_before_a_run(make_plan, tmp_path: Path) -> None:
+    plan = load_plan(make_plan())
+    assert named_path_problems(plan, LaunchOptions(workdir=tmp_path)) == []
+    options = LaunchOptions(workdir=tmp_path, model_path=str(_checkpoint(tmp_path, "qwen2.5-7b")),
+                            data_dir=tmp_path / "missing")
+    problems = named_path_problems(plan, options)
+    assert any("hidden_size is 3584" in p for p in problems)
+    assert problems[-1] == f"data directory {tmp_path / 'missing'}: no such directory"

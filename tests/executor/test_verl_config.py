@@ -135,10 +135,29 @@ def test_untranslatable_layouts_refused(make_plan, build, tmp_path: Path, train:
     (True, "true"), (None, "null"), (3, "3"), (0.8, "0.8"), ("AIV", "AIV"), ("300", "'300'"),
     ("expandable_segments:True", "'expandable_segments:True'"), ("7,7,8", "'7,7,8'"), (["console", "file"],
                                                                                      "[console,file]"),
-    ("/a b/c", "'/a b/c'"), ("it's", "'it\\'s'"),
+    ("/a b/c", "'/a b/c'"), ("it's", "'it\\'s'"), ("/w=1", "'/w=1'"), ("a\\b", "'a\\b'"), ("end\\", "'end\\\\'"),
+    ("line\n", "'line\n'"),
 ])
 def test_hydra_spelling(value, spelled: str) -> None:
     assert hydra_value(value) == spelled
+
+
+@pytest.mark.parametrize("text", ["/runs/w=1", "/a b/c", "it's", "back\\slash", "end\\", "q\\'x", "a\\\\'b", "$x",
+                                  "a,b", "[x]", "{x}", '"dq"', "nl\nx", "tab\tx", "é", "null", "1e5", "trailing\n",
+                                  "#x", "%x"])
+def test_hydra_values_read_back_unchanged_after_verl_resolves_its_config(text: str) -> None:
+    from omegaconf import OmegaConf
+
+    from executor.validate import apply_overrides
+
+    cfg = apply_overrides(OmegaConf.create({"k": None}), [f"k={hydra_value(text)}"])
+    OmegaConf.resolve(cfg)  # as verl's main_ppo does before its workers read the config
+    assert OmegaConf.to_container(cfg, resolve=True)["k"] == text
+
+
+def test_an_interpolation_cannot_be_passed_to_verl() -> None:
+    with pytest.raises(ExecutorError, match=r"holds '\$\{', which verl's config would read as an interpolation"):
+        hydra_value("/runs/${oc.env:HOME}")
 
 
 def test_unknown_cluster_kind_has_no_target() -> None:
