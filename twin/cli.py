@@ -141,16 +141,21 @@ def load_case(path: str) -> tuple[Scenario, Path]:
 
     p = Path(path)
     sc = load_plan(p).scenario if p.suffix == ".json" else load_scenario(p)
-    return with_cluster_file_resolved(sc, p.parent), p.parent
+    return with_files_resolved(sc, p.parent), p.parent
 
 
-def with_cluster_file_resolved(sc: Scenario, base: Path) -> Scenario:
-    """The scenario with a cluster file named relative to `base` made absolute (so a plan carries it)."""
+def with_files_resolved(sc: Scenario, base: Path) -> Scenario:
+    """The scenario with a cluster file and a profile file named relative to `base` made absolute (so a plan, or a
+    case `calibration case` writes elsewhere, still finds them)."""
     from twin.hardware import resolve_cluster_ref
 
+    update: dict[str, object] = {}
     kind = resolve_cluster_ref(sc.cluster.kind, base)
-    return sc if kind == sc.cluster.kind else sc.model_copy(update={"cluster": sc.cluster.model_copy(
-        update={"kind": kind})})
+    if kind != sc.cluster.kind:
+        update["cluster"] = sc.cluster.model_copy(update={"kind": kind})
+    if sc.profile is not None and not Path(sc.profile).is_absolute() and (base / sc.profile).is_file():
+        update["profile"] = str((base / sc.profile).resolve())  # as twin.profile.resolve_profile finds it
+    return sc.model_copy(update=update) if update else sc
 
 
 @app.command("simulate")

@@ -183,3 +183,19 @@ def test_time_limit_returns_the_best_plan_so_far(tmp_path, monkeypatch):
     assert code == 0, err
     search = json.loads(out)["search"]
     assert search["stopped"].startswith("time limit reached") and search["simulated"] == 1
+
+
+def test_a_plan_written_elsewhere_keeps_the_scenarios_profile_file(tmp_path):
+    """A scenario naming its profile relative to itself: the plan written in another directory carries the
+    profile's absolute path, so `twin simulate` of the plan from a third directory predicts with it."""
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "plans").mkdir()
+    (tmp_path / "cases" / "mine.yaml").write_text((ROOT / "twin" / "profiles" / "cpu.yaml").read_text())
+    raw = yaml.safe_load((ROOT / "scenarios" / "cpu-tiny-grpo.yaml").read_text())
+    (tmp_path / "cases" / "s.yaml").write_text(yaml.safe_dump({**raw, "profile": "mine.yaml"}))
+    out = twin("plan", "--scenario", "cases/s.yaml", "--keep-layout", "-o", "plans/p.json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    plan = json.loads((tmp_path / "plans" / "p.json").read_text())
+    assert plan["scenario"]["profile"] == str((tmp_path / "cases" / "mine.yaml").resolve())
+    sim = twin("simulate", str(tmp_path / "plans" / "p.json"), "--json", cwd=ROOT)
+    assert sim.returncode == 0, sim.stderr
