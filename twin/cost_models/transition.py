@@ -159,8 +159,8 @@ def offload_moments(tm: TrainMemory, rm: RolloutMemory, scenario: Scenario, clus
     return {moment: train.get(moment, 0.0) + rollout.get(moment, 0.0) for moment in OFFLOAD_MOMENTS}
 
 
-OFFLOAD_MOMENTS = ("after_rollout", "ref_onload", "ref_offload", "before_update", "after_update", "before_reshard",
-                   "after_reshard")
+OFFLOAD_MOMENTS = ("after_rollout", "log_prob_onload", "log_prob_offload", "ref_onload", "ref_offload",
+                   "before_update", "after_update", "before_reshard", "after_reshard")
 
 
 def _release(profile: Profile, nbytes: float) -> float:
@@ -181,7 +181,15 @@ def train_offload_moments(tm: TrainMemory, scenario: Scenario, cluster: Cluster,
     # the ref pass and update_actor end with empty_cache (cann-recipes-train megatron_workers: compute_ref_log_prob
     # and update_actor offload, then empty_cache()): it returns what they offloaded and their cached activations
     ref_pass = scenario.workload.use_kl_loss
+    # verl's old-policy pass loads the offloaded actor weights and offloads them after it, emptying the cache
+    # (verl/workers/engine/base.py BaseEngineCtx in eval mode; offload_megatron_model_to_cpu, offload_fsdp_model_to_cpu)
+    # MindSpeed-RL offloads the training state for the rollout only (docs/features/offload.md)
+    actor_pass = off.param and not scenario.has("skip_old_log_prob") and scenario.software.framework == "verl"
+    actor = weights if actor_pass else 0.0
     return {
+        "log_prob_onload": host_copy_time(cluster, profile, actor),
+        "log_prob_offload": host_copy_time(cluster, profile, actor)
+        + (_release(profile, actor + tm.log_prob_activation_bytes(stage)) if actor_pass else 0.0),
         "ref_onload": host_copy_time(cluster, profile, ref),
         "ref_offload": host_copy_time(cluster, profile, ref)
         + (_release(profile, ref + tm.log_prob_activation_bytes(stage)) if ref_pass else 0.0),

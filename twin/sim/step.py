@@ -43,6 +43,13 @@ class StepRecord:
     pipelines: dict[str, PipelineRun] = field(default_factory=dict)
 
 
+# the weights each log-prob pass loads before it and offloads after it: (trace label, offload moment)
+PASS_MOMENTS = {
+    "old_log_prob": (("actor weights onload", "log_prob_onload"), ("actor weights offload", "log_prob_offload")),
+    "ref": (("ref weights onload", "ref_onload"), ("ref weights offload", "ref_offload")),
+}
+
+
 class StepSimulation:
     """Simulates `steps` GRPO steps of one evaluated scenario."""
 
@@ -164,9 +171,9 @@ class StepSimulation:
         for name, needed in (("old_log_prob", not sc.has("skip_old_log_prob")), ("ref", wl.use_kl_loss)):
             if not needed:
                 continue
-            if name == "ref":
-                stages["offload"] += yield from self._timed(drv, "transition", "ref weights onload",
-                                                            moments["ref_onload"])
+            (onload, onload_key), (offload, offload_key) = PASS_MOMENTS[name]
+            if moments[onload_key]:
+                stages["offload"] += yield from self._timed(drv, "transition", onload, moments[onload_key])
             skew = ev.dispatch_s(name)
             yield from self._timed(drv, "dispatch", f"{name} task dispatch", skew)
             touch = yield from self._returned_pages(name, pages)
@@ -176,9 +183,8 @@ class StepSimulation:
             if collect:
                 yield from self._timed(drv, "driver", f"{name} outputs collected", collect)
             stages[name] = skew + touch + run.seconds + collect
-            if name == "ref":
-                stages["offload"] += yield from self._timed(drv, "transition", "ref weights offload",
-                                                            moments["ref_offload"])
+            if moments[offload_key]:
+                stages["offload"] += yield from self._timed(drv, "transition", offload, moments[offload_key])
         stages["advantage"] = yield from self._timed(drv, "advantage", "advantage", driver["advantage"])
         stages["offload"] += yield from self._timed(drv, "transition", "actor state onload", moments["before_update"])
         self.trace.mark_memory(env.now, "update", mem["update"])

@@ -47,6 +47,25 @@ def test_without_a_reference_pass_nothing_is_released_after_it():
     assert offload_moments(ev.train_memory, ev.rollout_memory, sc, ev.cluster, ev.profile)["ref_offload"] == 0.0
 
 
+def test_verls_old_policy_pass_loads_the_offloaded_actor_and_releases_it_after():
+    """C6 (verl, Megatron, parameter offload, the old-policy pass runs): verl loads the actor's weights for the pass
+    and offloads them after it, emptying the cache of them and of the pass's activations (0.154 s/GB); with the
+    pass skipped, or under MindSpeed-RL (which offloads the training state for the rollout only), nothing."""
+    sc = load_scenario(SCENARIOS / "c6-gspo-qwen3-30b-a3b-a3-16dies.yaml")
+    ev = Evaluation(sc, reference_profile("a3"))
+    tm, pf = ev.train_memory, ev.profile
+    stage = max(range(tm.n_stages), key=tm.weight_bytes)
+    weights = tm.param_bytes(stage)
+    moments = offload_moments(tm, ev.rollout_memory, sc, ev.cluster, pf)
+    assert moments["log_prob_onload"] == pytest.approx(host_copy_time(ev.cluster, pf, weights), rel=1e-12)
+    release = (weights + tm.log_prob_activation_bytes(stage)) / 1e9 * 0.154
+    assert moments["log_prob_offload"] == pytest.approx(host_copy_time(ev.cluster, pf, weights) + release, rel=1e-12)
+    for other in (sc.model_copy(update={"optimizations": [*sc.optimizations, "skip_old_log_prob"]}),
+                  sc.model_copy(update={"software": Software(framework="mindspeed_rl")})):
+        again = offload_moments(tm, ev.rollout_memory, other, ev.cluster, pf)
+        assert again["log_prob_onload"] == again["log_prob_offload"] == 0.0
+
+
 def test_megatron_holds_qwen2s_layer_in_seven_parameters():
     # HF: q, k, v weights and biases, o, gate, up, down, two norms (12 a layer); Megatron: linear_qkv weight and
     # bias, linear_proj, linear_fc1 (gate + up), linear_fc2, two norms
