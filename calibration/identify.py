@@ -123,9 +123,10 @@ def log_jacobian(base: Profile, names: list[str], targets: list[Target],
 
 def _log_of(predicted: np.ndarray, targets: list[Target], profile: Profile) -> np.ndarray:
     """log(predicted); a prediction that is not a positive finite number is refused naming its target."""
-    bad = next((i for i, v in enumerate(predicted) if not (np.isfinite(v) and v > 0)), None)
-    if bad is not None:
-        raise ValueError(f"profile {profile.id} predicts {predicted[bad]:g} for {targets[bad].label}: a log-space fit "
-                         "needs positive finite predictions (a stage predicted as 0 s or without bound); check the "
-                         "profile's parameters")
+    from calibration.targets import unusable_prediction
+
+    bad = unusable_prediction(profile.id, predicted, targets, positive=True)
+    if bad:
+        raise ValueError(f"{bad}: a log-space fit needs positive finite predictions (a stage predicted as 0 s or "
+                         "without bound); check the profile's parameters")
     return np.log(predicted)

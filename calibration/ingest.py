@@ -91,15 +91,15 @@ def _read_text(path: Path, what: str) -> str:
 
 
 def plan_identity(path: Path) -> PlanIdentity:
-    """Path and sha256 of a plan file checked as `executor run` checks it (twin.plan.load_plan, then
-    executor.plan_check.check_plan), with its "scenario" and "layout" fields as the file holds them."""
+    """Path and sha256 of a plan file checked as `executor run` checks it (twin.plan.plan_from_mapping, then
+    executor.plan_check.check_plan), with its "scenario" and "layout" fields as the file holds them; read once."""
     from executor.plan_check import check_plan
-    from twin.plan import load_plan
+    from twin.plan import plan_from_mapping
 
-    check_plan(load_plan(path), path)
     label = f"plan {path}"
     data = read_bytes(path, label)
     fields = parse_mapping(decode_text(data, label), label, "json")
+    check_plan(plan_from_mapping(fields, label), path)
     return PlanIdentity(path=str(path.resolve()), sha256=hashlib.sha256(data).hexdigest(),
                         scenario=fields.get("scenario"), layout=fields.get("layout"))
 

@@ -12,12 +12,19 @@ is compared with the twin's allocator peak of the same phase, in GB.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from calibration.errors import CalibrationError
-from calibration.targets import Target, below, case_targets, divided, floor_of, target_values
+from calibration.targets import (
+    Target,
+    below,
+    case_targets,
+    divided,
+    floor_of,
+    target_values,
+    unusable_prediction,
+)
 from twin.disaggregated import is_separate
 from twin.profile import Profile, serves_kind
 from twin.scenario import Scenario
@@ -200,11 +207,10 @@ def build_report(profile: Profile, cases: list[Scenario]) -> Report:
 def refuse_non_finite(profile: Profile, rows: list[Row]) -> None:
     """One line naming the first prediction that is not a finite number (a stage predicted as 0 s or without
     bound turns a throughput or ratio into inf or NaN): the profile's parameters are out of any sane range."""
-    row = next((r for r in rows if not math.isfinite(r.predicted)), None)
-    if row is not None:
-        raise CalibrationError(f"profile {profile.id} predicts {row.predicted:g} for {row.target.label}: a stage "
-                               "predicted as 0 s or without bound; check the profile's parameters (`twin simulate "
-                               "CASE --profile PROFILE` shows its stages)")
+    bad = unusable_prediction(profile.id, [r.predicted for r in rows], [r.target for r in rows])
+    if bad:
+        raise CalibrationError(f"{bad}: a stage predicted as 0 s or without bound; check the profile's parameters "
+                               "(`twin simulate CASE --profile PROFILE` shows its stages)")
 
 
 def _sync_row(sc: Scenario, profile: Profile, fitted: set[str]) -> SyncRow:

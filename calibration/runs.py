@@ -117,7 +117,7 @@ def run_case(sc: Scenario, run: RunValues) -> Scenario:
 
 def checked_scenario(path: Path) -> Scenario:
     """The scenario (or a plan.json's) a run executed, read and checked as `twin simulate` checks it (its model,
-    cluster kind, layout and profile), with a cluster file named relative to it made absolute."""
+    cluster kind, layout and profile), with a cluster or profile file named relative to it made absolute."""
     from twin.cli import load_case
     from twin.errors import TwinError
 

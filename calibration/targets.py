@@ -4,7 +4,7 @@ tokens/s, and ratios between cases) and how to read the same quantity off predic
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -169,6 +169,16 @@ def tps_tokens(sc: Scenario) -> float:
     if counted == "generated":
         return wl.generated_responses * (wl.prompt_len.mean + wl.response_len.mean)
     return wl.tokens_per_step
+
+
+def unusable_prediction(profile_id: str, predicted: Sequence[float], targets: Sequence[Target],
+                        positive: bool = False) -> str | None:
+    """'profile P predicts V for TARGET' for the first prediction that is not a finite number (with `positive`, not
+    a positive one either), else None: a stage predicted as 0 s or without bound."""
+    for value, target in zip(predicted, targets, strict=True):
+        if not math.isfinite(value) or (positive and value <= 0):
+            return f"profile {profile_id} predicts {value:g} for {target.label}"
+    return None
 
 
 def divided(a: float, b: float) -> float:

@@ -378,7 +378,7 @@ def plan_cmd(
             for p, o in searches:
                 if o.summary.front_stopped:
                     console.print(f"Pareto front ({p.sc.cluster.cards} cards): {o.summary.front_stopped}", markup=False)
-            png = _files_beside_plan(output, pareto)[-1]
+            png = _pareto_png(output)
             plot_front(everything, pts, png, f"{sc.model} on {', '.join(str(p.sc.cluster.cards) for p, _ in searches)} "
                                               f"{sc.cluster.kind} cards: Pareto front (risk {risk})")
             console.print(f"wrote {png}")
@@ -389,7 +389,11 @@ def _files_beside_plan(output: Path, pareto: bool) -> list[Path]:
     """What `twin plan` writes next to its plan: the executor's launch script and, with --pareto, the front's PNG."""
     from twin.command_file import command_file_path
 
-    return [command_file_path(output), *([output.with_suffix(".pareto.png")] if pareto else [])]
+    return [command_file_path(output), *([_pareto_png(output)] if pareto else [])]
+
+
+def _pareto_png(output: Path) -> Path:
+    return output.with_suffix(".pareto.png")
 
 
 def _saved(plan: Plan, output: Path, command_file: CommandFile, as_json: bool) -> bool:

@@ -167,7 +167,11 @@ def save_plan(plan: Plan, path: Path | str) -> None:
 def load_plan(path: Path | str) -> Plan:
     """Read a plan.json; a schema version this code does not know is refused with a clear message."""
     label = f"plan {path}"
-    raw = read_mapping(path, label, "json")
+    return plan_from_mapping(read_mapping(path, label, "json"), label)
+
+
+def plan_from_mapping(raw: dict, label: str) -> Plan:
+    """A plan from its parsed JSON (`label` names the file in errors); an unknown schema version is refused."""
     version = raw.get("schema")
     if version != PLAN_SCHEMA:
         raise TwinError(f"{label}: schema version {version!r} is not supported (this version reads "

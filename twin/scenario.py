@@ -274,7 +274,8 @@ class Scenario(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _separate_measures_its_sync(self) -> Scenario:
+    def _measured_stages_are_predicted(self) -> Scenario:
+        """A disaggregated run measures its weight sync only; a colocated one, stages the twin predicts."""
         m = self.measured
         if m is None:
             return self

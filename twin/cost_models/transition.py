@@ -185,11 +185,11 @@ def train_offload_moments(tm: TrainMemory, scenario: Scenario, cluster: Cluster,
     # (verl/workers/engine/base.py BaseEngineCtx in eval mode; offload_megatron_model_to_cpu, offload_fsdp_model_to_cpu)
     # MindSpeed-RL offloads the training state for the rollout only (docs/features/offload.md)
     actor_pass = off.param and not scenario.has("skip_old_log_prob") and scenario.software.framework == "verl"
-    actor = weights if actor_pass else 0.0
+    actor_copy = host_copy_time(cluster, profile, weights if actor_pass else 0.0)
     return {
-        "log_prob_onload": host_copy_time(cluster, profile, actor),
-        "log_prob_offload": host_copy_time(cluster, profile, actor)
-        + (_release(profile, actor + tm.log_prob_activation_bytes(stage)) if actor_pass else 0.0),
+        "log_prob_onload": actor_copy,
+        "log_prob_offload": actor_copy
+        + (_release(profile, weights + tm.log_prob_activation_bytes(stage)) if actor_pass else 0.0),
         "ref_onload": host_copy_time(cluster, profile, ref),
         "ref_offload": host_copy_time(cluster, profile, ref)
         + (_release(profile, ref + tm.log_prob_activation_bytes(stage)) if ref_pass else 0.0),
