@@ -150,6 +150,13 @@ class Software(BaseModel):
     # the rollout returns its tokens' log-probs (verl rollout.calculate_log_probs): the driver keeps them in the batch
     # and compares them with the trainer's after the old-policy pass (twin.cost_models.scheduling collect_seconds)
     rollout_log_probs: bool = False
+    # the actor's offloaded weights stay on the device from update_actor to the weight sync: cann-recipes-train's
+    # DeepSeek patch of verl 0.4 (llm_rl/deepseek/verl_patches/workers/megatron_workers.py: update_actor offloads
+    # the gradients only, "generate sequences needs to use weight") and MindSpeed-RL (its sharding manager's
+    # exit_train_mode offloads optimizer and gradients, enter_infer_mode reshards, then offloads the weights); verl
+    # itself offloads them with the rest after the update and loads them again for the sync (0.4 to 0.9:
+    # megatron_workers.update_actor, then engine_workers BaseEngineCtx and update_weights); unset: the framework's
+    weights_kept_for_sync: bool | None = None
 
     @model_validator(mode="after")
     def _one_framework(self) -> Software:
@@ -158,6 +165,14 @@ class Software(BaseModel):
         if self.weight_sync == "checkpoint_engine" and self.checkpoint_engine is None:
             raise ValueError(f"verl {self.verl} has no checkpoint engine (from 0.7): weight_sync per_tensor")
         return self
+
+    @property
+    def keeps_weights_for_sync(self) -> bool:
+        """The actor's weights wait on the device between the update and the weight sync (`weights_kept_for_sync`;
+        unset: MindSpeed-RL keeps them, verl offloads them)."""
+        if self.weights_kept_for_sync is not None:
+            return self.weights_kept_for_sync
+        return self.framework == "mindspeed_rl"
 
     @property
     def parallel_pull(self) -> bool:

@@ -186,6 +186,10 @@ def train_offload_moments(tm: TrainMemory, scenario: Scenario, cluster: Cluster,
     # MindSpeed-RL offloads the training state for the rollout only (docs/features/offload.md)
     actor_pass = off.param and not scenario.has("skip_old_log_prob") and scenario.software.framework == "verl"
     actor_copy = host_copy_time(cluster, profile, weights if actor_pass else 0.0)
+    # verl offloads the weights with the rest after update_actor, loads them again for the weight sync and offloads
+    # them after it, emptying the cache (engine_workers.py update_weights); the recipes keep them for the sync
+    round_trip = weights if off.param and not scenario.software.keeps_weights_for_sync else 0.0
+    after_update += round_trip
     return {
         "log_prob_onload": actor_copy,
         "log_prob_offload": actor_copy
@@ -196,7 +200,8 @@ def train_offload_moments(tm: TrainMemory, scenario: Scenario, cluster: Cluster,
         "before_update": host_copy_time(cluster, profile, before_update),
         "after_update": host_copy_time(cluster, profile, after_update)
         + _release(profile, after_update + tm.update_activation_bytes(stage)),
-        "after_reshard": host_copy_time(cluster, profile, weights if off.param else 0),
+        "before_reshard": host_copy_time(cluster, profile, round_trip),
+        "after_reshard": host_copy_time(cluster, profile, weights if off.param else 0) + _release(profile, round_trip),
     }
 
 
