@@ -70,14 +70,14 @@ def run(
     from executor.plan_check import check_plan
     from executor.targets import target_for
     from executor.validate import validate
-    from executor.versions import check_verl_version
+    from executor.versions import check_verl_version, software_differences
     from twin.errors import TwinError
     from twin.plan import load_plan
 
     try:
         plan = load_plan(plan_path)
         check_plan(plan, plan_path)
-        check_verl_version()
+        verl = check_verl_version()
         options = launch_options(plan, plan_path, workdir, model_path, data_dir, steps)
         target = target_for(plan.scenario.cluster.kind)
         if not dry_run:
@@ -87,6 +87,9 @@ def run(
         spec = target.build(plan, options, HostEnv(from_source=not dry_run))
         validate(spec.overrides)
         refuse_unsupported(spec)
+        for difference in software_differences(plan.scenario.software, verl):
+            err.print(f"executor: warning: the plan's predictions assume {difference}: re-plan with the scenario's "
+                      "software as launched to predict this run", markup=False)
         if dry_run:
             print_launch(spec)
             return

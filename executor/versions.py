@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from importlib import metadata
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from executor.errors import ExecutorError
+
+if TYPE_CHECKING:
+    from twin.scenario import Software
 
 SUPPORTED_VERL = SpecifierSet(">=0.9.0,<0.10")
 
@@ -42,4 +46,17 @@ def check_verl_version() -> str:
     if not ok:
         raise ExecutorError(f"verl {found} is not supported; the executor targets verl {SUPPORTED_VERL} "
                             "(its config keys and worker code were checked against 0.9.1)")
+    return found
+
+
+def software_differences(software: Software, verl: str) -> list[str]:
+    """What a plan's predictions assumed of the software that a launch on the installed verl `verl` does not run:
+    another verl release (its sync, dispatch and poll behaviours, twin.scenario.Software) or a recipe's patch that
+    keeps the actor's weights on the device for the weight sync (this verl offloads them after the update)."""
+    found = []
+    if software.verl is not None and software.verl.split(".")[:2] != verl.split(".")[:2]:
+        found.append(f"verl {software.verl}, this launch runs {verl}")
+    if software.weights_kept_for_sync:
+        found.append("weights_kept_for_sync (a recipe's patch), this verl offloads the actor's weights after the "
+                     "update")
     return found

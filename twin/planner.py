@@ -52,7 +52,7 @@ from twin.optimizations import RECIPE_OPTIMIZATIONS
 from twin.plan import Plan, PlanOptimization, Risk, SearchSummary
 from twin.profile import Profile, profile_for_kind
 from twin.results import SimulationResult
-from twin.scenario import ClusterRef, Scenario, Workload
+from twin.scenario import LAUNCHED_VERL, ClusterRef, Scenario, Software, Workload
 from twin.topology.clusters import ClusterKind, cluster_kind, sleep_frees_memory
 from twin.topology.routing import Cluster
 
@@ -90,10 +90,12 @@ MAX_FULL_EVALUATIONS = 128
 
 
 def default_scenario(model: str, kind: str, cards: int) -> Scenario:
-    """The recipes' workload (C1: GRPO, 512 prompts x 16, prompt 75, response 3039.8) and optimizations."""
+    """The recipes' workload (C1: GRPO, 512 prompts x 16, prompt 75, response 3039.8) and optimizations, run by the
+    verl the executor launches (its trainer polls for finished generation)."""
     cfg = load_config(model)
     return Scenario(name=f"plan-{cfg.name}-{cluster_kind(kind).name}-{cards}", model=model,
-                    cluster=ClusterRef(kind=kind, cards=cards), workload=Workload(), optimizations=RECIPE_OPTIMIZATIONS)
+                    cluster=ClusterRef(kind=kind, cards=cards), workload=Workload(), optimizations=RECIPE_OPTIMIZATIONS,
+                    software=Software(verl=LAUNCHED_VERL, rollout_poll=True))
 
 
 def train_variants(lay: TrainLayout) -> Iterator[TrainLayout]:

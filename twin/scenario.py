@@ -123,6 +123,7 @@ class Workload(BaseModel):
         return self.responses * (self.prompt_len.mean + self.response_len.mean)
 
 
+LAUNCHED_VERL = "0.9.1"  # the verl `executor run` launches (pyproject.toml pins it): a default plan's software
 VERL_SYNCS_THROUGH_SERVER = (0, 8)  # Software.syncs_through_server
 VERL_PUTS_INPUTS_ONCE = (0, 6)  # Software.puts_inputs_once
 VERL_RECIPE_CHECKPOINT_ENGINE = (0, 7)  # Software.checkpoint_engine: the recipe's, to 0.8

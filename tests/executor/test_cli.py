@@ -46,6 +46,10 @@ def test_dry_run_prints_command_environment_and_table(make_plan, tmp_path: Path)
     for header in ("optimization", "mechanism", "status"):
         assert header in out
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
+    # C1 ran cann-recipes' patch that keeps the actor's weights for the sync: the installed verl does not
+    assert proc.stderr.strip() == ("executor: warning: the plan's predictions assume weights_kept_for_sync (a recipe's "
+                                   "patch), this verl offloads the actor's weights after the update: re-plan with the "
+                                   "scenario's software as launched to predict this run")
 
 
 def test_dry_run_of_the_planners_deepseek_plan(tmp_path: Path) -> None:
@@ -68,6 +72,7 @@ def test_dry_run_of_the_planners_deepseek_plan(tmp_path: Path) -> None:
             if line.count("│") == 5 and line.split("│")[1].strip() in typing.get_args(OptimizationId)}
     assert set(rows) == set(typing.get_args(OptimizationId))
     assert rows["directed_reshard"] == "applied" and "refused" not in rows.values()
+    assert "warning" not in proc.stderr  # the planner predicts the verl the executor launches
 
 
 def test_malformed_plan(tmp_path: Path) -> None:

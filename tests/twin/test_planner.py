@@ -1,6 +1,9 @@
 """The planner's screen and full evaluation: what each step skips must be what it would have rejected anyway."""
 
 from dataclasses import replace
+from pathlib import Path
+
+import tomllib
 
 from twin.cost_models.memory import TrainMemory, optimizer_step_part, train_parts, update_parts
 from twin.cost_models.transition import reshard_lower_bound
@@ -16,6 +19,7 @@ from twin.planner import (
     search,
     train_variants,
 )
+from twin.scenario import LAUNCHED_VERL
 
 SC = default_scenario("deepseek-r1", "a3", 128)
 
@@ -100,3 +104,13 @@ def test_the_summary_records_how_far_a_screen_bound_exceeded_its_simulated_step(
     assert outcome.summary.screen_overshoot > 0  # the closed form's rollout is polled one 2 s poll later here
     analytical = search(Planner(default_scenario("tiny", "cpu", 2)), top=1)
     assert analytical.summary.screen_overshoot == 0.0  # against the closed form itself the bound holds
+
+
+def test_a_default_plan_is_predicted_for_the_verl_the_executor_launches():
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    pins = [d for group in pyproject["project"]["optional-dependencies"].values() for d in group
+            if d.startswith("verl==")]
+    assert pins == [f"verl=={LAUNCHED_VERL}"]
+    assert SC.software.verl == LAUNCHED_VERL and SC.software.rollout_poll
+    assert SC.software.syncs_through_server and SC.software.puts_inputs_once
+    assert not SC.software.keeps_weights_for_sync
