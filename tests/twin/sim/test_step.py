@@ -23,7 +23,7 @@ GRAPH_GAP = pytest.mark.xfail(strict=True, reason="a3-fit-13: eager/graph rollou
                                                  "measured; the measured step also moved from vLLM V0 to V1 and "
                                                  "turned on AIV acceleration, which the twin does not model (graph "
                                                  "mode alone: 1.87x of the measured 2.59x)")
-# C8's 7B rows are judge cases of the gpu profile (gpu-fit-13, which frees the dense GEMM scale and the eager
+# C8's 7B rows are judge cases of the gpu profile (gpu-fit-14, which frees the dense GEMM scale and the eager
 # rollout's host time per kernel; these rows decode in graph mode): the ablation is their ratio.
 
 
