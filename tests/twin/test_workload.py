@@ -25,4 +25,4 @@ def test_mindspeed_rls_longest_lengths_count_every_response():
     """DeepSeek-R1 on MindSpeed-RL (C10): 384 x 32 responses, prompts fixed at 256, responses capped at 2048."""
     wl = load_scenario(SCENARIOS / "c5-dsr1-a3-384dies.yaml").workload
     assert tokens_per_step_of_longest(wl) == 12_288 * (256 + 2048)
-    assert wl.tokens_per_step == 12_288 * (256 + 1024)
+    assert wl.tokens_per_step == 12_288 * (256 + 840)  # the mean response read off the R1-Zero run's plot
