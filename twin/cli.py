@@ -355,7 +355,7 @@ def plan_cmd(
         console.print(f"workload from {source}: {wl.algorithm.upper()}, {wl.global_batch} prompts x n={wl.n}, "
                       f"prompt mean {wl.prompt_len.mean:g} (max {wl.prompt_len.max}), response mean "
                       f"{wl.response_len.mean:g} (max {wl.response_len.max}); optimizations: "
-                      f"{', '.join(sc.optimizations)}; software {sc.software.model_dump_json(exclude_defaults=True)}")
+                      f"{', '.join(sc.optimizations)}; software {sc.software.stated()}")
         console.print(f"headroom {planner.headroom:.1%} of HBM in every phase ({planner.headroom_source}); "
                       f"ranked by {risk}")
         for p, o in searches:

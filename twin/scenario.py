@@ -167,6 +167,10 @@ class Software(BaseModel):
             raise ValueError(f"verl {self.verl} has no checkpoint engine (from 0.7): weight_sync per_tensor")
         return self
 
+    def stated(self) -> str:
+        """What the scenario states of its software, as compact JSON ({} where it states nothing)."""
+        return self.model_dump_json(exclude_defaults=True)
+
     @property
     def keeps_weights_for_sync(self) -> bool:
         """The actor's weights wait on the device between the update and the weight sync (`weights_kept_for_sync`;

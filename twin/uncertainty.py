@@ -35,10 +35,8 @@ def scenario_domain(sc: Scenario) -> dict[str, str | float]:
     }
     if not is_separate(sc):  # a weight sync's case runs no sequences
         point["seq_len"] = float(sc.workload.max_seq_len)
-    software = getattr(sc, "software", None)  # the scenario's software versions, where its schema has them
-    if software is not None:  # what it states, so that a field the schema gains later leaves a recorded domain as it is
-        point["software"] = (software.model_dump_json(exclude_defaults=True) if hasattr(software, "model_dump_json")
-                             else str(software))
+    # what it states, so that a field the schema gains later leaves a recorded domain as it is
+    point["software"] = sc.software.stated()
     return point
 
 

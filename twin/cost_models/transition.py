@@ -175,25 +175,26 @@ def train_offload_moments(tm: TrainMemory, scenario: Scenario, cluster: Cluster,
     stage = max(range(tm.n_stages), key=tm.weight_bytes)
     # the actor's parameters as it holds them (fp32 under verl's FSDP), the reference model's in bf16
     weights, grads, opt = tm.param_bytes(stage), tm.grads_bytes(stage), tm.optimizer_bytes(stage)
+    offloaded = weights if off.param else 0.0  # the actor's weights, where they leave the device between phases
     ref = tm.weight_bytes(stage) if off.param and scenario.workload.use_kl_loss else 0.0
-    after_update = (grads if off.grad else 0) + (opt if off.optimizer == "offload" else 0)
-    before_update = (weights if off.param else 0) + after_update
+    rest = (grads if off.grad else 0) + (opt if off.optimizer == "offload" else 0)  # gradients and optimizer
+    before_update = offloaded + rest
     # the ref pass and update_actor end with empty_cache (cann-recipes-train megatron_workers: compute_ref_log_prob
     # and update_actor offload, then empty_cache()): it returns what they offloaded and their cached activations
     ref_pass = scenario.workload.use_kl_loss
     # verl's old-policy pass loads the offloaded actor weights and offloads them after it, emptying the cache
     # (verl/workers/engine/base.py BaseEngineCtx in eval mode; offload_megatron_model_to_cpu, offload_fsdp_model_to_cpu)
     # MindSpeed-RL offloads the training state for the rollout only (docs/features/offload.md)
-    actor_pass = off.param and not scenario.has("skip_old_log_prob") and scenario.software.framework == "verl"
-    actor_copy = host_copy_time(cluster, profile, weights if actor_pass else 0.0)
+    actor_pass = not scenario.has("skip_old_log_prob") and scenario.software.framework == "verl"
+    actor_copy = host_copy_time(cluster, profile, offloaded if actor_pass else 0.0)
     # verl offloads the weights with the rest after update_actor, loads them again for the weight sync and offloads
     # them after it, emptying the cache (engine_workers.py update_weights); the recipes keep them for the sync
-    round_trip = weights if off.param and not scenario.software.keeps_weights_for_sync else 0.0
-    after_update += round_trip
+    round_trip = 0.0 if scenario.software.keeps_weights_for_sync else offloaded
+    after_update = rest + round_trip
     return {
         "log_prob_onload": actor_copy,
         "log_prob_offload": actor_copy
-        + (_release(profile, weights + tm.log_prob_activation_bytes(stage)) if actor_pass else 0.0),
+        + (_release(profile, offloaded + tm.log_prob_activation_bytes(stage)) if actor_pass and offloaded else 0.0),
         "ref_onload": host_copy_time(cluster, profile, ref),
         "ref_offload": host_copy_time(cluster, profile, ref)
         + (_release(profile, ref + tm.log_prob_activation_bytes(stage)) if ref_pass else 0.0),
@@ -201,7 +202,7 @@ def train_offload_moments(tm: TrainMemory, scenario: Scenario, cluster: Cluster,
         "after_update": host_copy_time(cluster, profile, after_update)
         + _release(profile, after_update + tm.update_activation_bytes(stage)),
         "before_reshard": host_copy_time(cluster, profile, round_trip),
-        "after_reshard": host_copy_time(cluster, profile, weights if off.param else 0) + _release(profile, round_trip),
+        "after_reshard": host_copy_time(cluster, profile, offloaded) + _release(profile, round_trip),
     }
 
 

@@ -91,8 +91,10 @@ def test_verl_offloads_the_actors_weights_after_the_update_and_reloads_them_for_
     assert recipe["after_update"] == pytest.approx(host_copy_time(cl, pf, rest) + released, rel=1e-12)
 
 
-@pytest.mark.parametrize(("software", "kept"), [(Software(), False), (Software(framework="mindspeed_rl"), True),
-                                                (Software(weights_kept_for_sync=True), True)])
+@pytest.mark.parametrize(("software", "kept"), [
+    (Software(), False), (Software(framework="mindspeed_rl"), True), (Software(weights_kept_for_sync=True), True),
+    (Software(framework="mindspeed_rl", weights_kept_for_sync=False), False),  # what the scenario states wins
+])
 def test_who_keeps_the_actors_weights_for_the_sync(software, kept):
     assert software.keeps_weights_for_sync is kept
 
