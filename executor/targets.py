@@ -132,8 +132,12 @@ class CpuTarget(Target):
             raise ExecutorError("cluster kind cpu: executor/cpu/launch.py is not available") from None
         if options.model_path is None or options.data_dir is None:
             raise ExecutorError("cluster kind cpu needs --model-path (a small checkpoint) and --data-dir")
-        reports, patches, engines = self._rollout_engine(plan, host)
         train, config = plan.layout.train, load_config(plan.scenario.model)
+        if train.dynamic_batch_tokens is not None:
+            raise ExecutorError(f"cluster kind cpu: the trainer runs micro-batches of layout.train.micro_batch and "
+                                f"log_prob_micro_batch sequences, not dynamic batches of {train.dynamic_batch_tokens} "
+                                "tokens; drop layout.train.dynamic_batch_tokens")
+        reports, patches, engines = self._rollout_engine(plan, host)
         if train.engine == "megatron":
             trainer_reports, trainer_patches, engines["train"] = self._megatron_engine(plan, host, config)
             reports, patches = [*reports, *trainer_reports], [*patches, *trainer_patches]
@@ -148,7 +152,8 @@ class CpuTarget(Target):
                 rollout_tp=plan.layout.rollout.tp,
                 rollout_batching=(r.max_num_seqs, r.max_num_batched_tokens, r.enable_chunked_prefill),
                 megatron=self._megatron_sizes(train, config) if train.engine == "megatron" else None,
-                rollout_ep=plan.layout.rollout.ep, mla=config.attention == "mla")
+                rollout_ep=plan.layout.rollout.ep, mla=config.attention == "mla",
+                micro_batch=train.micro_batch, log_prob_micro_batch=train.log_prob_micro_batch)
         except ValueError as exc:
             raise ExecutorError(f"cluster kind cpu: {exc}") from None
         paths = RunPaths(workdir=options.workdir)

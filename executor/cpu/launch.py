@@ -104,12 +104,16 @@ def cpu_run_config(
     megatron: MegatronSizes | None = None,
     rollout_ep: int = 1,
     mla: bool = False,
+    micro_batch: int | None = None,
+    log_prob_micro_batch: int | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """Hydra overrides for `python -m verl.trainer.main_ppo` and the environment to add to the caller's.
 
     `rollout_batching` is the plan's (max_num_seqs, max_num_batched_tokens, enable_chunked_prefill), which
     the vLLM rollout runs with, `rollout_ep` its expert parallelism (1: none), `mla` whether the model's attention
     is multi-latent. `megatron` is the trainer's sizes on verl's Megatron engine; None trains with FSDP2.
+    `micro_batch` and `log_prob_micro_batch` are the plan's sequences per rank in each update and log-prob
+    micro-batch; None runs each rank's share of the batch as one.
     """
     if steps < 1 or world < 1 or n < 2 or batch_prompts < 1:
         raise ValueError(
@@ -125,6 +129,9 @@ def cpu_run_config(
         raise ValueError(f"rollout TP{rollout_tp} does not divide the {world} ranks")
     if rollout_ep < 1 or (rollout_ep > 1 and (world % rollout_ep or rollout_ep % rollout_tp)):
         raise ValueError(f"rollout EP{rollout_ep} must divide the {world} ranks and be a multiple of TP{rollout_tp}")
+    if any(m is not None and m < 1 for m in (micro_batch, log_prob_micro_batch)):
+        raise ValueError(f"micro-batches must hold a sequence or more; got update {micro_batch}, log-prob "
+                         f"{log_prob_micro_batch}")
     if (batch_prompts * n) % world:
         raise ValueError(f"batch_prompts * n = {batch_prompts * n} responses do not divide over {world} ranks")
     workdir = Path(workdir).resolve()
@@ -152,7 +159,7 @@ def cpu_run_config(
         *(_megatron_actor(megatron, seed) if megatron else _fsdp_actor(seed)),
         "actor_rollout_ref.actor.use_torch_compile=False",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={batch_prompts}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={responses_per_rank}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro_batch or responses_per_rank}",
         "actor_rollout_ref.actor.use_kl_loss=False",
         f"actor_rollout_ref.actor.optim.lr={LEARNING_RATE}",
         "actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode",
@@ -168,7 +175,7 @@ def cpu_run_config(
         "actor_rollout_ref.rollout.dtype=float32",
         "actor_rollout_ref.rollout.load_format=dummy",
         "actor_rollout_ref.rollout.calculate_log_probs=True",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={responses_per_rank}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={log_prob_micro_batch or responses_per_rank}",
         f"actor_rollout_ref.rollout.seed={seed}",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         *_vllm_rollout(prompt_len + response_len, *rollout_batching, mla=mla),

@@ -190,8 +190,22 @@ def test_dry_run_under_a_directory_whose_path_holds_equals(make_plan, tmp_path: 
     assert proc.returncode == 0, proc.stderr
     assert f"trainer.default_local_dir='\"'\"'{cwd / 'runs'}/cpu-tiny-grpo-megatron-" in proc.stdout
     assert f"data.train_files='\"'\"'{cwd / 'data' / 'train.parquet'}'\"'\"'" in proc.stdout
+    # the plan's micro-batches of 16 sequences, not each rank's whole share (16 x 4 / 2 = 32)
+    assert " actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16 " in proc.stdout
+    assert " actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16 " in proc.stdout
     assert "UserWarning" not in proc.stderr and "Apex" not in proc.stderr, proc.stderr
     assert not (cwd / "runs").exists()
+
+
+def test_a_cpu_plan_with_dynamic_batches_is_refused_in_one_line(make_plan, tmp_path: Path) -> None:
+    scenario = tmp_path / "dynamic.yaml"
+    scenario.write_text((REPO / "scenarios" / "cpu-tiny-grpo.yaml").read_text().replace(
+        "train: {engine: fsdp,", "train: {engine: fsdp, dynamic_batch_tokens: 4096,"))
+    for name in ("model", "data"):
+        (tmp_path / name).mkdir()
+    proc = executor("run", str(make_plan(scenario)), "--dry-run", "--model-path", str(tmp_path / "model"),
+                    "--data-dir", str(tmp_path / "data"))
+    _one_error_line(proc, "not dynamic batches of 4096 tokens; drop layout.train.dynamic_batch_tokens")
 
 
 def test_a_run_directory_ray_would_expand_is_refused_in_one_line(make_plan, tmp_path: Path) -> None:

@@ -92,13 +92,22 @@ def test_environment_loads_the_plugin_and_places_the_metrics_file(tmp_path: Path
     assert env["VERL_FILE_LOGGER_PATH"] == str((tmp_path / "m" / "x.jsonl").resolve())
 
 
+def test_the_plans_micro_batches_run_and_without_them_each_ranks_share_is_one(tmp_path: Path) -> None:
+    arr = _compose(_config(tmp_path, world=2, batch_prompts=128, n=4, micro_batch=64,
+                           log_prob_micro_batch=32)[0]).actor_rollout_ref
+    assert (arr.actor.ppo_micro_batch_size_per_gpu, arr.rollout.log_prob_micro_batch_size_per_gpu) == (64, 32)
+    arr = _compose(_config(tmp_path, world=2, batch_prompts=128, n=4)[0]).actor_rollout_ref
+    assert (arr.actor.ppo_micro_batch_size_per_gpu, arr.rollout.log_prob_micro_batch_size_per_gpu) == (256, 256)
+
+
 def test_reward_function_path_defines_compute_score() -> None:
     assert "def compute_score(" in reward_function_path().read_text()
 
 
 @pytest.mark.parametrize("kwargs", [{"n": 1}, {"world": 3}, {"batch_prompts": 0},
                                     {"world": 2, "megatron": MegatronSizes(tp=2, pp=2)},
-                                    {"world": 2, "megatron": MegatronSizes(tp=1, ep=4)}, {"world": 2, "rollout_ep": 3}])
+                                    {"world": 2, "megatron": MegatronSizes(tp=1, ep=4)}, {"world": 2, "rollout_ep": 3},
+                                    {"micro_batch": 0}, {"log_prob_micro_batch": -1}])
 def test_impossible_shapes_are_rejected(tmp_path: Path, kwargs: dict) -> None:
     with pytest.raises(ValueError):
         _config(tmp_path, **kwargs)
