@@ -33,6 +33,10 @@ from verl.workers.engine.base import EngineRegistry
 import verl.workers.engine  # noqa: F401  (imports the FSDP engines, which fires the registration)
 out["engine"] = EngineRegistry.get_engine_cls("language_model", "fsdp2").__name__
 out["value_engine"] = EngineRegistry.get_engine_cls("value_model", "fsdp").__name__
+from verl.single_controller.base.decorator import MAGIC_ATTR
+from verl.workers.engine_workers import ActorRolloutRefWorker
+init_model = ActorRolloutRefWorker.init_model
+out["init_model"] = [init_model.__code__.co_name, str(getattr(init_model, MAGIC_ATTR)["dispatch_mode"])]
 
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
@@ -66,4 +70,6 @@ def test_plugin_makes_verl_run_on_cpu() -> None:
     assert 0 < free <= total
     assert not out["engine_loaded_early"], "the plugin must not import the engines itself"
     assert (out["engine"], out["value_engine"]) == ("FSDPEngineWithLMHead", "FSDPEngineWithValueHead")
+    # the trainer's worker freezes its start-up heap after init_model, still registered as verl dispatches it
+    assert out["init_model"][0] == "init_model_then_freeze" and "ONE_TO_ALL" in out["init_model"][1]
     assert out["all_reduce"] == [1.0, 1.0, 1.0] and out["pg_backend"] in ("gloo", "cpu:gloo")
