@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from executor.cpu import distributed, platform
 from executor.cpu.engines import ENGINE_MODULE, MEGATRON_ENGINE_MODULE, register_fsdp_engines, register_megatron_engines
-from executor.cpu.startup_heap import freeze_after_init_model
+from executor.cpu.startup_heap import ENGINE_WORKERS_MODULE, freeze_after_init_model
 from executor.npu_opt.post_import import when_imported
 
 platform.register()
 distributed.install()
 when_imported(ENGINE_MODULE, register_fsdp_engines)
 when_imported(MEGATRON_ENGINE_MODULE, register_megatron_engines)
-when_imported("verl.workers.engine_workers", freeze_after_init_model)
+when_imported(ENGINE_WORKERS_MODULE, freeze_after_init_model)
