@@ -65,6 +65,7 @@ class VerlDriver:
 
         from executor.cpu.assets import make_math_dataset, make_tiny_model
         from executor.cpu.launch import cpu_run_config
+        from executor.cpu.startup_heap import freeze_storage_units
 
         self.world, self.n, self.micro_per_rank = world, n, micro_per_rank
         self._dir = tempfile.TemporaryDirectory(prefix="overhead-verl-")
@@ -76,6 +77,7 @@ class VerlDriver:
                                       response_len=32, rollout_tp=world)
         self.config = _compose([*overrides, f"actor_rollout_ref.rollout.agent.num_workers={agent_workers}"])
         tq.init(self.config.transfer_queue)
+        freeze_storage_units()  # as the run's driver has its storage unit do (executor/cpu/startup_heap.py)
         self.tokenizer = AutoTokenizer.from_pretrained(model)
         answer = [*self.tokenizer.encode(ANSWER), self.tokenizer.eos_token_id]
         client = LLMServerClient(config=self.config,

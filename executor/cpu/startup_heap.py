@@ -1,13 +1,19 @@
-"""Freeze a trainer rank's start-up heap once verl's worker has built its model.
+"""Freeze the start-up heap of the CPU run's long-lived processes once they are built.
 
-Python's collector walks every object it tracks in a full (generation 2) collection, and verl's trainer ranks hold
-a large start-up heap (torch, transformers, verl, Ray and the model's modules): on the CPU loop a rank tracked
-0.73-0.89 million objects once its model was built, and a full collection of them paused it 0.40-0.51 s, inside the
-update in two of three steps (benchmarks/cpu_loop_stage_cpu.py marks every pause of 5 ms or more with the objects
-tracked, 2026-12-05). `gc.freeze()` moves every object alive into a permanent generation the collector skips, as
-vLLM's engine core does once it has started (vllm/v1/engine/core.py); the objects a step allocates are still
-collected. Wrapping verl's `ActorRolloutRefWorker.init_model` keeps its registration (`functools.wraps` copies the
-dispatch attributes verl's `register` set on it).
+Python's collector walks every object it tracks in a full (generation 2) collection, and the run's processes hold
+large start-up heaps (torch, transformers, verl, Ray, ZMQ). `gc.freeze()` moves every object alive into a permanent
+generation the collector skips, as vLLM's engine core does once it has started (vllm/v1/engine/core.py); the objects
+a step allocates are still collected. Measured with benchmarks/cpu_loop_stage_cpu.py, which marks every pause of 5 ms
+or more with the objects tracked (2026-12-05):
+
+- verl's trainer ranks tracked 0.73-0.89 million objects once their model was built, and a full collection of them
+  paused a rank 0.40-0.51 s, inside the update in two steps of three. Wrapping `ActorRolloutRefWorker.init_model`
+  keeps its registration (`functools.wraps` copies the dispatch attributes verl's `register` set on it).
+- TransferQueue's storage unit (`SimpleStorageUnit`, a Ray actor that imports neither verl nor this plugin) tracked
+  0.39 million objects, and its full collections paused it 0.16-0.19 s; every old_log_prob or advantage stage 2-3x
+  its usual length in five local runs (0.26-0.38 s against 0.07 / 0.16 s) held one such pause, since both stages
+  read the batch from it. The driver, which creates the units in `transfer_queue.init`, asks each to freeze its heap
+  through Ray's `__ray_call__` once they are up.
 """
 
 from __future__ import annotations
@@ -19,6 +25,16 @@ from typing import Any
 
 ENGINE_WORKERS_MODULE = "verl.workers.engine_workers"
 """The verl module that defines the trainer's worker, `ActorRolloutRefWorker`; the patch runs when it is imported."""
+TRANSFER_QUEUE_MODULE = "transfer_queue"
+"""The package whose `init` creates TransferQueue's controller and storage units (verl's V1 trainer calls it)."""
+STORAGE_BACKEND = "SimpleStorage"
+"""TransferQueue's in-memory backend, whose units are Ray actors (`transfer_queue.interface._TQ_STORAGE[...]`)."""
+
+
+def collect_and_freeze(_actor: object = None) -> None:
+    """Collect what is garbage now and freeze the rest; `_actor` lets Ray's `__ray_call__` run it in an actor."""
+    gc.collect()
+    gc.freeze()
 
 
 def freeze_after_init_model(engine_workers: ModuleType) -> None:
@@ -29,8 +45,32 @@ def freeze_after_init_model(engine_workers: ModuleType) -> None:
     @functools.wraps(init_model)
     def init_model_then_freeze(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = init_model(self, *args, **kwargs)
-        gc.collect()
-        gc.freeze()
+        collect_and_freeze()
         return result
 
     worker.init_model = init_model_then_freeze
+
+
+def freeze_storage_after_init(transfer_queue: ModuleType) -> None:
+    """Patch `transfer_queue.init` so that, once it returns, every in-memory storage unit it created has collected
+    and frozen its heap (a caller that attaches to an existing TransferQueue created none and asks none)."""
+    init = transfer_queue.init
+
+    @functools.wraps(init)
+    def init_then_freeze_storage(*args: Any, **kwargs: Any) -> Any:
+        conf = init(*args, **kwargs)
+        freeze_storage_units()
+        return conf
+
+    transfer_queue.init = init_then_freeze_storage
+
+
+def freeze_storage_units() -> int:
+    """Have every in-memory TransferQueue storage unit this process created collect and freeze its heap; returns how
+    many did (none where this process attached to another's TransferQueue)."""
+    import ray
+    from transfer_queue import interface
+
+    units = (interface._TQ_STORAGE or {}).get(STORAGE_BACKEND) or {}
+    ray.get([unit.__ray_call__.remote(collect_and_freeze) for unit in units.values()])
+    return len(units)

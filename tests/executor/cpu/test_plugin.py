@@ -37,6 +37,8 @@ from verl.single_controller.base.decorator import MAGIC_ATTR
 from verl.workers.engine_workers import ActorRolloutRefWorker
 init_model = ActorRolloutRefWorker.init_model
 out["init_model"] = [init_model.__code__.co_name, str(getattr(init_model, MAGIC_ATTR)["dispatch_mode"])]
+import transfer_queue
+out["tq_init"] = transfer_queue.init.__code__.co_name
 
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
@@ -72,4 +74,5 @@ def test_plugin_makes_verl_run_on_cpu() -> None:
     assert (out["engine"], out["value_engine"]) == ("FSDPEngineWithLMHead", "FSDPEngineWithValueHead")
     # the trainer's worker freezes its start-up heap after init_model, still registered as verl dispatches it
     assert out["init_model"][0] == "init_model_then_freeze" and "ONE_TO_ALL" in out["init_model"][1]
+    assert out["tq_init"] == "init_then_freeze_storage"  # the driver's TransferQueue units freeze theirs too
     assert out["all_reduce"] == [1.0, 1.0, 1.0] and out["pg_backend"] in ("gloo", "cpu:gloo")

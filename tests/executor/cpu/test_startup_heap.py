@@ -1,8 +1,13 @@
-"""freeze_after_init_model: verl's worker still registered, the heap frozen once its init_model returns."""
+"""startup_heap: verl's worker still registered, the heap frozen once its init_model returns; TransferQueue's storage
+units frozen once the driver's init has created them."""
 
 from __future__ import annotations
 
 import gc
+import json
+import os
+import subprocess
+import sys
 from types import ModuleType
 
 from executor.cpu.startup_heap import freeze_after_init_model
@@ -30,3 +35,38 @@ def test_init_model_freezes_the_heap_after_it_returns_and_keeps_its_registration
     finally:
         gc.unfreeze()
     assert getattr(ActorRolloutRefWorker.init_model, MAGIC_ATTR)["dispatch_mode"] is Dispatch.ONE_TO_ALL
+
+
+STORAGE_PROBE = r"""
+import gc, json
+import ray
+import transfer_queue
+from transfer_queue import interface
+from executor.cpu.startup_heap import STORAGE_BACKEND, freeze_storage_after_init, freeze_storage_units
+
+ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR")
+try:
+    freeze_storage_after_init(transfer_queue)
+    transfer_queue.init({"backend": {STORAGE_BACKEND: {"num_data_storage_units": 2}}})
+    units = interface._TQ_STORAGE[STORAGE_BACKEND]
+    heaps = ray.get([u.__ray_call__.remote(lambda _: (gc.get_freeze_count(), len(gc.get_objects())))
+                     for u in units.values()])
+    print("PROBE " + json.dumps({"wrapped": transfer_queue.init.__code__.co_name, "heaps": heaps,
+                                 "asked_again": freeze_storage_units()}))
+    transfer_queue.close()
+finally:
+    ray.shutdown()
+"""
+
+
+def test_transfer_queue_storage_units_freeze_their_heap_once_created() -> None:
+    """A real TransferQueue on a local Ray: each storage unit the patched init created has frozen its start-up heap
+    (torch, ZMQ, Ray: hundreds of thousands of objects) and its collector tracks only what came after."""
+    proc = subprocess.run([sys.executable, "-c", STORAGE_PROBE], env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("PROBE ")).removeprefix("PROBE "))
+    assert out["wrapped"] == "init_then_freeze_storage"
+    assert len(out["heaps"]) == 2 and out["asked_again"] == 2
+    for frozen, tracked in out["heaps"]:
+        assert frozen > 100_000 and tracked < frozen / 100, (frozen, tracked)
