@@ -288,12 +288,14 @@ def test_a_case_measuring_a_stage_the_twin_does_not_predict_is_refused(tmp_path)
 
 
 def test_a_fit_refuses_a_start_point_that_predicts_a_zero_stage():
-    """A profile polling the rollout every 1e308 s predicts a rollout of 0 s: no log-space Jacobian exists there."""
-    poll = reference_profile("cpu").with_values({"rollout_poll_s": 1e308}, "poll")
+    """The CPU reference profile has no framework terms (the overhead job's): it predicts the advantage stage at 0 s,
+    where no log-space Jacobian exists."""
+    base = reference_profile("cpu")
     case = load_scenario(ROOT / "scenarios" / "cpu-tiny-grpo.yaml").model_copy(update={"measured": Measured(
-        use="fit", step_s=7.5, stages_s={"rollout": 3.0, "update": 3.0})})
-    with pytest.raises(ValueError, match=r"^profile poll predicts 0 for cpu-tiny-grpo: stage:rollout: a log-space fit"):
-        CaseFit(poll, [case]).identify(["gemm_efficiency_scale"])
+        use="fit", step_s=7.5, stages_s={"rollout": 3.0, "advantage": 0.1, "update": 3.0})})
+    with pytest.raises(ValueError, match=rf"^profile {base.id} predicts 0 for cpu-tiny-grpo: stage:advantage: a "
+                                         r"log-space fit"):
+        CaseFit(base, [case]).identify(["gemm_efficiency_scale"])
 
 
 def test_case_fit_refuses_what_one_case_cannot_identify_and_bound_hits(tmp_path):

@@ -229,20 +229,19 @@ def test_a_measured_stage_the_twin_does_not_predict_is_refused(tmp_path, run_cli
         "stage the twin predicts (stages: rollout, reward, old_log_prob, ref, advantage, update, reshard, offload)"]
 
 
-def test_a_prediction_of_a_zero_stage_is_never_a_division_by_zero(tmp_path, run_cli):
-    """A profile polling the rollout every 1e308 s predicts a rollout of 0 s: its rollout tokens/s is no number."""
+def test_a_prediction_without_bound_is_one_line_never_a_traceback(tmp_path, run_cli):
+    """A profile with a fixed rollout term of 1e308 s and a 1.6e308 s poll (0.8e308 s of average wait) predicts a
+    rollout beyond a float (inf): its rollout tokens/s would be 0 and its stage error inf; the report names the first
+    such value in one line."""
     raw = yaml.safe_load(CPU_PROFILE.read_text())
-    raw["params"]["rollout_poll_s"]["value"] = 1e308
+    raw["params"]["rollout_fixed_s"]["value"] = 1e308
+    raw["params"]["rollout_poll_s"]["value"] = 1.6e308
     profile = tmp_path / "poll.yaml"
     profile.write_text(yaml.safe_dump(raw))
-    measured = {"step_s": 7.5, "stages_s": {"rollout": 3.0, "update": 3.0}}
-    ok = run_cli("report", "--profile", str(profile), "--cases", str(_cpu_case(tmp_path, measured)), "--json")
-    assert ok.returncode == 0, ok.stderr
-    assert {r["quantity"]: r["predicted"] for r in json.loads(ok.stdout)["rows"]}["stage:rollout"] == 0.0
-    case = _cpu_case(tmp_path, {**measured, "rollout_tps_per_card": 100.0})
-    result = run_cli("report", "--profile", str(profile), "--cases", str(case))
+    measured = {"step_s": 7.5, "stages_s": {"rollout": 3.0, "update": 3.0}, "rollout_tps_per_card": 100.0}
+    result = run_cli("report", "--profile", str(profile), "--cases", str(_cpu_case(tmp_path, measured)))
     assert result.returncode == 2 and "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
-    assert "profile cpu-base-1 predicts inf for cpu-tiny-grpo: rollout_tps_per_card" in result.stderr
+    assert "profile cpu-base-1 predicts inf for cpu-tiny-grpo: stage:rollout" in result.stderr, result.stderr
 
 
 def test_divisions_by_a_zero_prediction_or_measurement():

@@ -13,7 +13,6 @@ parts of both in vLLM).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -326,9 +325,13 @@ class RolloutCost:
         return self.pf["verl_rollout_poll_s"] if polls else 0.0
 
     def polled(self, seconds: float) -> float:
-        """When the trainer polls for finished generation, it sees the end at the next poll."""
-        poll = self.poll_s
-        return math.ceil(seconds / poll - 1e-9) * poll if poll > 0 else seconds
+        """The mean rollout a polling trainer sees: it sees generation's end at the next poll, and where the end
+        falls between two polls moves from step to step by more than an interval (response lengths and the host's
+        pace vary: one CPU loop's rollouts, polled every 2 s, ended at 12, 12, 14, 14 and 12 s, 2026-12-05; a
+        published run's vary by tens of seconds), so the wait averages half an interval. Rounding the mean busy time
+        up to a poll instead made the prediction a step function of it, whose jumps of a whole interval (a sixth of
+        the CPU case's rollout) decided that case's error from one run to the next."""
+        return seconds + self.poll_s / 2
 
 
 # Kernels of one layer of an eager decode step, counted on vLLM / vLLM-Ascend's eager decode path (vllm-ascend
