@@ -163,6 +163,11 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 #                                                                              8.03 / 10.03 / 10.04; update 1.96 s
 #                                                                              against 1.56-1.68, of which returned
 #                                                                              pages 0.29 s at page_touch's 15.1 us)
+#   YY   CI     +13.4 %  -20.5 %       -2.7 %     +23.2 %  +7.1 %   +13.0 %   (2026-12-05 16:38, fd1415d, advantage
+#                                                                              strict: rollout 11.38 s (busy 10.38 + 1)
+#                                                                              against 10.04 in all four steps (the
+#                                                                              run's busy under 10 s); update 2.04 s
+#                                                                              against 1.53-1.86)
 # Six CI runs of 2026-11-30 (ci20-ci25): rollout -0.5 to -69 %, old_log_prob +28 to -79 %, advantage +27 to -61 %,
 # update -24 to -70 %, reshard -96.6 to -99.5 %. In C (load average 8.4 before the jobs, 7.7 after the run) every
 # stage but the weight sync was within 25 %; in D the jobs ran while other programs took 64 % of the host and the run
