@@ -65,7 +65,6 @@ class VerlDriver:
 
         from executor.cpu.assets import make_math_dataset, make_tiny_model
         from executor.cpu.launch import cpu_run_config
-        from executor.cpu.startup_heap import freeze_storage_units
 
         self.world, self.n, self.micro_per_rank = world, n, micro_per_rank
         self._dir = tempfile.TemporaryDirectory(prefix="overhead-verl-")
@@ -76,8 +75,9 @@ class VerlDriver:
                                       world=world, batch_prompts=micro_per_rank * world // n, n=n, prompt_len=64,
                                       response_len=32, rollout_tp=world)
         self.config = _compose([*overrides, f"actor_rollout_ref.rollout.agent.num_workers={agent_workers}"])
+        # the overhead job loads the CPU plugin in this process, so this init has its storage unit freeze its heap
+        # as the run's driver does (executor/cpu/startup_heap.py freeze_storage_after_init)
         tq.init(self.config.transfer_queue)
-        freeze_storage_units()  # as the run's driver has its storage unit do (executor/cpu/startup_heap.py)
         self.tokenizer = AutoTokenizer.from_pretrained(model)
         answer = [*self.tokenizer.encode(ANSWER), self.tokenizer.eos_token_id]
         client = LLMServerClient(config=self.config,

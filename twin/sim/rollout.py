@@ -210,8 +210,9 @@ def _simulate(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.random.Gene
     components = {k: float(v[worst]) for k, v in parts.items()}
     components["rl_scheduling"] = fixed_s
     represented = {lane: members for lane, members in lanes}
-    components["poll_wait"] = rc.polled(float(clocks[worst])) - float(clocks[worst])
-    return RolloutOutcome(seconds=rc.polled(float(clocks[worst])) + fixed_s, steps=int(steps[worst]),
+    polled = rc.polled(float(clocks[worst]))
+    components["poll_wait"] = polled - float(clocks[worst])
+    return RolloutOutcome(seconds=polled + fixed_s, steps=int(steps[worst]),
                           components_s=components,
                           represented=represented, instance_seconds=[float(c) for c in clocks], note=note)
 

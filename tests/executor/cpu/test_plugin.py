@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 from executor.cpu.names import PLATFORM_NAME, PLUGIN_MODULE
 
 PROBE = r"""
@@ -54,17 +49,8 @@ print("PROBE " + json.dumps(out))
 """
 
 
-def test_plugin_makes_verl_run_on_cpu() -> None:
-    env = {
-        **os.environ,
-        "VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
-        "VERL_PLATFORM": PLATFORM_NAME,
-        "OMP_NUM_THREADS": "1",
-    }
-    proc = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(line for line in proc.stdout.splitlines() if line.startswith("PROBE "))
-    out = json.loads(line.removeprefix("PROBE "))
+def test_plugin_makes_verl_run_on_cpu(run_probe) -> None:
+    out = run_probe(PROBE, {"VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE, "VERL_PLATFORM": PLATFORM_NAME})
     assert (out["device"], out["backend"], out["resource"], out["device_id"]) == ("cpu", "gloo", "GPU", "cpu")
     assert out["trainer_device"] == "cpu"
     assert out["allocated"] > 0 and out["peak"] >= out["allocated"]

@@ -4,10 +4,6 @@ units frozen once the driver's init has created them."""
 from __future__ import annotations
 
 import gc
-import json
-import os
-import subprocess
-import sys
 from types import ModuleType
 
 from executor.cpu.startup_heap import freeze_after_init_model
@@ -59,13 +55,10 @@ finally:
 """
 
 
-def test_transfer_queue_storage_units_freeze_their_heap_once_created() -> None:
+def test_transfer_queue_storage_units_freeze_their_heap_once_created(run_probe) -> None:
     """A real TransferQueue on a local Ray: each storage unit the patched init created has frozen its start-up heap
     (torch, ZMQ, Ray: hundreds of thousands of objects) and its collector tracks only what came after."""
-    proc = subprocess.run([sys.executable, "-c", STORAGE_PROBE], env={**os.environ, "OMP_NUM_THREADS": "1"},
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("PROBE ")).removeprefix("PROBE "))
+    out = run_probe(STORAGE_PROBE)
     assert out["wrapped"] == "init_then_freeze_storage"
     assert len(out["heaps"]) == 2 and out["asked_again"] == 2
     for frozen, tracked in out["heaps"]:
