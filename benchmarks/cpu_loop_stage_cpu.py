@@ -20,6 +20,7 @@ CPU seconds, minor page faults and involuntary context switches in each stage, t
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -224,6 +225,24 @@ def window(samples: list, start: float, end: float) -> dict[str, float]:
             "_titles": {k: sorted(v) for k, v in titles.items()}}
 
 
+BUSY_CORES = 0.2  # a class counts as busy over a sample interval where it used at least this share of a core
+BUSY_CLASSES = ("vllm_engine", "vllm_tp_worker", "agent_loop")  # when generation's processes last computed
+
+
+def last_busy(samples: list, start: float, end: float) -> dict[str, float]:
+    """Seconds from `start` to the end of the last sample interval in [start, end] in which each of `BUSY_CLASSES`
+    used at least `BUSY_CORES` of a core: in the gen window, where the engine finished before verl's poll saw it."""
+    inside = [s for s in samples if start <= s[0] <= end]
+    out: dict[str, float] = {}
+    for a, b in itertools.pairwise(inside):
+        for cls in BUSY_CLASSES:
+            used = sum(row[1] - a[3][pid][1] for pid, row in b[3].items()
+                       if pid in a[3] and classify(row[0]) == cls)
+            if used >= BUSY_CORES * (b[0] - a[0]):
+                out[cls] = b[0] - start
+    return out
+
+
 def gc_pauses(marks: list[dict], start: float, end: float) -> dict[str, float]:
     """Seconds of Python garbage collection (pauses of `_GC_MIN_S` or more) inside [start, end] per process class."""
     out: dict[str, float] = {}
@@ -282,8 +301,8 @@ def main() -> None:
           f"cores {os.cpu_count()}")
     result = []
     for n, stages in enumerate(step_windows(marks), 1):
-        rows = {name: {**window(samples, m["start"], m["end"]), "_gc": gc_pauses(marks, m["start"], m["end"])}
-                for name, m in stages.items()}
+        rows = {name: {**window(samples, m["start"], m["end"]), "_gc": gc_pauses(marks, m["start"], m["end"]),
+                       "_busy_until": last_busy(samples, m["start"], m["end"])} for name, m in stages.items()}
         result.append(rows)
         cols = sorted({k for r in rows.values() for k in r if not k.startswith("_")} - {"wall", "run", "host",
                                                                                           "external", "sampler"})
@@ -300,6 +319,9 @@ def main() -> None:
                 for name in STAGES if name in rows))
         print("Python GC pauses of 5 ms or more, s: " + ", ".join(
             f"{name} {({k: round(v, 3) for k, v in rows[name]['_gc'].items()})}" for name in STAGES if name in rows))
+        if "gen" in rows:
+            print("gen: seconds until each class last computed (the engine's end before the poll): "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in rows["gen"]["_busy_until"].items()))
         for name in STAGES:
             if name in rows:
                 print(f"  {name}: {rows[name]['_titles']}")

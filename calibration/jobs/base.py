@@ -71,10 +71,11 @@ class RunContext:
     grid: Grid = "small"
     model_config: Path | None = None  # decode job: a HuggingFace config.json, else the built-in tiny model
 
-    def time(self, op: Callable[[], object], before: Callable[[], object] | None = None) -> list[float]:
-        """Time `op` on this run's device with this run's warm-up and repeat counts."""
+    def time(self, op: Callable[[], object], before: Callable[[], object] | None = None,
+             min_repeats: int = 0) -> list[float]:
+        """Time `op` on this run's device with this run's warm-up and repeat counts (at least `min_repeats`)."""
         return time_op(
-            op, self.device.synchronize, warmup=self.warmup, repeats=self.repeats, before=before
+            op, self.device.synchronize, warmup=self.warmup, repeats=max(self.repeats, min_repeats), before=before
         )
 
     def record(

@@ -13,6 +13,12 @@ from calibration.jobs.base import Point
 from calibration.jobs.collective_groups import blocks, uneven_splits
 from calibration.timing import time_op
 
+# messages this small cost their latency, a fraction of a millisecond, while a rank's wake-up on a shared host can
+# take several (2-core CI host: 3-6 ms in one of three repeats of a 1 KiB collective, 2026-12-05): their points take
+# at least this many repeats, so that the median is the latency and not a wake-up
+LATENCY_BYTES = 64 * 1024
+LATENCY_REPEATS = 15
+
 
 @dataclass(frozen=True)
 class WorkerSpec:
@@ -48,7 +54,7 @@ def worker(rank: int, spec: WorkerSpec, results: Any) -> None:
         ranks = next(b for b in blocks(point.group) if rank in b)
         group = groups[tuple(ranks)]
         op, nbytes = build_op(point, ranks, rank, group, device)
-        samples = time_op(op, device.synchronize, warmup=spec.warmup, repeats=spec.repeats,
+        samples = time_op(op, device.synchronize, warmup=spec.warmup, repeats=point_repeats(spec.repeats, nbytes),
                           before=lambda group=group: dist.barrier(group=group))
         slowest = torch.tensor(samples, dtype=torch.float64)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=control)
@@ -56,6 +62,11 @@ def worker(rank: int, spec: WorkerSpec, results: Any) -> None:
             results.put((index, slowest.tolist(), nbytes))
     dist.barrier(group=control)
     dist.destroy_process_group()
+
+
+def point_repeats(repeats: int, nbytes: int) -> int:
+    """Timed repeats of a point of `nbytes`: the run's, and at least `LATENCY_REPEATS` for a latency-bound one."""
+    return max(repeats, LATENCY_REPEATS) if nbytes <= LATENCY_BYTES else repeats
 
 
 def _make_groups(points: list[Point]) -> dict[tuple[int, ...], Any]:

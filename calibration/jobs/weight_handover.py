@@ -32,6 +32,10 @@ WORKER_EXTENSION = "verl.workers.rollout.vllm_rollout.utils.vLLMColocateWorkerEx
 JOB_ID_ENV = "VERL_RAY_JOB_ID"  # the worker extension names its socket after it (utils.py _get_zmq_handle)
 BUCKET_MB = 2048  # verl's default rollout.checkpoint_engine.update_weights_bucket_megabytes
 IDLE_S = 1.5  # before each hand-over: vLLM's workers leave their 1 s busy poll, as during the update
+# hand-overs after the idle spread widely from one to the next (2026-12-05: 13-20 and 17-25 ms at the two sizes in a CI
+# run's three repeats; 20-63 and 26-73 ms in seven, locally): the fit takes the fixed cost from the medians, so each
+# point takes at least this many
+HANDOVER_REPEATS = 7
 HANDOVER_TIMEOUT_S = 120.0
 
 
@@ -174,7 +178,7 @@ class Handover:
 
     def times(self, ctx: Any, layers: int) -> list[float]:
         """Seconds of whole hand-overs of the first `layers` layers, each after IDLE_S of an idle engine."""
-        return ctx.time(lambda: self.once(layers), before=lambda: time.sleep(IDLE_S))
+        return ctx.time(lambda: self.once(layers), before=lambda: time.sleep(IDLE_S), min_repeats=HANDOVER_REPEATS)
 
     def close(self) -> None:
         """Stop the senders: each ends at its next order, or is killed (one stuck in a hand-over that failed)."""

@@ -11,6 +11,7 @@ from calibration.errors import CalibrationError
 from calibration.jobs import load_job
 from calibration.jobs.base import Failure
 from calibration.jobs.collective_groups import blocks, uneven_splits
+from calibration.jobs.collective_worker import LATENCY_BYTES, LATENCY_REPEATS
 from calibration.jobs.collectives import OPS, bus_factor, group_shapes
 
 
@@ -66,3 +67,15 @@ def test_a_failing_worker_turns_its_points_into_failures(cpu_ctx):
     outcomes = list(job.run(cpu_ctx, [good, bogus]))
     assert not isinstance(outcomes[0], Failure) and outcomes[0].op == "broadcast"
     assert isinstance(outcomes[1], Failure) and "no_such_collective" in outcomes[1].message
+
+
+def test_latency_bound_points_take_more_repeats_than_the_run(cpu_ctx):
+    """At the run's 3 repeats, a 1 KiB all-to-all is timed LATENCY_REPEATS times (its median is the latency, not a
+    rank's occasional wake-up of several ms), a 1 MiB one 3 times."""
+    job = load_job("collectives")
+    sizes = {1 << 10, 1 << 20}
+    points = [p for p in job.points(cpu_ctx) if p.op == "all_to_all_single" and p.params["size"] in sizes]
+    outcomes = {o.params["size"]: o for o in job.run(cpu_ctx, points)}
+    assert cpu_ctx.repeats == 3 < LATENCY_REPEATS and (1 << 10) <= LATENCY_BYTES < (1 << 20)
+    assert len(outcomes[1 << 10].stats.samples_s) == LATENCY_REPEATS
+    assert len(outcomes[1 << 20].stats.samples_s) == 3
