@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from executor.npu_opt.worker_hook_env import HOOK_MODULE, PATCHES_ENV, REPORT_DIR_ENV, SYNC_TIMINGS_ENV
+from executor.npu_opt.worker_hook_env import (
+    HOOK_MODULE,
+    PATCHES_ENV,
+    REPORT_DIR_ENV,
+    ROLLOUT_TIMINGS_ENV,
+    SYNC_TIMINGS_ENV,
+)
 from executor.options import RunPaths
 
 # ../shared/reference/ascend-hardware.md "Environment seen in the A3 RL recipes" (graph-mode variables
@@ -39,7 +45,8 @@ def ascend_env(kind: str) -> dict[str, str]:
 
 def hook_env(patches: list[str], paths: RunPaths, external: str | None = None) -> dict[str, str]:
     """Variables that load the worker hook in every verl process, tell it what to patch, and say where the run's
-    workers write their reports and their weight syncs' timings."""
+    workers write their reports, their weight syncs' timings and their rollouts' prompt timings."""
     modules = ",".join(m for m in (external, HOOK_MODULE) if m)
     return {"VERL_USE_EXTERNAL_MODULES": modules, PATCHES_ENV: ",".join(patches),
-            REPORT_DIR_ENV: str(paths.patch_reports), SYNC_TIMINGS_ENV: str(paths.sync_timings)}
+            REPORT_DIR_ENV: str(paths.patch_reports), SYNC_TIMINGS_ENV: str(paths.sync_timings),
+            ROLLOUT_TIMINGS_ENV: str(paths.rollout_timings)}

@@ -54,6 +54,10 @@ class RunPaths(BaseModel):
         return self.workdir / "sync_timings"
 
     @property
+    def rollout_timings(self) -> Path:
+        return self.workdir / "rollout_timings"
+
+    @property
     def checkpoints(self) -> Path:
         return self.workdir / "checkpoints"
 
@@ -61,4 +65,4 @@ class RunPaths(BaseModel):
         """The files and directories the run writes here, by what each is."""
         return {"log": self.log, "metrics": self.metrics, "record": self.record,
                 "worker patch reports": self.patch_reports, "weight sync timings": self.sync_timings,
-                "checkpoints": self.checkpoints}
+                "rollout timings": self.rollout_timings, "checkpoints": self.checkpoints}

@@ -64,6 +64,10 @@ VLLM_STEPS = 32  # decode steps timed per vLLM sample
 REQUEST_BATCHES = (16, 64)  # requests of a timed one-token generate (both fit one prefill step of the engine)
 REQUEST_CTX = 64  # their prompt tokens
 REQUEST_TOKEN_BUDGET = 8192  # the engine's max_num_batched_tokens: 64 x 64 prompt tokens prefill in one step
+# timed generates per request point at least: the fit takes a per-request slope from the difference of two
+# medians, and with three repeats one slow generate (a TP2 16-request point at 67-81 ms where its 64-request
+# one took 105-127, 2026-12-05) turned the slope negative and the term onto its bound
+REQUEST_REPEATS = 7
 
 
 def model_spec(path: Path | None) -> tuple[str, dict[str, Any]]:
@@ -251,7 +255,7 @@ class VllmDecoder:
     def request_times(self, ctx: RunContext, batch: int, context: int) -> list[float]:
         """Seconds of a whole one-token generate of `batch` requests."""
         generate = self._generate(batch, context)
-        return ctx.time(lambda: generate(1))
+        return ctx.time(lambda: generate(1), min_repeats=REQUEST_REPEATS)
 
     def step_times(self, ctx: RunContext, batch: int, context: int) -> list[float]:
         generate = self._generate(batch, context)

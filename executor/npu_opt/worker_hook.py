@@ -2,7 +2,8 @@
 
 Reads the ids to patch from EXECUTOR_NPU_PATCHES, checks that this process has each patch's packages,
 applies each patch (`apply_in_worker`), writes what it did to EXECUTOR_PATCH_REPORT_DIR/<host>-<pid>.json,
-and raises when a patch cannot be applied: a worker with missing targets must not run silently unpatched.
+and raises when a patch cannot be applied: a worker with missing targets must not run silently unpatched. Where
+the run asks, it also times the rollout's prompt groups (executor/rollout_timing.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from executor.npu_opt.base import PatchTargetMissing, WorkerPatchResult
 from executor.npu_opt.worker_hook_env import PATCHES_ENV, REPORT_DIR_ENV
+from executor.rollout_timing import install as install_rollout_timing
 from executor.versions import installed_version
 
 
@@ -70,3 +72,4 @@ def run() -> list[WorkerPatchResult]:
 
 
 run()
+install_rollout_timing()

@@ -4,3 +4,4 @@ HOOK_MODULE = "executor.npu_opt.worker_hook"
 PATCHES_ENV = "EXECUTOR_NPU_PATCHES"
 REPORT_DIR_ENV = "EXECUTOR_PATCH_REPORT_DIR"
 SYNC_TIMINGS_ENV = "EXECUTOR_SYNC_TIMINGS_DIR"  # where the directed reshard backend times each weight sync
+ROLLOUT_TIMINGS_ENV = "EXECUTOR_ROLLOUT_TIMINGS_DIR"  # where the agent-loop workers time each prompt group

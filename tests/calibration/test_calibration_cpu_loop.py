@@ -588,3 +588,34 @@ def test_the_runs_weight_syncs_are_timed_by_part_beside_the_twins_parts(loop, ci
         assert sorted(r["rank"] for r in rows) == [0, 1]
         assert [r["received_bytes"] for r in sorted(rows, key=lambda r: r["rank"])] == received
         assert all(0 < r["shards_s"] + r["transfer_s"] < r["worker_s"] for r in rows)
+
+
+def test_the_runs_rollouts_are_timed_to_their_last_response_beside_the_twins_busy_time(loop, ci_log):
+    """Each step's rollout as its agent-loop worker timed it (from the step's dispatch to the worker to its last prompt
+    group's end: generation before verl's poll sees it; executor/rollout_timing.py), beside verl's stage timer and
+    the twin's time until the last response is back (its rollout before the poll's wait)."""
+    from executor.rollout_timing import rollout_spans
+    from twin.evaluate import Evaluation
+    from twin.plan import load_plan
+    from twin.profile import load_profile
+    from twin.sim.step import simulate
+
+    plan = load_plan(loop["dir"] / "plan.json")
+    _, sim = simulate(Evaluation(plan.scenario, load_profile(loop["dir"] / "cpu-fit.yaml"), plan.layout))
+    parts = sim.records[-1].rollout.components_s
+    twin_busy = sum(v for k, v in parts.items() if k not in ("poll_wait", "rl_scheduling"))
+    steps = _metrics(loop["dir"] / "run" / "metrics.jsonl")
+    spans = rollout_spans(loop["dir"] / "run" / "rollout_timings")
+    lines = ["rollout, s (run: verl's stage timer, and from the step's dispatch to the agent-loop worker to its last "
+             "prompt group's end, before the poll; twin: until the last response is back, before the poll's wait)",
+             f"{'step':<6}{'stage':>8}{'busy':>8}{'groups':>8}"]
+    for step, (first, last, groups) in sorted(spans.items()):
+        lines.append(f"{step:<6}{steps[step]['timing_s/gen']:>8.2f}{last - first:>8.2f}{groups:>8}")
+    steady = [last - first for step, (first, last, _) in spans.items() if step > 1]
+    lines.append(f"twin busy {twin_busy:.2f} s ({', '.join(f'{k} {v:.2f}' for k, v in parts.items())}); run's "
+                 f"steady mean {sum(steady) / len(steady):.2f} s: {twin_busy / (sum(steady) / len(steady)) - 1:+.1%}")
+    ci_log("\n".join(lines))
+    prompts = plan.scenario.workload.global_batch
+    assert sorted(spans) == list(range(1, STEPS + 1))
+    assert all(groups == prompts for _, _, groups in spans.values())
+    assert all(0 < last - first < steps[step]["timing_s/gen"] for step, (first, last, _) in spans.items())

@@ -1,0 +1,83 @@
+"""The agent-loop workers' rollout timings: the wrapped agent-loop functions record the step's dispatch and each
+prompt group's end, the spans read them back per step; the worker hook wraps verl's real module."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from executor.npu_opt.worker_hook_env import ROLLOUT_TIMINGS_ENV
+from executor.rollout_timing import rollout_spans, step_number, timed_dispatch, timed_group_end
+
+
+def _rows(directory):
+    (path,) = directory.iterdir()
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_dispatch_and_each_group_end_are_recorded_with_the_step_even_when_a_group_fails(tmp_path, monkeypatch):
+    monkeypatch.setenv(ROLLOUT_TIMINGS_ENV, str(tmp_path / "timings"))
+
+    async def get_trajectory_info(step, index, validate):
+        return [{"step": step, "sample_index": i} for i in index]
+
+    async def settle(tasks):
+        await asyncio.sleep(0.01)
+        if tasks == "bad":
+            raise RuntimeError("a session failed")
+        return []
+
+    dispatch, group_end = timed_dispatch(get_trajectory_info), timed_group_end(settle)
+    info = asyncio.run(dispatch(torch.tensor([3, 3]), [7, 8], False))
+    assert [i["sample_index"] for i in info] == [7, 8]  # the wrapped call's result, unchanged
+    asyncio.run(group_end("ok"))
+    with pytest.raises(RuntimeError, match="a session failed"):
+        asyncio.run(group_end("bad"))
+    rows = _rows(tmp_path / "timings")
+    assert [(r["event"], r["step"], r["validate"]) for r in rows] == [("dispatch", 3, False), ("group_end", 3, False),
+                                                                      ("group_end", 3, False)]
+    assert rows[0]["prompts"] == 2 and rows[0]["time"] <= rows[1]["time"] - 0.01 <= rows[2]["time"] - 0.02
+
+
+def test_a_step_is_read_from_a_number_a_tensor_or_a_wrapper_of_either():
+    class NonTensorData:
+        def __init__(self, data):
+            self.data = data
+
+    assert [step_number(s) for s in (4, torch.tensor(4), torch.tensor([4, 4, 4]), NonTensorData(4),
+                                     NonTensorData(torch.tensor([4])))] == [4] * 5
+
+
+def test_spans_take_the_first_dispatch_and_last_group_end_of_each_training_step_over_every_worker(tmp_path):
+    rows = {"w1.jsonl": [{"event": "dispatch", "step": 1, "validate": False, "time": 10.0},
+                         {"event": "group_end", "step": 1, "validate": False, "time": 12.5},
+                         {"event": "dispatch", "step": 0, "validate": True, "time": 1.0},
+                         {"event": "group_end", "step": 0, "validate": True, "time": 2.0},
+                         {"event": "dispatch", "step": 2, "validate": False, "time": 20.0},
+                         {"event": "group_end", "step": 2, "validate": False, "time": 21.0}],
+            "w2.jsonl": [{"event": "dispatch", "step": 1, "validate": False, "time": 9.5},
+                         {"event": "group_end", "step": 1, "validate": False, "time": 11.0},
+                         {"event": "dispatch", "step": 2, "validate": False, "time": 20.5},
+                         {"event": "group_end", "step": 2, "validate": False, "time": 23.0}]}
+    for name, lines in rows.items():
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert rollout_spans(tmp_path) == {1: (9.5, 12.5, 2), 2: (20.0, 23.0, 2)}
+
+
+def test_the_worker_hook_wraps_verls_agent_loop_functions_where_the_run_asks(tmp_path):
+    probe = ("import verl.trainer.ppo.v1.agent_loop_tq as m; "
+             "print(m.get_trajectory_info.__code__.co_filename.endswith('rollout_timing.py'), "
+             "m._settle_session_tasks.__code__.co_filename.endswith('rollout_timing.py'))")
+    env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "executor.npu_opt.worker_hook", "EXECUTOR_NPU_PATCHES": ""}
+    asked = subprocess.run([sys.executable, "-c", probe], env={**env, ROLLOUT_TIMINGS_ENV: str(tmp_path)},
+                           capture_output=True, text=True, check=True)
+    assert asked.stdout.split() == ["True", "True"]
+    env.pop(ROLLOUT_TIMINGS_ENV, None)
+    unasked = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert unasked.stdout.split() == ["False", "False"]
