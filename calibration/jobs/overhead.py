@@ -185,7 +185,11 @@ class OverheadJob(Job):
         if driver is None or len(driver.samples) != responses:
             raise RuntimeError(f"no batch of {responses} responses in TransferQueue (its agent_loop point failed)")
         stage = {"old_log_prob_bypass": "old_log_prob", "advantage": "advantage", "update_actor": "update"}[point.op]
-        ctx = self._warmed(ctx, driver, point.op)
+        # the update is timed on pages the guest holds (the twin charges the run's returned pages apart,
+        # twin.cost_models.host_pages): an untimed update right before every size's repeats, not only the first, since
+        # after the rollout point's seconds the host has taken back what the last update freed (CI runs CCC and DDD,
+        # 2026-12-05: the first repeat after it 0.16-0.26 s slower than the third)
+        ctx = replace(ctx, warmup=max(ctx.warmup, 1)) if stage == "update" else self._warmed(ctx, driver, point.op)
         repeats = ctx.repeats if stage == "update" else max(ctx.repeats, DRIVER_STAGE_REPEATS)
         samples = time_op(lambda: driver.stage(stage), ctx.device.synchronize, warmup=ctx.warmup, repeats=repeats)
         prompt, response = driver.mean_lengths()
