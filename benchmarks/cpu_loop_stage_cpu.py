@@ -235,11 +235,12 @@ def last_busy(samples: list, start: float, end: float) -> dict[str, float]:
     inside = [s for s in samples if start <= s[0] <= end]
     out: dict[str, float] = {}
     for a, b in itertools.pairwise(inside):
-        for cls in BUSY_CLASSES:
-            used = sum(row[1] - a[3][pid][1] for pid, row in b[3].items()
-                       if pid in a[3] and classify(row[0]) == cls)
-            if used >= BUSY_CORES * (b[0] - a[0]):
-                out[cls] = b[0] - start
+        used: dict[str, float] = {}
+        for pid, row in b[3].items():
+            if pid in a[3]:
+                cls = classify(row[0])
+                used[cls] = used.get(cls, 0.0) + row[1] - a[3][pid][1]
+        out.update({cls: b[0] - start for cls in BUSY_CLASSES if used.get(cls, 0.0) >= BUSY_CORES * (b[0] - a[0])})
     return out
 
 
@@ -301,8 +302,10 @@ def main() -> None:
           f"cores {os.cpu_count()}")
     result = []
     for n, stages in enumerate(step_windows(marks), 1):
-        rows = {name: {**window(samples, m["start"], m["end"]), "_gc": gc_pauses(marks, m["start"], m["end"]),
-                       "_busy_until": last_busy(samples, m["start"], m["end"])} for name, m in stages.items()}
+        rows = {name: {**window(samples, m["start"], m["end"]), "_gc": gc_pauses(marks, m["start"], m["end"])}
+                for name, m in stages.items()}
+        if "gen" in rows:  # generation's window only: when its processes last computed before the poll
+            rows["gen"]["_busy_until"] = last_busy(samples, stages["gen"]["start"], stages["gen"]["end"])
         result.append(rows)
         cols = sorted({k for r in rows.values() for k in r if not k.startswith("_")} - {"wall", "run", "host",
                                                                                           "external", "sampler"})

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from executor.npu_opt.post_import import when_imported
-from executor.npu_opt.worker_hook_env import ROLLOUT_TIMINGS_ENV
+from executor.npu_opt.worker_hook_env import ROLLOUT_TIMINGS_ENV, append_line
 
 AGENT_LOOP_MODULE = "verl.trainer.ppo.v1.agent_loop_tq"
 _dispatched: dict[str, Any] = {"step": None, "validate": False}  # this process's last dispatched step
@@ -71,12 +70,12 @@ def timed_group_end(settle: Callable[..., Any]) -> Callable[..., Any]:
 def note_dispatch(step: int, validate: bool, prompts: int) -> None:
     """Record a step's dispatch to this worker and remember the step for its groups' ends."""
     _dispatched.update(step=step, validate=validate)
-    record({"event": "dispatch", **_dispatched, "prompts": prompts, "time": time.time()})
+    append_line(ROLLOUT_TIMINGS_ENV, {"event": "dispatch", **_dispatched, "prompts": prompts, "time": time.time()})
 
 
 def note_group_end() -> None:
     """Record the end of one prompt group of the step last dispatched to this worker."""
-    record({"event": "group_end", **_dispatched, "time": time.time()})
+    append_line(ROLLOUT_TIMINGS_ENV, {"event": "group_end", **_dispatched, "time": time.time()})
 
 
 def step_number(step: Any) -> int:
@@ -86,14 +85,6 @@ def step_number(step: Any) -> int:
     if hasattr(step, "reshape"):
         step = step.reshape(-1)[0]
     return int(step)
-
-
-def record(timing: dict[str, Any]) -> None:
-    """Append one timing as a JSON line to this process's file in the run's directory (one write: whole lines)."""
-    directory = Path(os.environ[ROLLOUT_TIMINGS_ENV])
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / f"{socket.gethostname()}-{os.getpid()}.jsonl", "a") as out:
-        out.write(json.dumps(timing) + "\n")
 
 
 def rollout_spans(directory: Path) -> dict[int, tuple[float, float, int]]:

@@ -32,7 +32,7 @@ from dataclasses import replace
 from typing import Any
 
 from calibration.jobs.base import Failure, Job, Outcome, Point, RunContext, first_line
-from calibration.timing import host_busy_s, time_op
+from calibration.timing import host_busy_s
 
 SMALL = {"payload_mb": [1, 16], "responses": [96, 384], "agent_workers": [1]}
 FULL = {"payload_mb": [1, 16, 128], "responses": [96, 384, 768], "agent_workers": [1, 2]}
@@ -190,8 +190,7 @@ class OverheadJob(Job):
         # after the rollout point's seconds the host has taken back what the last update freed (CI runs CCC and DDD,
         # 2026-12-05: the first repeat after it 0.16-0.26 s slower than the third)
         ctx = replace(ctx, warmup=max(ctx.warmup, 1)) if stage == "update" else self._warmed(ctx, driver, point.op)
-        repeats = ctx.repeats if stage == "update" else max(ctx.repeats, DRIVER_STAGE_REPEATS)
-        samples = time_op(lambda: driver.stage(stage), ctx.device.synchronize, warmup=ctx.warmup, repeats=repeats)
+        samples = ctx.time(lambda: driver.stage(stage), min_repeats=0 if stage == "update" else DRIVER_STAGE_REPEATS)
         prompt, response = driver.mean_lengths()
         return ctx.record(point, samples, rates=self._rates(responses, prompt, response),
                           note=f"verl PPOTrainer stage `{stage}` on {responses} responses of {prompt:.1f} + "

@@ -36,10 +36,7 @@ NPU is untested.
 from __future__ import annotations
 
 import functools
-import json
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -50,7 +47,7 @@ from verl.utils.ray_utils import auto_await
 
 from executor.errors import ExecutorError
 from executor.npu_opt.directed_reshard_transfer import RolloutShards, Shards, run_transfer
-from executor.npu_opt.worker_hook_env import SYNC_TIMINGS_ENV
+from executor.npu_opt.worker_hook_env import SYNC_TIMINGS_ENV, append_line
 from executor.reshard.schedule import Schedule, build_schedule
 from twin.catalog.inventory import Block, TensorSpec
 from twin.catalog.registry import load_model
@@ -152,13 +149,7 @@ def record_sync(timing: dict[str, Any]) -> None:
     """Append one weight sync's timings on this rank (the whole worker call, reading its training shards, the
     directed transfer, the bytes and rounds) as a JSON line to this process's file in the run's SYNC_TIMINGS_ENV
     directory, so that the run's sync can be compared part by part with the twin's; nothing where it is unset."""
-    directory = os.environ.get(SYNC_TIMINGS_ENV)
-    if not directory:
-        return
-    path = os.path.join(directory, f"{socket.gethostname()}-{os.getpid()}.jsonl")
-    os.makedirs(directory, exist_ok=True)
-    with open(path, "a") as out:  # one write of one line: an interrupted run leaves whole lines
-        out.write(json.dumps({"time": time.time(), **timing}) + "\n")
+    append_line(SYNC_TIMINGS_ENV, {"time": time.time(), **timing})
 
 
 def fsdp_shards(engine: Any, pl: Placement) -> Shards:

@@ -1,7 +1,12 @@
-"""Fixtures for the executor tests."""
+"""Fixtures for the executor tests (a probe in a fresh process among them)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -56,3 +61,22 @@ def build():
 @pytest.fixture
 def as_dict():
     return _as_dict
+
+
+PROBE_PREFIX = "PROBE "
+
+
+def _run_probe(code: str, env: dict[str, str] | None = None) -> dict:
+    """Run `code` in a fresh Python (this environment, one torch thread, plus `env`) and return the JSON object it
+    printed on its line starting with PROBE_PREFIX."""
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith(PROBE_PREFIX))
+    return json.loads(line.removeprefix(PROBE_PREFIX))
+
+
+@pytest.fixture
+def run_probe() -> Callable[..., dict]:
+    """`run_probe(code, env)`: the JSON object a probe printed in a fresh process (its `PROBE ` line)."""
+    return _run_probe

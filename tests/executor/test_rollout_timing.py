@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -70,14 +67,10 @@ def test_spans_take_the_first_dispatch_and_last_group_end_of_each_training_step_
     assert rollout_spans(tmp_path) == {1: (9.5, 12.5, 2), 2: (20.0, 23.0, 2)}
 
 
-def test_the_worker_hook_wraps_verls_agent_loop_functions_where_the_run_asks(tmp_path):
-    probe = ("import verl.trainer.ppo.v1.agent_loop_tq as m; "
-             "print(m.get_trajectory_info.__code__.co_filename.endswith('rollout_timing.py'), "
-             "m._settle_session_tasks.__code__.co_filename.endswith('rollout_timing.py'))")
-    env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "executor.npu_opt.worker_hook", "EXECUTOR_NPU_PATCHES": ""}
-    asked = subprocess.run([sys.executable, "-c", probe], env={**env, ROLLOUT_TIMINGS_ENV: str(tmp_path)},
-                           capture_output=True, text=True, check=True)
-    assert asked.stdout.split() == ["True", "True"]
-    env.pop(ROLLOUT_TIMINGS_ENV, None)
-    unasked = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
-    assert unasked.stdout.split() == ["False", "False"]
+def test_the_worker_hook_wraps_verls_agent_loop_functions_where_the_run_asks(tmp_path, run_probe):
+    probe = ("import json, verl.trainer.ppo.v1.agent_loop_tq as m; "
+             "print('PROBE ' + json.dumps([f.__code__.co_filename.endswith('rollout_timing.py') "
+             "for f in (m.get_trajectory_info, m._settle_session_tasks)]))")
+    hook = {"VERL_USE_EXTERNAL_MODULES": "executor.npu_opt.worker_hook", "EXECUTOR_NPU_PATCHES": ""}
+    assert run_probe(probe, {**hook, ROLLOUT_TIMINGS_ENV: str(tmp_path)}) == [True, True]
+    assert run_probe(probe, {**hook, ROLLOUT_TIMINGS_ENV: ""}) == [False, False]  # an empty variable asks nothing
