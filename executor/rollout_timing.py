@@ -9,7 +9,10 @@ the step), and `_settle_session_tasks`, which each group awaits once all its `n`
 and TransferQueue writes included), just before it publishes its terminal status. Each call appends a JSON line to
 this process's file in the run's ROLLOUT_TIMINGS_ENV directory. Module functions rather than the worker's methods:
 Ray's actor class carries its own copies of the methods into the worker processes, while the methods find these
-functions in the module. Where the variable is unset, nothing is wrapped.
+functions in the module. In the rollout server's process it also wraps vLLM's `AsyncLLM.generate` (not an actor
+class): each request's hand-over to vLLM and its last output, so that a run says how many requests the engine held
+at once and for what share of the round it held any (what twin.cost_models.host_sharing predicts). Where the variable
+is unset, nothing is wrapped.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -27,6 +31,8 @@ from executor.npu_opt.post_import import when_imported
 from executor.npu_opt.worker_hook_env import ROLLOUT_TIMINGS_ENV, append_line
 
 AGENT_LOOP_MODULE = "verl.trainer.ppo.v1.agent_loop_tq"
+VLLM_ENGINE_MODULE = "vllm.v1.engine.async_llm"
+ROLLOUT_EVENTS = ("dispatch", "group_end")
 _dispatched: dict[str, Any] = {"step": None, "validate": False}  # this process's last dispatched step
 
 
@@ -34,11 +40,32 @@ def install() -> None:
     """Time the rollouts this process runs once verl's V1 agent loop is imported; only where the run asks."""
     if os.environ.get(ROLLOUT_TIMINGS_ENV):
         when_imported(AGENT_LOOP_MODULE, wrap_agent_loop)
+        when_imported(VLLM_ENGINE_MODULE, wrap_engine)
 
 
 def wrap_agent_loop(module: ModuleType) -> None:
     module.get_trajectory_info = timed_dispatch(module.get_trajectory_info)
     module._settle_session_tasks = timed_group_end(module._settle_session_tasks)
+
+
+def wrap_engine(module: ModuleType) -> None:
+    module.AsyncLLM.generate = timed_request(module.AsyncLLM.generate)
+
+
+def timed_request(generate: Callable[..., Any]) -> Callable[..., Any]:
+    """vLLM's `AsyncLLM.generate` (an async generator of a request's outputs) that records, once the request's
+    outputs end, when it was handed to vLLM and when its last output came."""
+
+    @functools.wraps(generate)
+    async def request(*args: Any, **kwargs: Any) -> Any:
+        start = time.time()
+        try:
+            async for output in generate(*args, **kwargs):
+                yield output
+        finally:
+            note_request(start)
+
+    return request
 
 
 def timed_dispatch(get_trajectory_info: Callable[..., Any]) -> Callable[..., Any]:
@@ -78,6 +105,11 @@ def note_group_end() -> None:
     append_line(ROLLOUT_TIMINGS_ENV, {"event": "group_end", **_dispatched, "time": time.time()})
 
 
+def note_request(start: float) -> None:
+    """Record one request's span in vLLM, from its hand-over (`start`) to now."""
+    append_line(ROLLOUT_TIMINGS_ENV, {"event": "request", "start": start, "time": time.time()})
+
+
 def step_number(step: Any) -> int:
     """The trainer step of a batch's `global_steps` entry: a number, a tensor of one step per sample, or a
     tensordict NonTensorData around either."""
@@ -94,10 +126,35 @@ def rollout_spans(directory: Path) -> dict[int, tuple[float, float, int]]:
     ends: dict[int, list[float]] = {}
     for path in sorted(directory.glob("*.jsonl")):
         for row in map(json.loads, path.read_text().splitlines()):
-            if row["validate"]:
+            if row["event"] not in ROLLOUT_EVENTS or row["validate"]:
                 continue
             if row["event"] == "dispatch":
                 starts[row["step"]] = min(starts.get(row["step"], row["time"]), row["time"])
             else:
                 ends.setdefault(row["step"], []).append(row["time"])
     return {step: (starts[step], max(ends[step]), len(ends[step])) for step in sorted(starts) if step in ends}
+
+
+@dataclass(frozen=True)
+class EngineOccupancy:
+    """What vLLM held in one window: its requests, the share of the window it held at least one, and how many it
+    held on average (their summed spans over the window)."""
+
+    requests: int
+    duty: float
+    in_flight: float
+
+
+def engine_occupancy(directory: Path, start: float, end: float) -> EngineOccupancy:
+    """The requests' spans in vLLM (every file in `directory`) clipped to the window [start, end]."""
+    spans = sorted((max(row["start"], start), min(row["time"], end))
+                   for path in sorted(directory.glob("*.jsonl"))
+                   for row in map(json.loads, path.read_text().splitlines())
+                   if row["event"] == "request" and row["start"] < end and row["time"] > start)
+    held, reach, covered = 0.0, start, 0.0
+    for lo, hi in spans:
+        held += hi - lo
+        covered += max(0.0, hi - max(lo, reach))
+        reach = max(reach, hi)
+    window = end - start
+    return EngineOccupancy(len(spans), covered / window, held / window)

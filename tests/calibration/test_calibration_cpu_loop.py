@@ -611,7 +611,7 @@ def test_the_runs_rollouts_are_timed_to_their_last_response_beside_the_twins_bus
     """Each step's rollout as its agent-loop worker timed it (from the step's dispatch to the worker to its last prompt
     group's end: generation before verl's poll sees it; executor/rollout_timing.py), beside verl's stage timer and
     the twin's time until the last response is back (its rollout before the poll's wait)."""
-    from executor.rollout_timing import rollout_spans
+    from executor.rollout_timing import engine_occupancy, rollout_spans
     from twin.evaluate import Evaluation
     from twin.plan import load_plan
     from twin.profile import load_profile
@@ -622,17 +622,24 @@ def test_the_runs_rollouts_are_timed_to_their_last_response_beside_the_twins_bus
     parts = sim.records[-1].rollout.components_s
     twin_busy = sum(v for k, v in parts.items() if k not in ("poll_wait", "rl_scheduling"))
     steps = _metrics(loop["dir"] / "run" / "metrics.jsonl")
-    spans = rollout_spans(loop["dir"] / "run" / "rollout_timings")
+    timings = loop["dir"] / "run" / "rollout_timings"
+    spans = rollout_spans(timings)
+    held = {step: engine_occupancy(timings, first, last) for step, (first, last, _) in spans.items()}
     lines = ["rollout, s (run: verl's stage timer, and from the step's dispatch to the agent-loop worker to its last "
-             "prompt group's end, before the poll; twin: until the last response is back, before the poll's wait)",
-             f"{'step':<6}{'stage':>8}{'busy':>8}{'groups':>8}"]
+             "prompt group's end, before the poll; twin: until the last response is back, before the poll's wait; "
+             "vLLM's requests in that window, the share of it vLLM held one or more, and how many on average)",
+             f"{'step':<6}{'stage':>8}{'busy':>8}{'groups':>8}{'requests':>10}{'duty':>7}{'held':>7}"]
     for step, (first, last, groups) in sorted(spans.items()):
-        lines.append(f"{step:<6}{steps[step]['timing_s/gen']:>8.2f}{last - first:>8.2f}{groups:>8}")
+        e = held[step]
+        lines.append(f"{step:<6}{steps[step]['timing_s/gen']:>8.2f}{last - first:>8.2f}{groups:>8}{e.requests:>10}"
+                     f"{e.duty:>7.2f}{e.in_flight:>7.2f}")
     steady = [last - first for step, (first, last, _) in spans.items() if step > 1]
     lines.append(f"twin busy {twin_busy:.2f} s ({', '.join(f'{k} {v:.2f}' for k, v in parts.items())}); run's "
                  f"steady mean {sum(steady) / len(steady):.2f} s: {twin_busy / (sum(steady) / len(steady)) - 1:+.1%}")
+    lines.append(f"twin: {sim.records[-1].rollout.note}")
     ci_log("\n".join(lines))
     prompts = plan.scenario.workload.global_batch
     assert sorted(spans) == list(range(1, STEPS + 1))
     assert all(groups == prompts for _, _, groups in spans.values())
+    assert all(e.requests == prompts * plan.scenario.workload.n for e in held.values())
     assert all(0 < last - first < steps[step]["timing_s/gen"] for step, (first, last, _) in spans.items())

@@ -1,5 +1,6 @@
 """The agent-loop workers' rollout timings: the wrapped agent-loop functions record the step's dispatch and each
-prompt group's end, the spans read them back per step; the worker hook wraps verl's real module."""
+prompt group's end, the spans read them back per step; the wrapped vLLM generate records each request's span, read
+back as the engine's occupancy of a window; the worker hook wraps verl's and vLLM's real modules."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ import pytest
 import torch
 
 from executor.npu_opt.worker_hook_env import ROLLOUT_TIMINGS_ENV
-from executor.rollout_timing import rollout_spans, step_number, timed_dispatch, timed_group_end
+from executor.rollout_timing import (
+    engine_occupancy,
+    rollout_spans,
+    step_number,
+    timed_dispatch,
+    timed_group_end,
+    timed_request,
+)
 
 
 def _rows(directory):
@@ -59,6 +67,7 @@ def test_spans_take_the_first_dispatch_and_last_group_end_of_each_training_step_
                          {"event": "dispatch", "step": 2, "validate": False, "time": 20.0},
                          {"event": "group_end", "step": 2, "validate": False, "time": 21.0}],
             "w2.jsonl": [{"event": "dispatch", "step": 1, "validate": False, "time": 9.5},
+                         {"event": "request", "start": 9.6, "time": 10.0},  # the server's rows: not a group's end
                          {"event": "group_end", "step": 1, "validate": False, "time": 11.0},
                          {"event": "dispatch", "step": 2, "validate": False, "time": 20.5},
                          {"event": "group_end", "step": 2, "validate": False, "time": 23.0}]}
@@ -74,3 +83,50 @@ def test_the_worker_hook_wraps_verls_agent_loop_functions_where_the_run_asks(tmp
     hook = {"VERL_USE_EXTERNAL_MODULES": "executor.npu_opt.worker_hook", "EXECUTOR_NPU_PATCHES": ""}
     assert run_probe(probe, {**hook, ROLLOUT_TIMINGS_ENV: str(tmp_path)}) == [True, True]
     assert run_probe(probe, {**hook, ROLLOUT_TIMINGS_ENV: ""}) == [False, False]  # an empty variable asks nothing
+
+
+def test_a_request_is_recorded_from_its_hand_over_to_its_last_output_even_when_its_reader_stops_early(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv(ROLLOUT_TIMINGS_ENV, str(tmp_path / "timings"))
+
+    async def generate(prompt):
+        for token in range(3):
+            await asyncio.sleep(0.01)
+            yield f"{prompt}{token}"
+
+    request = timed_request(generate)
+
+    async def read_all():
+        return [out async for out in request("a")]
+
+    async def read_one():
+        outputs = request("b")
+        first = await outputs.__anext__()
+        await outputs.aclose()
+        return first
+
+    assert asyncio.run(read_all()) == ["a0", "a1", "a2"]  # the wrapped generator's outputs, unchanged
+    assert asyncio.run(read_one()) == "b0"
+    whole, cut = _rows(tmp_path / "timings")
+    assert whole["event"] == cut["event"] == "request"
+    assert whole["time"] - whole["start"] >= 0.03 and 0.01 <= cut["time"] - cut["start"] < 0.03
+
+
+def test_the_engines_occupancy_of_a_window_counts_the_requests_it_held_clipped_to_the_window(tmp_path):
+    rows = [{"event": "request", "start": 0.0, "time": 2.0}, {"event": "request", "start": 1.0, "time": 3.0},
+            {"event": "request", "start": 5.0, "time": 6.0}, {"event": "request", "start": -1.0, "time": 0.5},
+            {"event": "request", "start": 10.0, "time": 11.0},  # after the window
+            {"event": "dispatch", "step": 1, "validate": False, "time": 0.0}]
+    (tmp_path / "server.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    e = engine_occupancy(tmp_path, 0.0, 10.0)
+    # four requests overlap [0, 10]; vLLM held one or more in [0, 3] and [5, 6]: 4 s of 10; their spans in the
+    # window sum to 2 + 2 + 1 + 0.5 = 5.5 s: 0.55 on average
+    assert (e.requests, e.duty, e.in_flight) == (4, 0.4, 0.55)
+
+
+def test_the_worker_hook_wraps_vllms_generate_where_the_run_asks(tmp_path, run_probe):
+    probe = ("import json, verl, vllm.v1.engine.async_llm as m; "
+             "print('PROBE ' + json.dumps([m.AsyncLLM.generate.__code__.co_filename.endswith('rollout_timing.py')]))")
+    hook = {"VERL_USE_EXTERNAL_MODULES": "executor.npu_opt.worker_hook", "EXECUTOR_NPU_PATCHES": ""}
+    assert run_probe(probe, {**hook, ROLLOUT_TIMINGS_ENV: str(tmp_path)}) == [True]
+    assert run_probe(probe, {**hook, ROLLOUT_TIMINGS_ENV: ""}) == [False]
