@@ -379,14 +379,21 @@ class JobFit:
         return (RETURNED_PAGE_TERM,) if RETURNED_PAGE_TERM in self.base.params else ()
 
     def _host_sharing(self, agent: list[JobMeasurement]) -> None:
-        """The cores the agent-loop path keeps busy alone (host CPU seconds over wall seconds of its points) and the
-        host's cores: what the twin's rollout shares with the engine on this host (twin.cost_models.host_sharing)."""
+        """The cores the agent-loop path keeps busy alone (host CPU seconds over wall seconds of its points), the share
+        of its time before its last hand-over to the engine and the host's cores: what the twin's rollout shares with
+        the engine on this host (twin.cost_models.host_sharing)."""
         busy = sorted(r.derived["host_cpu_s"] for r in agent if "host_cpu_s" in r.derived)
         if not busy:
             return
         self._set("agent_loop_busy_cores", statistics.median(busy),
                   f"calibration overhead job: the host's busy CPU seconds over the wall seconds of verl's agent-loop "
                   f"path (engine answering at once), median of {len(busy)} points ({busy[0]:.2f}-{busy[-1]:.2f})")
+        shares = sorted(r.derived["handed_s"] for r in agent if "handed_s" in r.derived)
+        if shares:
+            self._set("agent_loop_arrival_share", min(1.0, statistics.median(shares)),
+                      f"calibration overhead job: when verl's agent-loop path handed its last request to the engine "
+                      f"(answering at once) over the path's wall seconds, median of {len(shares)} points "
+                      f"({shares[0]:.2f}-{shares[-1]:.2f})")
         self._set("host_cores", float(agent[0].host.cores),
                   f"the cores the calibration jobs could run on, on host {agent[0].host.hostname} "
                   f"({agent[0].host.cpu_model})")

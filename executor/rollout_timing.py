@@ -137,12 +137,13 @@ def rollout_spans(directory: Path) -> dict[int, tuple[float, float, int]]:
 
 @dataclass(frozen=True)
 class EngineOccupancy:
-    """What vLLM held in one window: its requests, the share of the window it held at least one, and how many it
-    held on average (their summed spans over the window)."""
+    """What vLLM held in one window: its requests, the share of the window it held at least one, how many it held on
+    average (their summed spans over the window) and when the last of them reached it, from the window's start."""
 
     requests: int
     duty: float
     in_flight: float
+    last_hand_over_s: float
 
 
 def engine_occupancy(directory: Path, start: float, end: float) -> EngineOccupancy:
@@ -156,5 +157,5 @@ def engine_occupancy(directory: Path, start: float, end: float) -> EngineOccupan
         held += hi - lo
         covered += max(0.0, hi - max(lo, reach))
         reach = max(reach, hi)
-    window = end - start
-    return EngineOccupancy(len(spans), covered / window, held / window)
+    window, last = end - start, max((lo for lo, _ in spans), default=start)
+    return EngineOccupancy(len(spans), covered / window, held / window, last - start)

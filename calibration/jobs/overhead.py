@@ -12,8 +12,10 @@ builds worker groups of the CPU target's workers (the executor's verl platform f
   read from verl's code (ReplayBuffer's `poll_interval` default), not timed: the record's note says so;
 - `agent_loop`: a batch of prompts (GRPO groups of `GROUP`) through verl's V1 rollout path with an engine that
   answers at once (calibration/jobs/verl_driver.py): the time per response of the agent loop, the routed server
-  call, the reward loop and the TransferQueue writes, on `agent_workers` agent-loop workers; and the host's CPU
-  seconds busy per call (`host_cpu_s`; per second of the call, the cores the path keeps busy);
+  call, the reward loop and the TransferQueue writes, on `agent_workers` agent-loop workers; the host's CPU
+  seconds busy per call (`host_cpu_s`; per second of the call, the cores the path keeps busy); and when the last
+  request reached the engine, from the call's start (`handed_s`; per second of the call, the share of the path's
+  time spent before its last hand-over: the engine computes beside the path until then);
 - `old_log_prob_bypass`, `advantage`: verl's trainer stage methods on that batch in TransferQueue (bypass mode
   copies the rollout's log-probs; GRPO's advantage reads five fields, pads, computes and writes two back);
 - `update_actor`: verl's update_actor on its FSDP2 actor worker group over the trainer ranks, one mini-batch
@@ -167,20 +169,24 @@ class OverheadJob(Job):
             driver = self._driver(ctx, groups, workers)
             ctx = self._warmed(ctx, driver, point.op)
             busy: list[float] = []
+            handed: list[float] = []
 
             def rollout() -> None:
                 start = host_busy_s()
                 driver.rollout(responses // GROUP)
                 busy.append(host_busy_s() - start)
+                handed.append(driver.handed_s)
 
             samples = ctx.time(rollout, before=driver.clear)
             prompt, response = driver.mean_lengths()
             cpu = sum(busy[-len(samples):]) / len(samples)
-            rates = {**self._rates(responses, prompt, response), "host_cpu_s": cpu}
+            last = sum(handed[-len(samples):]) / len(samples)
+            rates = {**self._rates(responses, prompt, response), "host_cpu_s": cpu, "handed_s": last}
             return ctx.record(point, samples, rates=rates,
                               note=f"verl's AgentLoopManagerTQ on {workers} agent-loop worker(s), reward loop, "
                                    f"TransferQueue; engine answering at once; {prompt:.1f} prompt + {response:.1f} "
-                                   f"response tokens per sample; the host busy {cpu:.2f} CPU s a call")
+                                   f"response tokens per sample; the host busy {cpu:.2f} CPU s a call; the last "
+                                   f"request handed over {last:.2f} s into a call")
         driver = next((g for k, g in groups.items() if isinstance(k, str)), None)
         if driver is None or len(driver.samples) != responses:
             raise RuntimeError(f"no batch of {responses} responses in TransferQueue (its agent_loop point failed)")

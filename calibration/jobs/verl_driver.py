@@ -39,14 +39,22 @@ def _compose(overrides: list[str]) -> Any:
 
 
 def _echo_server(answer: list[int]) -> Any:
-    """A Ray actor with the rollout server's `generate`, answering at once (verl's TokenOutput)."""
+    """A Ray actor with the rollout server's `generate`, answering at once (verl's TokenOutput), that remembers when
+    the last request reached it (`last_request`, the host's clock)."""
     import ray
     from verl.workers.rollout.replica import TokenOutput
 
     class EchoServer:
+        def __init__(self) -> None:
+            self.last = 0.0
+
         async def generate(self, prompt_ids: list[int], sampling_params: dict, request_id: str, **kw: Any) -> Any:
+            self.last = time.time()
             return TokenOutput(token_ids=answer, log_probs=[-1.0] * len(answer), stop_reason="completed",
                                extra_fields={"global_steps": 1, "min_global_steps": 1, "max_global_steps": 1})
+
+        async def last_request(self) -> float:
+            return self.last
 
     return ray.remote(num_cpus=1)(EchoServer).remote()
 
@@ -80,8 +88,9 @@ class VerlDriver:
         tq.init(self.config.transfer_queue)
         self.tokenizer = AutoTokenizer.from_pretrained(model)
         answer = [*self.tokenizer.encode(ANSWER), self.tokenizer.eos_token_id]
+        self._server = _echo_server(answer)
         client = LLMServerClient(config=self.config,
-                                 load_balancer_handle=get_router_handle(servers={"echo": _echo_server(answer)}))
+                                 load_balancer_handle=get_router_handle(servers={"echo": self._server}))
         self._rewards = RewardLoopManager(config=self.config, rm_resource_pool=None)
         self._agents = AgentLoopManagerTQ.create(config=self.config, llm_client=client, teacher_client=None,
                                                  reward_loop_worker_handles=self._rewards.reward_loop_worker_handles)
@@ -89,6 +98,7 @@ class VerlDriver:
         self._actor: Any = None
         self.samples: dict[str, dict] = {}  # the last finished batch: sample key -> its TransferQueue tag
         self.warm: set[str] = set()  # the overhead job's ops timed once already on this driver
+        self.handed_s = 0.0  # the last rollout's time from its submission to its last request's hand-over
 
     # ---- the rollout path ----------------------------------------------------------------------------
     def clear(self) -> None:
@@ -101,8 +111,10 @@ class VerlDriver:
         self.samples = {}
 
     def rollout(self, prompts: int) -> None:
-        """Submit `prompts` prompts the way verl's sync trainer does and return when every group has finished."""
+        """Submit `prompts` prompts the way verl's sync trainer does and return when every group has finished;
+        `handed_s` then holds when the last of its requests reached the engine, from the submission."""
         import numpy as np
+        import ray
         import transfer_queue as tq
         from verl.utils import tensordict_utils as tu
         from verl.utils.dataset.rl_dataset import collate_fn
@@ -114,6 +126,7 @@ class VerlDriver:
         uids = list(batch["uid"])
         tq.kv_batch_put(keys=uids, partition_id="train",
                         tags=[{"is_prompt": True, "status": "pending", "global_steps": 1}] * prompts)
+        submitted = time.time()
         self._agents.generate_sequences(batch)
         deadline = time.monotonic() + BATCH_TIMEOUT_S
         while True:
@@ -128,6 +141,7 @@ class VerlDriver:
             raise RuntimeError(f"verl's agent loop failed {status.count('failure')} of {prompts} prompt groups")
         tq.kv_clear(keys=uids, partition_id="train")
         self.samples = {k: t for k, t in items.items() if not t.get("is_prompt")}
+        self.handed_s = ray.get(self._server.last_request.remote()) - submitted
 
     def mean_lengths(self) -> tuple[float, float]:
         """(prompt, response) tokens per sample of the last batch, from its TransferQueue tags."""

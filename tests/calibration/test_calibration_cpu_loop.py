@@ -202,6 +202,10 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 # is in flight, computing its steps. twin.cost_models.host_sharing
 # shares the cores among them, with the path's busy cores measured by the overhead job (1.56-1.63): a local loop
 # (2026-12-04 23:27) predicted 12.0 s against 11.04 (+8.6 %).
+# The busy time (before the poll) stayed 9-21 % over in CI and locally until the run timed vLLM's requests
+# (2026-12-05): the agent loop hands all 512 over in its first 8.2-9.4 s and finishes the responses' rewards and
+# writes in the last 2 s, with vLLM idle; only the first part shares the cores. The overhead job now times the last
+# hand-over (0.64-0.73 of the path's time): the twin 10.87 s against 10.75 (+1.1 %), its hand-over 8.62 s.
 # The update's history (held to the bar at 23ba29f, not strict again since CI run FF: see NOT_YET):
 # the overhead job's update_actor (384 responses, micro-batches of 48) was 1.3 s and the twin adds the terms it
 # fitted for 512 responses in one micro-batch per rank: 1.7 s; CI measured 2.0-2.8 s. Measured per process
@@ -627,19 +631,24 @@ def test_the_runs_rollouts_are_timed_to_their_last_response_beside_the_twins_bus
     held = {step: engine_occupancy(timings, first, last) for step, (first, last, _) in spans.items()}
     lines = ["rollout, s (run: verl's stage timer, and from the step's dispatch to the agent-loop worker to its last "
              "prompt group's end, before the poll; twin: until the last response is back, before the poll's wait; "
-             "vLLM's requests in that window, the share of it vLLM held one or more, and how many on average)",
-             f"{'step':<6}{'stage':>8}{'busy':>8}{'groups':>8}{'requests':>10}{'duty':>7}{'held':>7}"]
+             "vLLM's requests in that window, the share of it vLLM held one or more, how many on average, and when "
+             "the last reached it)",
+             f"{'step':<6}{'stage':>8}{'busy':>8}{'groups':>8}{'requests':>10}{'duty':>7}{'held':>7}{'last in':>9}"]
     for step, (first, last, groups) in sorted(spans.items()):
         e = held[step]
         lines.append(f"{step:<6}{steps[step]['timing_s/gen']:>8.2f}{last - first:>8.2f}{groups:>8}{e.requests:>10}"
-                     f"{e.duty:>7.2f}{e.in_flight:>7.2f}")
+                     f"{e.duty:>7.2f}{e.in_flight:>7.2f}{e.last_hand_over_s:>9.2f}")
     steady = [last - first for step, (first, last, _) in spans.items() if step > 1]
     lines.append(f"twin busy {twin_busy:.2f} s ({', '.join(f'{k} {v:.2f}' for k, v in parts.items())}); run's "
                  f"steady mean {sum(steady) / len(steady):.2f} s: {twin_busy / (sum(steady) / len(steady)) - 1:+.1%}")
     lines.append(f"twin: {sim.records[-1].rollout.note}")
+    share = load_profile(loop["dir"] / "cpu-fit.yaml").params["agent_loop_arrival_share"]
+    lines.append(f"the overhead job's agent-loop path handed its last request over {share.value:.2f} of its time in "
+                 f"({share.source})")
     ci_log("\n".join(lines))
     prompts = plan.scenario.workload.global_batch
     assert sorted(spans) == list(range(1, STEPS + 1))
     assert all(groups == prompts for _, _, groups in spans.values())
     assert all(e.requests == prompts * plan.scenario.workload.n for e in held.values())
+    assert share.source.startswith("calibration overhead job") and 0.0 < share.value <= 1.0
     assert all(0 < last - first < steps[step]["timing_s/gen"] for step, (first, last, _) in spans.items())

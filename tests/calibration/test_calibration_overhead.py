@@ -39,9 +39,10 @@ def test_call_and_slope_is_a_line_kept_non_negative():
 
 
 def _record(op: str, params: dict, seconds: float, prompt: float = 39.0, response: float = 7.0,
-            host_cpu_s: float | None = None) -> JobMeasurement:
+            host_cpu_s: float | None = None, handed_s: float | None = None) -> JobMeasurement:
     n = params["responses"]
     busy = {} if host_cpu_s is None else {"host_cpu_s": host_cpu_s / seconds}
+    busy |= {} if handed_s is None else {"handed_s": handed_s / seconds}
     return JobMeasurement(
         key=f"overhead|{op}|{params}", job="overhead", timestamp=datetime.now(timezone.utc), op=op, params=params,
         stats=Stats.from_samples([seconds] * 3, warmup=1),
@@ -68,6 +69,7 @@ def test_fit_reads_the_agent_loop_and_driver_stage_terms_off_verls_points():
     assert profile["advantage_s_per_response"] == pytest.approx(2e-4, rel=1e-9)
     assert "calibration overhead job" in profile.params["advantage_call_s"].source
     assert profile["agent_loop_busy_cores"] == 0.0  # no host CPU measured: the placeholder stays
+    assert profile["agent_loop_arrival_share"] == 1.0  # no hand-over timed: the placeholder stays
 
 
 def test_fit_reads_the_cores_the_agent_loop_keeps_busy_and_the_hosts_cores():
@@ -78,6 +80,16 @@ def test_fit_reads_the_cores_the_agent_loop_keeps_busy_and_the_hosts_cores():
     assert profile["agent_loop_busy_cores"] == pytest.approx(1.6, rel=1e-12)  # the median
     assert profile["host_cores"] == 2.0  # the records' host
     assert "median of 3 points (1.50-1.70)" in profile.params["agent_loop_busy_cores"].source
+
+
+def test_fit_reads_the_share_of_the_agent_loops_time_before_its_last_hand_over():
+    records = [_record("agent_loop", {"agent_workers": 1, "responses": 96}, 1.2, host_cpu_s=1.8, handed_s=0.96),
+               _record("agent_loop", {"agent_workers": 1, "responses": 384}, 4.8, host_cpu_s=8.16, handed_s=3.6),
+               _record("agent_loop", {"agent_workers": 1, "responses": 768}, 9.6, host_cpu_s=15.36, handed_s=7.2)]
+    profile = JobFit(embedded_profile("cpu"), records, "fp32").run("overhead", ["synthetic"]).profile
+    # 0.96 / 1.2 = 0.80, 3.6 / 4.8 = 0.75, 7.2 / 9.6 = 0.75: the median
+    assert profile["agent_loop_arrival_share"] == pytest.approx(0.75, rel=1e-12)
+    assert "median of 3 points (0.75-0.80)" in profile.params["agent_loop_arrival_share"].source
 
 
 def test_fit_of_update_actor_recovers_the_terms_beyond_the_twins_passes():

@@ -120,8 +120,8 @@ def test_the_engines_occupancy_of_a_window_counts_the_requests_it_held_clipped_t
     (tmp_path / "server.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     e = engine_occupancy(tmp_path, 0.0, 10.0)
     # four requests overlap [0, 10]; vLLM held one or more in [0, 3] and [5, 6]: 4 s of 10; their spans in the
-    # window sum to 2 + 2 + 1 + 0.5 = 5.5 s: 0.55 on average
-    assert (e.requests, e.duty, e.in_flight) == (4, 0.4, 0.55)
+    # window sum to 2 + 2 + 1 + 0.5 = 5.5 s: 0.55 on average; the last reached vLLM 5 s into the window
+    assert (e.requests, e.duty, e.in_flight, e.last_hand_over_s) == (4, 0.4, 0.55, 5.0)
 
 
 def test_the_worker_hook_wraps_vllms_generate_where_the_run_asks(tmp_path, run_probe):

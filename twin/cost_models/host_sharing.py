@@ -14,7 +14,10 @@ lambda = requests / T over the path's time T and each stays R in the engine (its
 themselves slowed by the same factor), so duty = 1 - exp(-lambda R), the busy probability of an M/G/inf queue;
 the front end's time per request (vLLM's input and output processing) is CPU work of its own,
 front_end_cores = front_end_s / T. T = agent_s x slowdown(T) has one solution: the right side falls as T grows.
-The round ends when the last request, handed over at T, leaves the engine (RolloutCost.agent_loop_round adds that tail).
+Here `agent_s` is the path's time until it hands its last request over (the overhead job measures what share of
+the path's time that is: verl's event loop hands every request over before it finishes the responses' rewards and
+writes); the round ends when that request, handed over at T, has left the engine and the path has done the rest
+(RolloutCost.agent_loop_round adds the longer of the two).
 """
 
 from __future__ import annotations

@@ -275,9 +275,10 @@ class RolloutCost:
     def agent_loop_round(self, engine_busy_s: float, engine_steps: int) -> AgentLoopRound | None:
         """One round with verl's agent-loop path handing every request to the engine, where the profile carries
         the path's time (the overhead job's): the engine steps beside the path as the requests arrive, sharing the
-        host's cores where it computes on them (twin.cost_models.host_sharing), and the round ends when the last
-        request leaves the engine, or when the engine would have ended with every request at once
-        (`engine_busy_s`, in `engine_steps`), if later. None where the profile carries no path."""
+        host's cores where it computes on them (twin.cost_models.host_sharing) until the path has handed its last
+        request over, and the round ends when that request has left the engine and the path has done what it does
+        after its hand-overs, or when the engine would have ended with every request at once (`engine_busy_s`, in
+        `engine_steps`), if later. None where the profile carries no path."""
         arrival = self._arrival_round
         if arrival is None:
             return None
@@ -303,17 +304,23 @@ class RolloutCost:
         def residence(batch: float) -> float:
             return prefill + (mean + 1) * step(batch, prompt + mean / 2)
 
-        shared = shared_host_rollout(agent, self.responses_per_round, pf["agent_loop_busy_cores"], pf["host_cores"],
+        # the engine steps beside the path while the path hands the requests over; what the path does after its last
+        # hand-over (the responses' rewards and TransferQueue writes, which verl's event loop runs once the requests
+        # are out) overlaps the last request's stay in the engine on cores the engine mostly leaves free
+        handing = agent * pf["agent_loop_arrival_share"]
+        shared = shared_host_rollout(handing, self.responses_per_round, pf["agent_loop_busy_cores"], pf["host_cores"],
                                      self.ro.devices, self.request_host_s, residence)
+        after = agent - handing
         longest = response_tail(self.sc, self.responses_per_round)
-        tail = prefill + (longest + 1) * step(1.0, prompt + longest / 2)
+        last = max(after, prefill + (longest + 1) * step(1.0, prompt + longest / 2))
         stepping = shared.duty * shared.seconds / (step(max(1.0, shared.in_flight), prompt + mean / 2)
                                                    * shared.slowdown)
         note = (f"rollout on the host's {pf['host_cores']:g} cores beside the agent-loop path: the engine busy "
-                f"{shared.duty * 100:.0f} % of it with {shared.in_flight:.1f} requests in flight, the path "
-                f"{shared.slowdown:.2f}x its time alone")
-        return AgentLoopRound(shared.seconds + tail, {"agent_loop": agent, "host_sharing": shared.seconds - agent,
-                                                      "engine_tail": tail}, round(stepping + longest + 1), note)
+                f"{shared.duty * 100:.0f} % of the {shared.seconds:.2f} s the path takes to hand its requests over, "
+                f"with {shared.in_flight:.1f} requests in flight, the path {shared.slowdown:.2f}x its time alone; "
+                f"{after:.2f} s of the path after its last hand-over")
+        return AgentLoopRound(shared.seconds + last, {"agent_loop": agent, "host_sharing": shared.seconds - handing,
+                                                      "engine_tail": last - after}, round(stepping + longest + 1), note)
 
     @property
     def poll_s(self) -> float:

@@ -114,9 +114,10 @@ FRAMEWORK_TERMS = {
 }
 
 
-# what the rollout's agent-loop path shares with the engine: the host's cores it keeps busy alone and the host's
-# cores (twin.cost_models.host_sharing), measured by the overhead job beside its per-response term
-HOST_TERMS = ("agent_loop_busy_cores", "host_cores")
+# what the rollout's agent-loop path shares with the engine: the host's cores it keeps busy alone, the share of its
+# time before it hands its last request over, and the host's cores (twin.cost_models.host_sharing), measured by the
+# overhead job beside its per-response term
+HOST_TERMS = ("agent_loop_busy_cores", "agent_loop_arrival_share", "host_cores")
 
 
 def carries(pf: Profile, stage: str) -> bool:

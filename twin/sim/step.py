@@ -9,9 +9,10 @@ time, or device to device). Response and prompt lengths are drawn from the workl
 
 verl's framework time per call and per response (twin.cost_models.scheduling, where the profile carries the
 overhead job's terms): the agent-loop path hands the requests to the engine one by one, and where the engine
-computes on the host's cores the two share them (twin.cost_models.host_sharing); the round ends when the last
-request leaves the engine, seen at the trainer's next poll; bypass-mode old_log_prob is its TransferQueue copy;
-update_actor adds its call and per-response terms to the passes and the optimizer step.
+computes on the host's cores the two share them (twin.cost_models.host_sharing) until the last hand-over; the round
+ends when the last request has left the engine and the path has finished, seen at the trainer's next poll;
+bypass-mode old_log_prob is its TransferQueue copy; update_actor adds its call and per-response terms to the passes
+and the optimizer step.
 """
 
 from __future__ import annotations

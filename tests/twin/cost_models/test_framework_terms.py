@@ -78,6 +78,27 @@ def test_the_engine_steps_beside_the_agent_loop_on_the_hosts_cores():
     assert idle["host_sharing"] == 0.0  # cores to spare: the path as it ran alone
 
 
+def test_only_the_paths_time_before_its_last_hand_over_shares_the_cores_with_the_engine():
+    """With 3/4 of the path's 4.8 s before its last hand-over, the engine steps beside those 3.6 s (as a path of
+    3.6 s alone would have it); the remaining 1.2 s of the path run after, overlapping the last request's stay."""
+    from twin.cost_models.host_sharing import shared_host_rollout
+
+    profile = _cpu({**TERMS, "agent_loop_busy_cores": 1.5, "agent_loop_arrival_share": 0.75, "host_cores": 2.0})
+    parts = _stages(profile).rollout.components_s
+    rc, wl = Evaluation(_scenario(), profile).rollout_cost, _scenario().workload
+    prompt, mean = wl.prompt_len.mean, wl.response_len.mean
+    prefill = float(rc.prefill_compute_s(prompt, prompt / 2))
+    shared = shared_host_rollout(3.6, 384, 1.5, 2, 2, rc.request_host_s,
+                                 lambda b: prefill + (mean + 1) * float(rc.decode_step(b, prompt + mean / 2).total))
+    assert parts["agent_loop"] == pytest.approx(4.8, rel=1e-12)
+    assert parts["host_sharing"] == pytest.approx(shared.seconds - 3.6, rel=1e-12)
+    assert parts["engine_tail"] == 0.0  # the last request is back well within the path's last 1.2 s
+    # the requests come faster (the engine busier beside the path), but over less of the path: a shorter round
+    whole = _stages(_cpu({**TERMS, "agent_loop_busy_cores": 1.5, "host_cores": 2.0})).rollout.components_s
+    assert shared.slowdown > 1 + whole["host_sharing"] / 4.8
+    assert sum(parts.values()) < sum(whole.values())
+
+
 def test_bypass_old_log_prob_and_update_gain_their_terms():
     zero, with_terms = _stages(_cpu({})), _stages(_cpu(TERMS))
     assert zero.stages_s["old_log_prob"] == 0.0
