@@ -38,7 +38,8 @@ RolloutShards = dict[str, list[tuple[Block, "torch.Tensor"]]]  # tensor name -> 
 @dataclass
 class RankStats:
     """What one rank did in one transfer. `seconds` covers the rounds (exchange, packing, unpacking) after
-    the rollout tensors are allocated and the blocks the rank already holds are copied in."""
+    the rollout tensors are allocated and the blocks the rank already holds are copied in; `exchange_s` the part
+    of it inside the all-to-all-v calls (the rest is this rank's own packing, unpacking and bookkeeping)."""
 
     rank: int
     method: str
@@ -48,6 +49,7 @@ class RankStats:
     rounds: int  # all-to-all-v calls
     receive_rounds: int  # directed: chunks received (the twin's `rounds`); all_gather: tensors gathered
     seconds: float
+    exchange_s: float
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -92,7 +94,8 @@ def run_transfer(source: Placement | Plan, method: Method, rank: int, world: int
     run.finish()
     stats = RankStats(rank=rank, method=method, sent_bytes=run.sent, received_bytes=run.received,
                       staging_peak_bytes=run.staging_peak, rounds=run.rounds,
-                      receive_rounds=run.receive_rounds, seconds=time.perf_counter() - start)
+                      receive_rounds=run.receive_rounds, seconds=time.perf_counter() - start,
+                      exchange_s=run.exchange_s)
     return TransferResult(rollout=run.out, stats=stats)
 
 
@@ -136,6 +139,7 @@ class _RankRun:
         self.rank, self.world, self.shards, self.group, self.device = rank, world, shards, group, device
         self.empty = torch.empty(0, dtype=torch.uint8, device=device)
         self.sent = self.received = self.rounds = self.receive_rounds = 0
+        self.exchange_s = 0.0
         self.staging_live = self.staging_peak = 0
         self.out: RolloutShards = {}
         self.filled: dict[tuple[str, int], int] = {}
@@ -176,7 +180,9 @@ class _RankRun:
             in_splits[dst] = inp.numel()
         if src is not None:
             out_splits[src] = out.numel()
+        start = time.perf_counter()
         dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.group)
+        self.exchange_s += time.perf_counter() - start
         self.sent += inp.numel() if dst is not None else 0
         self.received += out.numel() if src is not None else 0
         self.rounds += 1

@@ -588,15 +588,20 @@ def test_the_runs_weight_syncs_are_timed_by_part_beside_the_twins_parts(loop, ci
     steps = _metrics(loop["dir"] / "run" / "metrics.jsonl")
     syncs = _sync_timings(loop["dir"] / "run")
     lines = ["weight sync, ms (run: verl's stage timer; the slowest rank's worker call, shard read and directed "
-             "transfer, and the other rank's transfer, shorter by the ranks' skew on entering it; the rest of the "
-             "worker call is verl's hand-over and vLLM's load)",
-             f"{'step':<6}{'stage':>8}{'worker':>8}{'shards':>8}{'transfer':>9}{'other':>7}{'rest':>8}"]
+             "transfer, and the other rank's transfer, shorter by the ranks' skew on entering it; of each rank's "
+             "rounds, the time inside the all-to-all calls and around them; the rest of the worker call is verl's "
+             "hand-over and vLLM's load)",
+             f"{'step':<6}{'stage':>8}{'worker':>8}{'shards':>8}{'transfer':>9}{'other':>7}{'a2a':>12}{'around':>12}"
+             f"{'rest':>8}"]
     for step, rows in sorted(syncs.items()):
         worker, shards, transfer = (max(r[k] for r in rows) * 1e3 for k in ("worker_s", "shards_s", "transfer_s"))
         stage = steps.get(step, {}).get("timing_s/update_weights")
+        ranks = sorted(rows, key=lambda r: r["rank"])
+        inside = "/".join(f"{r['exchange_s'] * 1e3:.1f}" for r in ranks)
+        around = "/".join(f"{(r['seconds'] - r['exchange_s']) * 1e3:.1f}" for r in ranks)
         lines.append(f"{step:<6}{stage * 1e3 if stage is not None else float('nan'):>8.1f}{worker:>8.1f}"
-                     f"{shards:>8.1f}{transfer:>9.1f}{min(r['transfer_s'] for r in rows) * 1e3:>7.1f}"
-                     f"{worker - shards - transfer:>8.1f}")
+                     f"{shards:>8.1f}{transfer:>9.1f}{min(r['transfer_s'] for r in rows) * 1e3:>7.1f}{inside:>12}"
+                     f"{around:>12}{worker - shards - transfer:>8.1f}")
     lines.append("twin, ms: " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in twin.items())
                  + f"; total {sum(twin.values()) * 1e3:.1f}")
     ci_log("\n".join(lines))
@@ -609,6 +614,7 @@ def test_the_runs_weight_syncs_are_timed_by_part_beside_the_twins_parts(loop, ci
         assert sorted(r["rank"] for r in rows) == [0, 1]
         assert [r["received_bytes"] for r in sorted(rows, key=lambda r: r["rank"])] == received
         assert all(0 < r["shards_s"] + r["transfer_s"] < r["worker_s"] for r in rows)
+        assert all(0 < r["exchange_s"] < r["seconds"] for r in rows)
 
 
 def test_the_runs_rollouts_are_timed_to_their_last_response_beside_the_twins_busy_time(loop, ci_log):
