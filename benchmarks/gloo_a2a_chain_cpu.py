@@ -7,7 +7,8 @@ as soon as its own part of the last one has landed, so a round also pays the ran
 prints the median of `--repeats` single calls after a barrier and of `--repeats` chains of `--chain` calls (per
 call); with `--plan` (a plan of `twin plan`) and `--model-config` (its HF config.json, e.g. the CPU loop's
 assets/model/config.json) it also runs the plan's directed transfer `--repeats` times on two gloo ranks and prints
-the median time inside all_to_all_single and around it, per round.
+the median time inside all_to_all_single and around it, per round, and before the rounds (allocating the rollout
+tensors and copying in the blocks the rank holds), per rollout tensor.
 
     python benchmarks/gloo_a2a_chain_cpu.py --sizes 1024,12288,65536 --chain 9 --repeats 15 \
         --plan plan.json --model-config assets/model/config.json
@@ -58,8 +59,9 @@ def _a2a_rows(rank: int, sizes: list[int], chain: int, repeats: int) -> list[tup
     return rows
 
 
-def _transfer_rows(rank: int, plan_path: str, config_path: str, repeats: int) -> tuple[int, float, float]:
-    """(rounds, median seconds inside all_to_all_single, median seconds around it) of the plan's directed transfer."""
+def _transfer_rows(rank: int, plan_path: str, config_path: str, repeats: int) -> tuple[int, int, float, float, float]:
+    """(rounds, rollout tensors, median seconds inside all_to_all_single, around it, and before the rounds) of the
+    plan's directed transfer on this rank."""
     import torch.distributed as dist
 
     import executor.npu_opt.directed_reshard_transfer as transfer
@@ -80,17 +82,19 @@ def _transfer_rows(rank: int, plan_path: str, config_path: str, repeats: int) ->
         inside.append(time.perf_counter() - start)
 
     dist.all_to_all_single = timed
-    totals, exchanged, rounds = [], [], 0
+    totals, exchanged, before, rounds, tensors = [], [], [], 0, 0
     for _ in range(repeats + 1):
         dist.barrier()
         inside.clear()
-        stats = transfer.run_transfer(pl, "directed", rank, WORLD, shards, schedule=schedule).stats
-        totals.append(stats.seconds)
+        start = time.perf_counter()
+        result = transfer.run_transfer(pl, "directed", rank, WORLD, shards, schedule=schedule)
+        before.append(time.perf_counter() - start - result.stats.seconds)
+        totals.append(result.stats.seconds)
         exchanged.append(sum(inside))
-        rounds = stats.rounds
+        rounds, tensors = result.stats.rounds, sum(len(blocks) for blocks in result.rollout.values())
     dist.all_to_all_single = exchange
-    inside_s = statistics.median(exchanged[1:])
-    return rounds, inside_s, statistics.median(t - a for t, a in zip(totals[1:], exchanged[1:], strict=True))
+    around = statistics.median(t - a for t, a in zip(totals[1:], exchanged[1:], strict=True))
+    return rounds, tensors, statistics.median(exchanged[1:]), around, statistics.median(before[1:])
 
 
 def _rank(rank: int, args: argparse.Namespace, store: str) -> None:
@@ -110,10 +114,11 @@ def _rank(rank: int, args: argparse.Namespace, store: str) -> None:
     for size, single, chained in rows:
         print(f"{size:>8} {single * 1e3:>14.3f} {chained * 1e3:>12.3f}")
     if transfer:
-        rounds, inside, around = transfer
-        print(f"directed transfer of {args.plan}: {rounds} rounds, inside all_to_all_single {inside * 1e3:.2f} ms "
-              f"({inside / rounds * 1e3:.3f} a round), around it {around * 1e3:.2f} ms ({around / rounds * 1e3:.3f} "
-              f"a round)")
+        rounds, tensors, inside, around, before = transfer
+        print(f"directed transfer of {args.plan}, rank 0: {rounds} rounds, inside all_to_all_single {inside * 1e3:.2f} "
+              f"ms ({inside / rounds * 1e3:.3f} a round), around it {around * 1e3:.2f} ms ({around / rounds * 1e3:.3f} "
+              f"a round); before the rounds {before * 1e3:.2f} ms for {tensors} rollout tensors "
+              f"({before / tensors * 1e6:.0f} us a tensor)")
 
 
 def main() -> None:

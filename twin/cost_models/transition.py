@@ -67,14 +67,16 @@ def reshard_parts(stats: ReshardStats, cluster: Cluster, profile: Profile, rm: R
                   scenario: Scenario) -> dict[str, float]:
     """The reshard's time by part, seconds: `transfer` (concurrent flows share each device's port on each tier, so
     it lasts as long as the busiest port, send or receive, any tier, ports of different tiers in parallel), `rounds`
-    (the fixed cost of its collective rounds, `round_s`), `export` (the trainer's export loop), `local_copy` (into
-    the engine), `handover` (verl's hand-over of the entries to the engine), `load` (the engine's host work loading
-    them) and `calls` (the framework calls around them, `sync_calls_s`)."""
+    (the fixed cost of its collective rounds, `round_s`), `transfer_host` (the executor's own work around them,
+    `transfer_host_s`), `export` (the trainer's export loop), `local_copy` (into the engine), `handover` (verl's
+    hand-over of the entries to the engine), `load` (the engine's host work loading them) and `calls` (the framework
+    calls around them, `sync_calls_s`)."""
     worst = 0.0
     for tier, per_device in stats.tier_bytes.items():
         busiest = float(per_device.max())
         worst = max(worst, busiest / tier_bandwidth(cluster, profile, tier, busiest))
     return {"transfer": worst, "rounds": stats.collective_rounds * round_s(stats.method, cluster, profile),
+            "transfer_host": transfer_host_s(stats, rm, profile),
             "export": export_loop_s(tm, stats.method, profile), "local_copy": local_copy_s(rm, cluster, profile),
             "handover": handover_s(rm, profile, scenario), "load": rollout_load_s(rm, profile),
             "calls": sync_calls_s(profile, scenario)}
@@ -84,6 +86,23 @@ def reshard_time(stats: ReshardStats, cluster: Cluster, profile: Profile, rm: Ro
                  tm: TrainMemory, scenario: Scenario) -> float:
     """The one reshard-time formula (closed form, simulation and planner): the sum of `reshard_parts`."""
     return sum(reshard_parts(stats, cluster, profile, rm, tm, scenario).values())
+
+
+# the directed transfer's host work, measured on the CPU host only (benchmarks/gloo_a2a_chain_cpu.py); a profile
+# without them leaves it out (on the NPU hosts the same Python runs beside rounds of tens of milliseconds)
+TRANSFER_HOST_TERMS = ("directed_round_host_us", "directed_tensor_setup_us")
+
+
+def transfer_host_s(stats: ReshardStats, rm: RolloutMemory, profile: Profile) -> float:
+    """The executor's own work in the directed transfer (executor/npu_opt/directed_reshard_transfer.py), where the
+    profile carries its terms: before the rounds, each rollout tensor allocated and filled with the blocks the rank
+    holds (one a tensor of the inventory: TP and contiguous EP shards give each rank one block of each it holds);
+    around each all-to-all-v round, the rank finding its pieces, packing, unpacking and counting. 0 for the gathers."""
+    if stats.method != "directed" or not all(t in profile.params for t in TRANSFER_HOST_TERMS):
+        return 0.0
+    tensors = len(tensor_table(rm.inv).numel)
+    return (stats.collective_rounds * profile["directed_round_host_us"]
+            + tensors * profile["directed_tensor_setup_us"]) * 1e-6
 
 
 def round_s(method: str, cluster: Cluster, profile: Profile) -> float:
