@@ -36,7 +36,10 @@ from typing import Any
 from calibration.jobs.base import Failure, Job, Outcome, Point, RunContext, first_line
 from calibration.timing import host_busy_s
 
-SMALL = {"payload_mb": [1, 16], "responses": [96, 384], "agent_workers": [1]}
+# three batch sizes, the largest past the CPU loop's 512 responses, so that each stage's call-and-slope line is read
+# between measured points: with 96 and 384 alone the slope rested on one point, whose median moved with the host
+# (old_log_prob at 384: 44.7 and 48.5 ms in two sessions of 2026-12-05, against 61 ms at 512 and 85 at 768 in one)
+SMALL = {"payload_mb": [1, 16], "responses": [96, 384, 768], "agent_workers": [1]}
 FULL = {"payload_mb": [1, 16, 128], "responses": [96, 384, 768], "agent_workers": [1, 2]}
 RAY_CPUS = 16  # logical CPUs for Ray, as the CPU target gives it (executor/cpu/launch.py)
 GROUP = 4  # responses per prompt: the CPU loop's GRPO group (scenarios/cpu-tiny-grpo.yaml n)

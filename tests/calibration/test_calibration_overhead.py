@@ -18,11 +18,11 @@ def test_points_cover_every_group_size_and_payload_then_verls_path_per_batch_siz
     points = load_job("overhead").points(cpu_ctx)
     per_size = [[("agent_loop", {"agent_workers": 1, "responses": r}), ("old_log_prob_bypass", {"responses": r}),
                  ("advantage", {"responses": r}),
-                 ("update_actor", {"workers": 2, "responses": r, "micro_per_rank": 48})] for r in (96, 384)]
+                 ("update_actor", {"workers": 2, "responses": r, "micro_per_rank": 48})] for r in (96, 384, 768)]
     assert [(p.op, p.params) for p in points] == [
         ("worker_call", {"workers": 1}), ("worker_call", {"workers": 2}),
         ("worker_call_data", {"workers": 2, "payload_mb": 1}), ("worker_call_data", {"workers": 2, "payload_mb": 16}),
-        ("rollout_poll", {"source": "verl code"}), *per_size[0], *per_size[1]]
+        ("rollout_poll", {"source": "verl code"}), *per_size[0], *per_size[1], *per_size[2]]
 
 
 def test_the_poll_interval_comes_from_verl():
