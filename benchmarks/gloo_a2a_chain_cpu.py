@@ -73,28 +73,17 @@ def _transfer_rows(rank: int, plan_path: str, config_path: str, repeats: int) ->
     pl = checked_placement(json.loads(Path(config_path).read_text()), plan.scenario.model, plan.layout, WORLD)
     schedule = build_schedule(pl, "directed")
     shards = train_shards(pl, rank, 0, "cpu")
-    inside: list[float] = []
-    exchange = dist.all_to_all_single
-
-    def timed(*args, **kwargs):
-        start = time.perf_counter()
-        exchange(*args, **kwargs)
-        inside.append(time.perf_counter() - start)
-
-    dist.all_to_all_single = timed
-    totals, exchanged, before, rounds, tensors = [], [], [], 0, 0
+    exchanged, around, before, rounds, tensors = [], [], [], 0, 0
     for _ in range(repeats + 1):
         dist.barrier()
-        inside.clear()
         start = time.perf_counter()
         result = transfer.run_transfer(pl, "directed", rank, WORLD, shards, schedule=schedule)
-        before.append(time.perf_counter() - start - result.stats.seconds)
-        totals.append(result.stats.seconds)
-        exchanged.append(sum(inside))
-        rounds, tensors = result.stats.rounds, sum(len(blocks) for blocks in result.rollout.values())
-    dist.all_to_all_single = exchange
-    around = statistics.median(t - a for t, a in zip(totals[1:], exchanged[1:], strict=True))
-    return rounds, tensors, statistics.median(exchanged[1:]), around, statistics.median(before[1:])
+        stats = result.stats  # the transfer times its own calls (RankStats.exchange_s)
+        before.append(time.perf_counter() - start - stats.seconds)
+        exchanged.append(stats.exchange_s)
+        around.append(stats.seconds - stats.exchange_s)
+        rounds, tensors = stats.rounds, sum(len(blocks) for blocks in result.rollout.values())
+    return rounds, tensors, *(statistics.median(xs[1:]) for xs in (exchanged, around, before))
 
 
 def _rank(rank: int, args: argparse.Namespace, store: str) -> None:

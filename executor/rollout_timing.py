@@ -119,19 +119,23 @@ def step_number(step: Any) -> int:
     return int(step)
 
 
-def rollout_spans(directory: Path) -> dict[int, tuple[float, float, int]]:
+def timing_rows(directory: Path) -> list[dict[str, Any]]:
+    """Every record the run's processes wrote in `directory` (one file each), read once for the readers below."""
+    return [json.loads(line) for path in sorted(directory.glob("*.jsonl")) for line in path.read_text().splitlines()]
+
+
+def rollout_spans(rows: list[dict[str, Any]]) -> dict[int, tuple[float, float, int]]:
     """Per training step (validation left out): the first dispatch to a worker, the last prompt group's end and how
-    many groups ended, over every file a run's workers wrote in `directory`."""
+    many groups ended, over the records of every worker (`timing_rows`)."""
     starts: dict[int, float] = {}
     ends: dict[int, list[float]] = {}
-    for path in sorted(directory.glob("*.jsonl")):
-        for row in map(json.loads, path.read_text().splitlines()):
-            if row["event"] not in ROLLOUT_EVENTS or row["validate"]:
-                continue
-            if row["event"] == "dispatch":
-                starts[row["step"]] = min(starts.get(row["step"], row["time"]), row["time"])
-            else:
-                ends.setdefault(row["step"], []).append(row["time"])
+    for row in rows:
+        if row["event"] not in ROLLOUT_EVENTS or row["validate"]:
+            continue
+        if row["event"] == "dispatch":
+            starts[row["step"]] = min(starts.get(row["step"], row["time"]), row["time"])
+        else:
+            ends.setdefault(row["step"], []).append(row["time"])
     return {step: (starts[step], max(ends[step]), len(ends[step])) for step in sorted(starts) if step in ends}
 
 
@@ -146,11 +150,9 @@ class EngineOccupancy:
     last_hand_over_s: float
 
 
-def engine_occupancy(directory: Path, start: float, end: float) -> EngineOccupancy:
-    """The requests' spans in vLLM (every file in `directory`) clipped to the window [start, end]."""
-    spans = sorted((max(row["start"], start), min(row["time"], end))
-                   for path in sorted(directory.glob("*.jsonl"))
-                   for row in map(json.loads, path.read_text().splitlines())
+def engine_occupancy(rows: list[dict[str, Any]], start: float, end: float) -> EngineOccupancy:
+    """The requests' spans in vLLM (among the run's records, `timing_rows`) clipped to the window [start, end]."""
+    spans = sorted((max(row["start"], start), min(row["time"], end)) for row in rows
                    if row["event"] == "request" and row["start"] < end and row["time"] > start)
     held, reach, covered = 0.0, start, 0.0
     for lo, hi in spans:

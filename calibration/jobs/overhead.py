@@ -171,19 +171,17 @@ class OverheadJob(Job):
             workers = int(point.params["agent_workers"])
             driver = self._driver(ctx, groups, workers)
             ctx = self._warmed(ctx, driver, point.op)
-            busy: list[float] = []
-            handed: list[float] = []
+            calls: list[tuple[float, float]] = []  # each call's host CPU seconds and its last hand-over
 
             def rollout() -> None:
                 start = host_busy_s()
                 driver.rollout(responses // GROUP)
-                busy.append(host_busy_s() - start)
-                handed.append(driver.handed_s)
+                calls.append((host_busy_s() - start, driver.handed_s))
 
             samples = ctx.time(rollout, before=driver.clear)
             prompt, response = driver.mean_lengths()
-            cpu = sum(busy[-len(samples):]) / len(samples)
-            last = sum(handed[-len(samples):]) / len(samples)
+            timed = calls[-len(samples):]  # not the warm-up calls
+            cpu, last = (sum(c[i] for c in timed) / len(timed) for i in (0, 1))
             rates = {**self._rates(responses, prompt, response), "host_cpu_s": cpu, "handed_s": last}
             return ctx.record(point, samples, rates=rates,
                               note=f"verl's AgentLoopManagerTQ on {workers} agent-loop worker(s), reward loop, "

@@ -626,18 +626,18 @@ def test_the_runs_rollouts_are_timed_to_their_last_response_beside_the_twins_bus
     """Each step's rollout as its agent-loop worker timed it (from the step's dispatch to the worker to its last prompt
     group's end: generation before verl's poll sees it; executor/rollout_timing.py), beside verl's stage timer and
     the twin's time until the last response is back (its rollout before the poll's wait)."""
-    from executor.rollout_timing import engine_occupancy, rollout_spans
+    from executor.rollout_timing import engine_occupancy, rollout_spans, timing_rows
     from twin.evaluate import Evaluation
     from twin.plan import load_plan
     from twin.profile import load_profile
     from twin.sim.step import simulate
 
-    plan = load_plan(loop["dir"] / "plan.json")
-    _, sim = simulate(Evaluation(plan.scenario, load_profile(loop["dir"] / "cpu-fit.yaml"), plan.layout))
+    plan, profile = load_plan(loop["dir"] / "plan.json"), load_profile(loop["dir"] / "cpu-fit.yaml")
+    _, sim = simulate(Evaluation(plan.scenario, profile, plan.layout))
     parts = sim.records[-1].rollout.components_s
     twin_busy = sum(v for k, v in parts.items() if k not in ("poll_wait", "rl_scheduling"))
     steps = _metrics(loop["dir"] / "run" / "metrics.jsonl")
-    timings = loop["dir"] / "run" / "rollout_timings"
+    timings = timing_rows(loop["dir"] / "run" / "rollout_timings")
     spans = rollout_spans(timings)
     held = {step: engine_occupancy(timings, first, last) for step, (first, last, _) in spans.items()}
     lines = ["rollout, s (run: verl's stage timer, and from the step's dispatch to the agent-loop worker to its last "
@@ -653,7 +653,7 @@ def test_the_runs_rollouts_are_timed_to_their_last_response_beside_the_twins_bus
     lines.append(f"twin busy {twin_busy:.2f} s ({', '.join(f'{k} {v:.2f}' for k, v in parts.items())}); run's "
                  f"steady mean {sum(steady) / len(steady):.2f} s: {twin_busy / (sum(steady) / len(steady)) - 1:+.1%}")
     lines.append(f"twin: {sim.records[-1].rollout.note}")
-    share = load_profile(loop["dir"] / "cpu-fit.yaml").params["agent_loop_arrival_share"]
+    share = profile.params["agent_loop_arrival_share"]
     lines.append(f"the overhead job's agent-loop path handed its last request over {share.value:.2f} of its time in "
                  f"({share.source})")
     ci_log("\n".join(lines))

@@ -18,6 +18,7 @@ from executor.rollout_timing import (
     timed_dispatch,
     timed_group_end,
     timed_request,
+    timing_rows,
 )
 
 
@@ -73,7 +74,7 @@ def test_spans_take_the_first_dispatch_and_last_group_end_of_each_training_step_
                          {"event": "group_end", "step": 2, "validate": False, "time": 23.0}]}
     for name, lines in rows.items():
         (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in lines))
-    assert rollout_spans(tmp_path) == {1: (9.5, 12.5, 2), 2: (20.0, 23.0, 2)}
+    assert rollout_spans(timing_rows(tmp_path)) == {1: (9.5, 12.5, 2), 2: (20.0, 23.0, 2)}
 
 
 def test_the_worker_hook_wraps_verls_agent_loop_functions_where_the_run_asks(tmp_path, run_probe):
@@ -118,7 +119,7 @@ def test_the_engines_occupancy_of_a_window_counts_the_requests_it_held_clipped_t
             {"event": "request", "start": 10.0, "time": 11.0},  # after the window
             {"event": "dispatch", "step": 1, "validate": False, "time": 0.0}]
     (tmp_path / "server.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    e = engine_occupancy(tmp_path, 0.0, 10.0)
+    e = engine_occupancy(timing_rows(tmp_path), 0.0, 10.0)
     # four requests overlap [0, 10]; vLLM held one or more in [0, 3] and [5, 6]: 4 s of 10; their spans in the
     # window sum to 2 + 2 + 1 + 0.5 = 5.5 s: 0.55 on average; the last reached vLLM 5 s into the window
     assert (e.requests, e.duty, e.in_flight, e.last_hand_over_s) == (4, 0.4, 0.55, 5.0)
