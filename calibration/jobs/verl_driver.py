@@ -4,7 +4,7 @@ The overhead job times the framework around the models with this: in a Ray sessi
 tiny model and maths data (executor/cpu/assets.py), verl's trainer config (its `ppo_trainer` defaults and the
 CPU target's overrides, executor/cpu/launch.py), TransferQueue, verl's reward-loop workers (the project's MATH
 reward), verl's load balancer and LLM-server client, and the V1 trainer's `AgentLoopManagerTQ`. The server
-behind the client answers every request at once with a fixed short answer, so a timed batch is verl's
+behind the client answers every request at once with a short answer of varied length, so a timed batch is verl's
 per-request path alone: the agent loop (chat template, Continuous Token), the routed call to the server,
 the reward-loop call, the TransferQueue writes. The trainer's own stage methods (bypass-mode old_log_prob,
 advantage, update_actor) then run on the samples the agent loop left in TransferQueue, the update on verl's
@@ -19,7 +19,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-ANSWER = "The answer is 4"  # the echo server's response (7 tokens with its end token; the CPU loop's mean is 6.6)
+ANSWER = "The answer is 4"  # the echo server's words, repeated or cut to each answer's length
+# tokens per answer with its end token, drawn uniformly (mean 6.5): the CPU loop's responses are 2-3 to 9-14 tokens,
+# mean 5.3-6.6 a step (its metrics, 2026-12-05). Equal lengths made verl's bypass old_log_prob 5-6 ms faster at 512
+# responses than these, with the same mean (54.5 / 56.3 ms against 60.4 / 60.8 ms, two alternations, 2026-12-06):
+# verl's TransferQueue reads and writes of jagged fields cost more than of equal ones
+ANSWER_TOKENS = (2, 11)
+ANSWER_SEED = 0
 POLL_S = 0.025  # how often the harness reads TransferQueue's tags while it waits for a batch to finish
 BATCH_TIMEOUT_S = 600.0
 
@@ -38,18 +44,30 @@ def _compose(overrides: list[str]) -> Any:
     return config
 
 
-def _echo_server(answer: list[int]) -> Any:
-    """A Ray actor with the rollout server's `generate`, answering at once (verl's TokenOutput), that remembers when
-    the last request reached it (`last_request`, the host's clock)."""
+def answer_tokens(words: list[int], end: int, length: int) -> list[int]:
+    """An answer of `length` tokens: `words` repeated or cut to `length` - 1 tokens, then `end`."""
+    if length < 1 or not words:
+        raise ValueError(f"an answer needs at least its end token and one word to repeat, not {length} / {words}")
+    return [*(words * (length // len(words) + 1))[:length - 1], end]
+
+
+def _echo_server(words: list[int], end: int) -> Any:
+    """A Ray actor with the rollout server's `generate`, answering at once (verl's TokenOutput) with an answer of
+    ANSWER_TOKENS' seeded lengths, that remembers when the last request reached it (`last_request`, the host's
+    clock)."""
+    import random
+
     import ray
     from verl.workers.rollout.replica import TokenOutput
 
     class EchoServer:
         def __init__(self) -> None:
             self.last = 0.0
+            self.lengths = random.Random(ANSWER_SEED)
 
         async def generate(self, prompt_ids: list[int], sampling_params: dict, request_id: str, **kw: Any) -> Any:
             self.last = time.time()
+            answer = answer_tokens(words, end, self.lengths.randint(*ANSWER_TOKENS))
             return TokenOutput(token_ids=answer, log_probs=[-1.0] * len(answer), stop_reason="completed",
                                extra_fields={"global_steps": 1, "min_global_steps": 1, "max_global_steps": 1})
 
@@ -87,8 +105,7 @@ class VerlDriver:
         # as the run's driver does (executor/cpu/startup_heap.py freeze_storage_after_init)
         tq.init(self.config.transfer_queue)
         self.tokenizer = AutoTokenizer.from_pretrained(model)
-        answer = [*self.tokenizer.encode(ANSWER), self.tokenizer.eos_token_id]
-        self._server = _echo_server(answer)
+        self._server = _echo_server(self.tokenizer.encode(ANSWER), self.tokenizer.eos_token_id)
         client = LLMServerClient(config=self.config,
                                  load_balancer_handle=get_router_handle(servers={"echo": self._server}))
         self._rewards = RewardLoopManager(config=self.config, rm_resource_pool=None)

@@ -10,6 +10,7 @@ import pytest
 from calibration.fit_jobs import JobFit, call_and_slope
 from calibration.jobs import load_job
 from calibration.jobs.overhead import poll_interval
+from calibration.jobs.verl_driver import answer_tokens
 from calibration.measurements import DeviceFacts, HostFacts, JobMeasurement, Stats, Versions
 from twin.profile import embedded_profile
 
@@ -29,6 +30,15 @@ def test_the_poll_interval_comes_from_verl():
     value, where = poll_interval()
     assert value == 2.0  # verl 0.9.1: ReplayBuffer(poll_interval=2.0)
     assert where.split(":")[0].endswith("replay_buffer.py")
+
+
+def test_the_echo_servers_answers_repeat_or_cut_its_words_to_each_length_then_end():
+    words, end = [11, 12, 13], 99
+    assert answer_tokens(words, end, 1) == [99]
+    assert answer_tokens(words, end, 3) == [11, 12, 99]
+    assert answer_tokens(words, end, 8) == [11, 12, 13, 11, 12, 13, 11, 99]
+    with pytest.raises(ValueError):
+        answer_tokens(words, end, 0)
 
 
 def test_call_and_slope_is_a_line_kept_non_negative():
