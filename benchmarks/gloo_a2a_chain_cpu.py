@@ -8,7 +8,8 @@ prints the median of `--repeats` single calls after a barrier and of `--repeats`
 call); with `--plan` (a plan of `twin plan`) and `--model-config` (its HF config.json, e.g. the CPU loop's
 assets/model/config.json) it also runs the plan's directed transfer `--repeats` times on two gloo ranks and prints
 the median time inside all_to_all_single and around it, per round, and before the rounds (allocating the rollout
-tensors and copying in the blocks the rank holds), per rollout tensor.
+tensors and copying in the blocks the rank holds), per rollout tensor; and of the calls, set side by side on the host's
+one clock, how long the first rank to enter a round waited for the last and how long both were inside it.
 
     python benchmarks/gloo_a2a_chain_cpu.py --sizes 1024,12288,65536 --chain 9 --repeats 15 \
         --plan plan.json --model-config assets/model/config.json
@@ -59,9 +60,10 @@ def _a2a_rows(rank: int, sizes: list[int], chain: int, repeats: int) -> list[tup
     return rows
 
 
-def _transfer_rows(rank: int, plan_path: str, config_path: str, repeats: int) -> tuple[int, int, float, float, float]:
-    """(rounds, rollout tensors, median seconds inside all_to_all_single, around it, and before the rounds) of the
-    plan's directed transfer on this rank."""
+def _transfer_rows(rank: int, plan_path: str, config_path: str, repeats: int) -> tuple[int, int, list[float]]:
+    """(rounds, rollout tensors, median seconds inside all_to_all_single, around it, before the rounds, and of the
+    calls the first rank's wait for the last to enter and both ranks' time inside together) of the plan's directed
+    transfer on this rank."""
     import torch.distributed as dist
 
     import executor.npu_opt.directed_reshard_transfer as transfer
@@ -73,7 +75,7 @@ def _transfer_rows(rank: int, plan_path: str, config_path: str, repeats: int) ->
     pl = checked_placement(json.loads(Path(config_path).read_text()), plan.scenario.model, plan.layout, WORLD)
     schedule = build_schedule(pl, "directed")
     shards = train_shards(pl, rank, 0, "cpu")
-    exchanged, around, before, rounds, tensors = [], [], [], 0, 0
+    exchanged, around, before, waits, boths, rounds, tensors = [], [], [], [], [], 0, 0
     for _ in range(repeats + 1):
         dist.barrier()
         start = time.perf_counter()
@@ -82,8 +84,13 @@ def _transfer_rows(rank: int, plan_path: str, config_path: str, repeats: int) ->
         before.append(time.perf_counter() - start - stats.seconds)
         exchanged.append(stats.exchange_s)
         around.append(stats.seconds - stats.exchange_s)
+        spans: list = [None] * WORLD
+        dist.all_gather_object(spans, stats.exchange_spans)  # one host, one clock: the ranks' calls side by side
+        wait, both = transfer.round_overlap(spans)
+        waits.append(wait)
+        boths.append(both)
         rounds, tensors = stats.rounds, sum(len(blocks) for blocks in result.rollout.values())
-    return rounds, tensors, *(statistics.median(xs[1:]) for xs in (exchanged, around, before))
+    return rounds, tensors, [statistics.median(xs[1:]) for xs in (exchanged, around, before, waits, boths)]
 
 
 def _rank(rank: int, args: argparse.Namespace, store: str) -> None:
@@ -103,11 +110,13 @@ def _rank(rank: int, args: argparse.Namespace, store: str) -> None:
     for size, single, chained in rows:
         print(f"{size:>8} {single * 1e3:>14.3f} {chained * 1e3:>12.3f}")
     if transfer:
-        rounds, tensors, inside, around, before = transfer
+        rounds, tensors, (inside, around, before, wait, both) = transfer
         print(f"directed transfer of {args.plan}, rank 0: {rounds} rounds, inside all_to_all_single {inside * 1e3:.2f} "
               f"ms ({inside / rounds * 1e3:.3f} a round), around it {around * 1e3:.2f} ms ({around / rounds * 1e3:.3f} "
               f"a round); before the rounds {before * 1e3:.2f} ms for {tensors} rollout tensors "
-              f"({before / tensors * 1e6:.0f} us a tensor)")
+              f"({before / tensors * 1e6:.0f} us a tensor); of the calls, the first rank's wait for the last to enter "
+              f"{wait * 1e3:.2f} ms ({wait / rounds * 1e3:.3f} a round), both inside {both * 1e3:.2f} ms "
+              f"({both / rounds * 1e3:.3f} a round)")
 
 
 def main() -> None:

@@ -39,7 +39,9 @@ RolloutShards = dict[str, list[tuple[Block, "torch.Tensor"]]]  # tensor name -> 
 class RankStats:
     """What one rank did in one transfer. `seconds` covers the rounds (exchange, packing, unpacking) after
     the rollout tensors are allocated and the blocks the rank already holds are copied in; `exchange_s` the part
-    of it inside the all-to-all-v calls (the rest is this rank's own packing, unpacking and bookkeeping)."""
+    of it inside the all-to-all-v calls (the rest is this rank's own packing, unpacking and bookkeeping);
+    `exchange_spans` each call's entry and exit on the host's monotonic clock (`time.perf_counter`, one clock for
+    every process of a host), so that the ranks' calls of one round can be set side by side."""
 
     rank: int
     method: str
@@ -50,9 +52,21 @@ class RankStats:
     receive_rounds: int  # directed: chunks received (the twin's `rounds`); all_gather: tensors gathered
     seconds: float
     exchange_s: float
+    exchange_spans: list[tuple[float, float]]
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def round_overlap(spans: list[list[tuple[float, float]]]) -> tuple[float, float]:
+    """Summed over one transfer's all-to-all rounds (each rank's `RankStats.exchange_spans`, one host clock): how
+    long the first rank to enter a round waited for the last, and how long every rank was inside it at once."""
+    wait = both = 0.0
+    for calls in zip(*spans, strict=True):
+        enters, exits = [e for e, _ in calls], [x for _, x in calls]
+        wait += max(enters) - min(enters)
+        both += max(0.0, min(exits) - max(enters))
+    return wait, both
 
 
 @dataclass
@@ -95,7 +109,7 @@ def run_transfer(source: Placement | Plan, method: Method, rank: int, world: int
     stats = RankStats(rank=rank, method=method, sent_bytes=run.sent, received_bytes=run.received,
                       staging_peak_bytes=run.staging_peak, rounds=run.rounds,
                       receive_rounds=run.receive_rounds, seconds=time.perf_counter() - start,
-                      exchange_s=run.exchange_s)
+                      exchange_s=run.exchange_s, exchange_spans=run.exchange_spans)
     return TransferResult(rollout=run.out, stats=stats)
 
 
@@ -140,6 +154,7 @@ class _RankRun:
         self.empty = torch.empty(0, dtype=torch.uint8, device=device)
         self.sent = self.received = self.rounds = self.receive_rounds = 0
         self.exchange_s = 0.0
+        self.exchange_spans: list[tuple[float, float]] = []
         self.staging_live = self.staging_peak = 0
         self.out: RolloutShards = {}
         self.filled: dict[tuple[str, int], int] = {}
@@ -182,7 +197,9 @@ class _RankRun:
             out_splits[src] = out.numel()
         start = time.perf_counter()
         dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.group)
-        self.exchange_s += time.perf_counter() - start
+        end = time.perf_counter()
+        self.exchange_s += end - start
+        self.exchange_spans.append((start, end))
         self.sent += inp.numel() if dst is not None else 0
         self.received += out.numel() if src is not None else 0
         self.rounds += 1

@@ -6,6 +6,7 @@ the command's comparison), so a wrong count on either side fails the test.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -90,6 +91,12 @@ def test_moe_reshard_is_bit_exact_and_moves_the_twins_bytes(make_plan, tmp_path:
             assert [r["rounds"] for r in ranks] == [st.collective_rounds] * 8
             assert all(r["equal_to_twin"] for r in ranks)
         assert all(0 < r["exchange_s"] < r["seconds"] for r in ranks)  # the calls, inside the rounds' time
+        # each call's entry and exit: as many as the calls, in order, summing to the time inside them
+        for r in ranks:
+            spans = r["exchange_spans"]
+            assert len(spans) == r["rounds"] and all(a <= b for a, b in spans)
+            assert all(b1 <= a2 for (_, b1), (a2, _) in itertools.pairwise(spans))
+            assert sum(b - a for a, b in spans) == pytest.approx(r["exchange_s"], rel=1e-9)
         peaks[method] = max(r["staging_peak_bytes"] for r in ranks)
         totals[method] = sum(r["received_bytes"] for r in ranks)
     chunk = directed_chunk_bytes(pl)

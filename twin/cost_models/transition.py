@@ -90,19 +90,21 @@ def reshard_time(stats: ReshardStats, cluster: Cluster, profile: Profile, rm: Ro
 
 # the directed transfer's host work, measured on the CPU host only (benchmarks/gloo_a2a_chain_cpu.py); a profile
 # without them leaves it out (on the NPU hosts the same Python runs beside rounds of tens of milliseconds)
-TRANSFER_HOST_TERMS = ("directed_round_host_us", "directed_tensor_setup_us")
+TRANSFER_HOST_TERMS = ("directed_round_host_us", "directed_round_drift_us", "directed_tensor_setup_us")
 
 
 def transfer_host_s(stats: ReshardStats, rm: RolloutMemory, profile: Profile) -> float:
     """The executor's own work in the directed transfer (executor/npu_opt/directed_reshard_transfer.py), where the
     profile carries its terms: before the rounds, each rollout tensor allocated and filled with the blocks the rank
     holds (one a tensor of the inventory: TP and contiguous EP shards give each rank one block of each it holds);
-    around each all-to-all-v round, the rank finding its pieces, packing, unpacking and counting. 0 for the gathers."""
+    around each all-to-all-v round, the rank finding its pieces, packing, unpacking and counting; and in each round,
+    beyond the collective's own cost (timed after a barrier), the ranks' drift: each does its own work between
+    rounds, so they enter and leave a round apart and the first waits for the last. 0 for the gathers."""
     if stats.method != "directed" or not all(t in profile.params for t in TRANSFER_HOST_TERMS):
         return 0.0
     tensors = len(tensor_table(rm.inv).numel)
-    return (stats.collective_rounds * profile["directed_round_host_us"]
-            + tensors * profile["directed_tensor_setup_us"]) * 1e-6
+    per_round = profile["directed_round_host_us"] + profile["directed_round_drift_us"]
+    return (stats.collective_rounds * per_round + tensors * profile["directed_tensor_setup_us"]) * 1e-6
 
 
 def round_s(method: str, cluster: Cluster, profile: Profile) -> float:
