@@ -243,6 +243,25 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 # in LL (the overhead job's own 384-response samples slow: 0.635 and 0.355 s first, 0.164 s median). The 2-3x steps
 # were pauses of TransferQueue's storage unit (see old_log_prob below), frozen since 3fa49c7: CI runs WW and XX -12.9
 # and -0.7 % (RR, SS, VV before it: -9.3, -11.8, -9.0 %)
+# The old_log_prob's history (held to the bar since 2026-12-06): a 0.05-0.2 s stage of TransferQueue reads and
+# DataProto conversion through Ray: the job predicts its typical value, but some runs took three times as long.
+# Not vLLM: benchmarks/cpu_loop_stage_cpu.py (2026-11-30/12-01, steps 2-3 of two local runs at load 6-30 and 8-15)
+# found its window 0.06-0.10 s, the driver and TransferQueue 0.05-0.07 s of CPU in it, vLLM's TP workers 0.000 s, and
+# programs outside the run using about one of the two cores in it (0.05-0.11 s of CPU). The load of the host's other
+# programs is not a property of the plan.
+# 2026-12-04 night: its typical step 0.072-0.087 s against 0.061-0.069 s predicted, but one step in two or three
+# took 0.26-0.29 s (a CI run at 6fd6e96: 0.289 / 0.087 s, -63.5 % on the mean; two local runs alike)
+# 2026-12-05: each 2-3x step of old_log_prob and of advantage held a full collection of TransferQueue's storage
+# unit (0.39 million objects, 0.16-0.19 s; benchmarks/cpu_loop_stage_cpu.py in five local runs); the unit's heap
+# is frozen since 3fa49c7 (executor/cpu/startup_heap.py), and the overhead job's harness freezes its own unit too,
+# so its bypass points came out faster (0.053 s predicted, 0.061 before). CI runs WW and XX: 0.060-0.070 s in
+# every step against 0.053-0.054 (-24.5 %, -15.2 %): the run's typical pass is 0.01-0.015 s slower than the
+# harness's, which the job does not yet explain
+# 2026-12-06: most of it was the harness's answers, all of one length (7 tokens) where the run's are 2-14: with
+# answers of 2-11 tokens (mean 6.5) the harness's bypass pass at 512 responses took 60.4 / 60.8 ms against 54.5 /
+# 56.3 ms with equal ones (the harness inside a Ray actor, as verl's TaskRunner runs it, changed nothing: 57.1 /
+# 58.3 ms). CI runs HHH-LLL before: -21.5, -10.3, -17.8, -11.9, -11.0 %; one local run since: -5.9 %
+# 2026-12-06 since: -4.4 and -6.8 % in two local runs, -4.1 % in CI run MMM (d5a44c2): held to the bar
 NOT_YET = {
     # the update's host-returned pages: page_touch's cost per page moves with the hypervisor (6.3-7.1 us in four
     # runs, 16.3 us in CI run FF at 7e3acc4, whose idle touches took 0.71-1.29 s against 0.36-0.49 s before) while the
@@ -274,27 +293,6 @@ NOT_YET = {
                                                      "2026-12-05: the host's price of a returned page (page_touch, "
                                                      "6-25 us) is charged for every page of a micro-batch, and the "
                                                      "price moves by a factor of three within one run"),
-    # a 0.05-0.2 s stage of TransferQueue reads and DataProto conversion through Ray: the job predicts its typical
-    # value, but some runs take three times as long. Not vLLM: benchmarks/cpu_loop_stage_cpu.py (2026-11-30/12-01,
-    # steps 2-3 of two local runs at load 6-30 and 8-15) found its window 0.06-0.10 s, the driver and TransferQueue
-    # 0.05-0.07 s of CPU in it, vLLM's TP workers 0.000 s, and programs outside the run using about one of the two
-    # cores in it (0.05-0.11 s of CPU). The load of the host's other programs is not a property of the plan.
-    # 2026-12-04 night: its typical step 0.072-0.087 s against 0.061-0.069 s predicted, but one step in two or three
-    # took 0.26-0.29 s (a CI run at 6fd6e96: 0.289 / 0.087 s, -63.5 % on the mean; two local runs alike)
-    # 2026-12-05: each 2-3x step of old_log_prob and of advantage held a full collection of TransferQueue's storage
-    # unit (0.39 million objects, 0.16-0.19 s; benchmarks/cpu_loop_stage_cpu.py in five local runs); the unit's heap
-    # is frozen since 3fa49c7 (executor/cpu/startup_heap.py), and the overhead job's harness freezes its own unit too,
-    # so its bypass points came out faster (0.053 s predicted, 0.061 before). CI runs WW and XX: 0.060-0.070 s in
-    # every step against 0.053-0.054 (-24.5 %, -15.2 %): the run's typical pass is 0.01-0.015 s slower than the
-    # harness's, which the job does not yet explain
-    # 2026-12-06: most of it was the harness's answers, all of one length (7 tokens) where the run's are 2-14: with
-    # answers of 2-11 tokens (mean 6.5) the harness's bypass pass at 512 responses took 60.4 / 60.8 ms against 54.5 /
-    # 56.3 ms with equal ones (the harness inside a Ray actor, as verl's TaskRunner runs it, changed nothing: 57.1 /
-    # 58.3 ms). CI runs HHH-LLL before: -21.5, -10.3, -17.8, -11.9, -11.0 %; one local run since: -5.9 %
-    "old_log_prob": pytest.mark.xfail(strict=False, reason="old_log_prob 0.060-0.070 s measured; 0.053-0.055 s "
-                                                           "predicted (-10 % to -25 % in CI) until the overhead "
-                                                           "job's answers varied in length like the run's, 0.060 s "
-                                                           "since in one local run (-5.9 %): not yet held in CI"),
     # verl's colocated weight sync is one update_weights worker-group call that exports the FSDP2 shards, runs the
     # directed all-to-all-v over gloo (9 rounds, 0.1 MB) and loads vLLM's TP2 workers through verl's adapter:
     # 0.029-0.044 s measured in CI (0.20 s in one loaded run). Measured
