@@ -9,7 +9,9 @@ group (broadcast_str_from_megatron_pp: an all_gather_object and a broadcast_obje
 an all_gather_object of the tensor's spec; mbridge/core/util.py), also on a one-rank group, and converts what it
 gathered into HuggingFace tensors. The recipes' directed path (cann-recipes-train's per_tensor_generator) moves the
 parameters of every stage's first min(stage layers) layers, routed experts excepted, in rounds all stages run at
-once (calibration-cases.md C4), the rest one by one. FSDP's export makes no object collectives.
+once (calibration-cases.md C4), the rest one by one. FSDP's export makes no object collectives; the directed path
+reads an FSDP2 trainer's shards from its state dict, tensor by tensor (executor/npu_opt/directed_reshard_backend.py
+`fsdp_shards`), host work measured on the CPU host only (`fsdp_shard_read_us`; a profile without it leaves it out).
 """
 
 from __future__ import annotations
@@ -51,11 +53,17 @@ def hf_tensor_count(table: TensorTable) -> int:
     return int(table.entries_per_row.sum())
 
 
+FSDP_SHARD_READ_TERM = "fsdp_shard_read_us"
+
+
 def export_host_s(table: TensorTable, lay: TrainLayout, recipe_path: bool, profile: Profile) -> float:
     """Host time of one export: its object collectives, and under verl's Megatron exporter the conversion of every
-    HuggingFace tensor it yields (the recipes' directed path moves Megatron's blocks without converting them)."""
+    HuggingFace tensor it yields (the recipes' directed path moves Megatron's blocks without converting them); the
+    directed path's read of an FSDP2 trainer's shards, a tensor at a time, where the profile measured it."""
     if lay.engine != "megatron":
-        return 0.0
+        if not recipe_path or FSDP_SHARD_READ_TERM not in profile.params:
+            return 0.0
+        return len(table.numel) * profile[FSDP_SHARD_READ_TERM] * 1e-6
     objects = object_collectives(table, lay, recipe_path) * object_collective_s(lay, profile)
     convert = 0.0 if recipe_path else hf_tensor_count(table) * profile["export_tensor_host_us"] * 1e-6
     return objects + convert

@@ -144,6 +144,18 @@ def test_a_one_stage_export_makes_its_object_collectives_locally_and_fsdp_none()
     assert export_loop_s(fsdp.train_memory, "verl_bucketed", fsdp.profile) == 0.0
 
 
+def test_the_directed_path_reads_an_fsdp_trainers_shards_a_tensor_at_a_time_where_the_profile_measured_it():
+    """The CPU loop's plan (FSDP2, directed): its 27 moved tensors read from the state dict at 24 us each
+    (benchmarks/fsdp_shard_read_cpu.py) = 648 us; verl's own export and profiles without the term (A2's C6) none."""
+    cpu = Evaluation(load_scenario(SCENARIOS / "cpu-tiny-grpo.yaml"))
+    assert cpu.profile["fsdp_shard_read_us"] == 24.0
+    assert export_loop_s(cpu.train_memory, "directed", cpu.profile) == pytest.approx(27 * 24e-6, rel=1e-12)
+    assert cpu.reshard_parts()["export"] == export_loop_s(cpu.train_memory, "directed", cpu.profile)
+    assert export_loop_s(cpu.train_memory, "verl_bucketed", cpu.profile) == 0.0
+    fsdp = Evaluation(load_scenario(SCENARIOS / "c6-gspo-qwen3-8b-a2-8-fsdp.yaml"))
+    assert export_loop_s(fsdp.train_memory, "directed", fsdp.profile) == 0.0
+
+
 def test_the_engines_load_counts_every_checkpoint_entry_and_the_expert_mapping_it_scans():
     """DeepSeek-R1 (main model): 58 MoE layers x 256 experts x (gate, up, down) = 44,544 expert entries, each matched
     halfway through vLLM's 768-entry expert mapping; 851 others scan all of it: 3 dense layers of 12 (MLA's 7
