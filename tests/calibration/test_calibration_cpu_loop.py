@@ -262,6 +262,55 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 # 56.3 ms with equal ones (the harness inside a Ray actor, as verl's TaskRunner runs it, changed nothing: 57.1 /
 # 58.3 ms). CI runs HHH-LLL before: -21.5, -10.3, -17.8, -11.9, -11.0 %; one local run since: -5.9 %
 # 2026-12-06 since: -4.4 and -6.8 % in two local runs, -4.1 % in CI run MMM (d5a44c2): held to the bar
+# The weight sync's history (held to the bar since 2026-12-06): verl's colocated weight sync is one update_weights
+# worker-group call that exports the FSDP2 shards, runs the directed all-to-all-v over gloo (9 rounds, 0.1 MB) and loads
+# vLLM's TP2 workers through verl's adapter: 0.029-0.044 s measured in CI (0.20 s in one loaded run). Measured
+# per process in steady steps: 0.045-0.053 s windows in which the trainer ranks used 0.022-0.036 s of CPU, the
+# driver 0.004-0.009 s and vLLM's TP workers 0.011-0.017 s (0.27 s in a 0.44 s window of a loaded step).
+# vLLM's load_weights per checkpoint entry is in the reshard (benchmarks/vllm_load_weights_cpu.py: about 63 us an
+# entry on an x86 host), and so is verl's hand-over of the entries to the vLLM worker over ZMQ and a shared-memory
+# bucket (benchmarks/verl_weight_handover_cpu.py: 2 ms a sync, 52-77 us an entry) and the transfer's 9 rounds at
+# the collectives job's all-to-all fixed cost (0.15 ms on 2 ranks): about 8 ms for the tiny model's 27 entries.
+# One local run timed the sync's parts inside verl (2026-12-01, steps 2-5, the trainer rank that holds the vLLM
+# server): the FSDP2 shards 1.5-2.6 ms, the directed transfer 7-22 ms (4.9 ms alone in `executor check-reshard`),
+# the hand-over with the collective_rpc that starts the TP workers' receivers 15-23 ms, the wait for that RPC's
+# return 3-11 ms, clear_kv_cache and set_global_steps on the server 9-17 ms: 40-66 ms, timing_s/update_weights
+# 59-62 ms. The RPC chain is now in the reshard (twin.cost_models.transition sync_calls_s, counted from verl
+# 0.9.1's code): the driver's worker-group call (the overhead job's worker_call_s, about 2 ms), 5 Ray calls to the
+# server actor, 4 engine-core calls and one collective RPC at their round trips after 2 s idle
+# (benchmarks/verl_sync_rpcs_cpu.py, 2026-12-03: 2.2, 2.8 and 2.5 ms): about 27 ms more, 32.2 ms predicted
+# against 40.8 ms in run I (-21.0 %), 35.5 against 65.7 ms in run H (-46.0 %). Not strict: within the bar where
+# the run's sync is near the low end of its 35-62 ms, not in the others
+# (the in-run transfer rounds, 7-22 ms against 1.4 ms predicted, and the hand-over's 15-23 ms are not modelled)
+# The run's syncs are now timed by part on each trainer rank (run/sync_timings, printed by the test below): on
+# 2026-12-04 (a slow hour) steps 2-3 took 81-84 ms, the worker call 71-75 ms of it: the FSDP2 shards 3-4 ms, the
+# directed transfer 17-22 ms (the twin's rounds 5.4 ms), verl's hand-over with vLLM's load 48-50 ms (the twin's
+# hand-over, load and collective RPC about 8 ms); the driver's side 10 ms against the twin's other calls 26 ms.
+# The decode job now times that hand-over whole in its TP2 engine (verl's worker extension, one sender process a
+# rank): 36-60 ms at 15 and 27 entries, and the fit takes the fixed part from it, up to its sourced bound (20 ms,
+# where it stops with a model-error note: the job puts it near 34 ms). One local run (2026-12-04 21:07, a slow
+# hour): syncs 52-77 ms, the hand-over with vLLM's load 37-39 ms a step, the directed transfer 6-26 ms; the twin
+# 52.4 ms (hand-over 21.8, load 1.7, rounds 3.0, calls 25.7): -20.9 %. CI at f42dee8: syncs 40-75 ms (transfer
+# 7-30 ms, hand-over with load 26-34 ms), the twin 50.0 ms: -12.7 %
+# 2026-12-05: six CI runs (BB-GG) measured 37-42 ms syncs (steps 2-3: the worker call 28-39 ms, its rest beyond
+# the shards and the transfer 20-27 ms) against 46.3 ms predicted, +11 % to +24 %: the twin charged all ten calls
+# their round trip after idle (25.7 ms of calls), but only the first call into the server actor and the
+# collective RPC to the workers come after idle; every later call follows the previous one's return
+# (benchmarks/verl_sync_rpcs_cpu.py back to back: 0.7 / 1.3 / 0.9 ms; after 20 ms idle already 1.5-2.0 ms): 13.7
+# ms of calls, 34-39 ms predicted. A local run (2026-12-05 05:28) 33.9 ms against 31.4 (+8.0 %); CI run HH (7dab678)
+# 37.7 against 42.5 (-11.2 %: one of its two steps 55.2 ms, its directed transfer 23.5 ms)
+# 2026-12-05 evening: the run's transfer timed inside and around its all-to-all-v calls (exchange_s): in one local
+# run 2.3-6.7 ms inside, 0.9-2.7 ms around, 1-1.5 ms before the rounds, against 2.5-4.2 / 0.8-0.9 / 0.7 ms for the
+# same transfer alone (benchmarks/gloo_a2a_chain_cpu.py); the twin now charges the work around and before the
+# rounds (directed_round_host_us, directed_tensor_setup_us: 1.5 ms), not what the run's exchanges take beyond
+# the collectives job's all-to-all
+# 2026-12-06: each rank's calls set side by side (RankStats.exchange_spans): of the run's 4-6 ms inside the
+# rounds (one local run), 1.8-3.0 ms the first rank to enter a round waited for the last and 2.0-3.1 ms both
+# were inside it (0.22-0.34 ms a round, the collectives job's all-to-all 0.19); the transfer alone pays the
+# same drift (benchmarks/gloo_a2a_chain_cpu.py: 0.19-0.32 ms a round inside beyond both ranks' time together),
+# now charged (directed_round_drift_us, 200 us a round). That run: -13.3 % before it
+# CI runs MMM and NNN (d5a44c2, 131c3f8) with the drift charged: -4.1 and -12.4 %; the FSDP2 shards' read
+# (fsdp_shard_read_us, 0.65 ms, 7664579) charged since: held to the bar
 NOT_YET = {
     # the update's host-returned pages: page_touch's cost per page moves with the hypervisor (6.3-7.1 us in four
     # runs, 16.3 us in CI run FF at 7e3acc4, whose idle touches took 0.71-1.29 s against 0.36-0.49 s before) while the
@@ -293,57 +342,6 @@ NOT_YET = {
                                                      "2026-12-05: the host's price of a returned page (page_touch, "
                                                      "6-25 us) is charged for every page of a micro-batch, and the "
                                                      "price moves by a factor of three within one run"),
-    # verl's colocated weight sync is one update_weights worker-group call that exports the FSDP2 shards, runs the
-    # directed all-to-all-v over gloo (9 rounds, 0.1 MB) and loads vLLM's TP2 workers through verl's adapter:
-    # 0.029-0.044 s measured in CI (0.20 s in one loaded run). Measured
-    # per process in steady steps: 0.045-0.053 s windows in which the trainer ranks used 0.022-0.036 s of CPU, the
-    # driver 0.004-0.009 s and vLLM's TP workers 0.011-0.017 s (0.27 s in a 0.44 s window of a loaded step).
-    # vLLM's load_weights per checkpoint entry is in the reshard (benchmarks/vllm_load_weights_cpu.py: about 63 us an
-    # entry on an x86 host), and so is verl's hand-over of the entries to the vLLM worker over ZMQ and a shared-memory
-    # bucket (benchmarks/verl_weight_handover_cpu.py: 2 ms a sync, 52-77 us an entry) and the transfer's 9 rounds at
-    # the collectives job's all-to-all fixed cost (0.15 ms on 2 ranks): about 8 ms for the tiny model's 27 entries.
-    # One local run timed the sync's parts inside verl (2026-12-01, steps 2-5, the trainer rank that holds the vLLM
-    # server): the FSDP2 shards 1.5-2.6 ms, the directed transfer 7-22 ms (4.9 ms alone in `executor check-reshard`),
-    # the hand-over with the collective_rpc that starts the TP workers' receivers 15-23 ms, the wait for that RPC's
-    # return 3-11 ms, clear_kv_cache and set_global_steps on the server 9-17 ms: 40-66 ms, timing_s/update_weights
-    # 59-62 ms. The RPC chain is now in the reshard (twin.cost_models.transition sync_calls_s, counted from verl
-    # 0.9.1's code): the driver's worker-group call (the overhead job's worker_call_s, about 2 ms), 5 Ray calls to the
-    # server actor, 4 engine-core calls and one collective RPC at their round trips after 2 s idle
-    # (benchmarks/verl_sync_rpcs_cpu.py, 2026-12-03: 2.2, 2.8 and 2.5 ms): about 27 ms more, 32.2 ms predicted
-    # against 40.8 ms in run I (-21.0 %), 35.5 against 65.7 ms in run H (-46.0 %). Not strict: within the bar where
-    # the run's sync is near the low end of its 35-62 ms, not in the others
-    # (the in-run transfer rounds, 7-22 ms against 1.4 ms predicted, and the hand-over's 15-23 ms are not modelled)
-    # The run's syncs are now timed by part on each trainer rank (run/sync_timings, printed by the test below): on
-    # 2026-12-04 (a slow hour) steps 2-3 took 81-84 ms, the worker call 71-75 ms of it: the FSDP2 shards 3-4 ms, the
-    # directed transfer 17-22 ms (the twin's rounds 5.4 ms), verl's hand-over with vLLM's load 48-50 ms (the twin's
-    # hand-over, load and collective RPC about 8 ms); the driver's side 10 ms against the twin's other calls 26 ms.
-    # The decode job now times that hand-over whole in its TP2 engine (verl's worker extension, one sender process a
-    # rank): 36-60 ms at 15 and 27 entries, and the fit takes the fixed part from it, up to its sourced bound (20 ms,
-    # where it stops with a model-error note: the job puts it near 34 ms). One local run (2026-12-04 21:07, a slow
-    # hour): syncs 52-77 ms, the hand-over with vLLM's load 37-39 ms a step, the directed transfer 6-26 ms; the twin
-    # 52.4 ms (hand-over 21.8, load 1.7, rounds 3.0, calls 25.7): -20.9 %. CI at f42dee8: syncs 40-75 ms (transfer
-    # 7-30 ms, hand-over with load 26-34 ms), the twin 50.0 ms: -12.7 %
-    # 2026-12-05: six CI runs (BB-GG) measured 37-42 ms syncs (steps 2-3: the worker call 28-39 ms, its rest beyond
-    # the shards and the transfer 20-27 ms) against 46.3 ms predicted, +11 % to +24 %: the twin charged all ten calls
-    # their round trip after idle (25.7 ms of calls), but only the first call into the server actor and the
-    # collective RPC to the workers come after idle; every later call follows the previous one's return
-    # (benchmarks/verl_sync_rpcs_cpu.py back to back: 0.7 / 1.3 / 0.9 ms; after 20 ms idle already 1.5-2.0 ms): 13.7
-    # ms of calls, 34-39 ms predicted. A local run (2026-12-05 05:28) 33.9 ms against 31.4 (+8.0 %); CI run HH (7dab678)
-    # 37.7 against 42.5 (-11.2 %: one of its two steps 55.2 ms, its directed transfer 23.5 ms)
-    # 2026-12-05 evening: the run's transfer timed inside and around its all-to-all-v calls (exchange_s): in one local
-    # run 2.3-6.7 ms inside, 0.9-2.7 ms around, 1-1.5 ms before the rounds, against 2.5-4.2 / 0.8-0.9 / 0.7 ms for the
-    # same transfer alone (benchmarks/gloo_a2a_chain_cpu.py); the twin now charges the work around and before the
-    # rounds (directed_round_host_us, directed_tensor_setup_us: 1.5 ms), not what the run's exchanges take beyond
-    # the collectives job's all-to-all
-    # 2026-12-06: each rank's calls set side by side (RankStats.exchange_spans): of the run's 4-6 ms inside the
-    # rounds (one local run), 1.8-3.0 ms the first rank to enter a round waited for the last and 2.0-3.1 ms both
-    # were inside it (0.22-0.34 ms a round, the collectives job's all-to-all 0.19); the transfer alone pays the
-    # same drift (benchmarks/gloo_a2a_chain_cpu.py: 0.19-0.32 ms a round inside beyond both ranks' time together),
-    # now charged (directed_round_drift_us, 200 us a round). That run: -13.3 % before it
-    "reshard": pytest.mark.xfail(strict=False, reason="weight sync 0.031-0.077 s measured, 0.034-0.039 s predicted "
-                                                      "(-13 % to -23 % in CI runs HHH-LLL) before the ranks' drift "
-                                                      "in the transfer's rounds was charged (1.8 ms): not yet "
-                                                      "held in CI"),
 }
 STEP_NOT_YET = pytest.mark.xfail(strict=False, reason="step 12.99 s measured, 12.04 s predicted (-7.3 %) in CI; "
                                                       "17.45 s against 11.03 s (-36.8 %) on a loaded host: the "
