@@ -338,10 +338,14 @@ NOT_YET = {
     # / 0.369 s at 96 responses, 1.689 / 1.530 / 1.427 s at 384), the first after the rollout point faulting pages the
     # host had taken back, which the twin then charged a second time. Every size now gets an untimed update right
     # before its repeats (198303d): EEE's 384-response repeats 1.30 / 1.26 / 1.28 s, the update +17.6 %
+    # CI runs HHH-LLL: +4.0, +16.9, +0.9, +12.2, +7.2 %. 2026-12-06: the overhead job's answers vary in length (2-11
+    # tokens), and its update pads each micro-batch to the longest: its 768-response update 2.33 -> 2.50 s. Since:
+    # +5.1, +12.2, +12.5 % locally, +6.9, +9.7, +12.4 % in CI runs MMM, NNN, OOO
     "update": pytest.mark.xfail(strict=False, reason="update -19 % to +60.8 % in the CI and local runs of "
-                                                     "2026-12-05: the host's price of a returned page (page_touch, "
-                                                     "6-25 us) is charged for every page of a micro-batch, and the "
-                                                     "price moves by a factor of three within one run"),
+                                                     "2026-12-05, +5 to +12.5 % in those of 2026-12-06: the host's "
+                                                     "price of a returned page (page_touch, 6-25 us) is charged for "
+                                                     "every page of a micro-batch, and the price moves by a factor "
+                                                     "of three within one run"),
 }
 STEP_NOT_YET = pytest.mark.xfail(strict=False, reason="step 12.99 s measured, 12.04 s predicted (-7.3 %) in CI; "
                                                       "17.45 s against 11.03 s (-36.8 %) on a loaded host: the "
