@@ -181,7 +181,7 @@ class OverheadJob(Job):
             samples = ctx.time(rollout, before=driver.clear)
             prompt, response = driver.mean_lengths()
             timed = calls[-len(samples):]  # not the warm-up calls
-            cpu, last = (sum(c[i] for c in timed) / len(timed) for i in (0, 1))
+            cpu, last = (sum(column) / len(timed) for column in zip(*timed, strict=True))
             rates = {**self._rates(responses, prompt, response), "host_cpu_s": cpu, "handed_s": last}
             return ctx.record(point, samples, rates=rates,
                               note=f"verl's AgentLoopManagerTQ on {workers} agent-loop worker(s), reward loop, "

@@ -109,7 +109,8 @@ def run_transfer(source: Placement | Plan, method: Method, rank: int, world: int
     stats = RankStats(rank=rank, method=method, sent_bytes=run.sent, received_bytes=run.received,
                       staging_peak_bytes=run.staging_peak, rounds=run.rounds,
                       receive_rounds=run.receive_rounds, seconds=time.perf_counter() - start,
-                      exchange_s=run.exchange_s, exchange_spans=run.exchange_spans)
+                      exchange_s=sum(end - start for start, end in run.exchange_spans),
+                      exchange_spans=run.exchange_spans)
     return TransferResult(rollout=run.out, stats=stats)
 
 
@@ -153,7 +154,6 @@ class _RankRun:
         self.rank, self.world, self.shards, self.group, self.device = rank, world, shards, group, device
         self.empty = torch.empty(0, dtype=torch.uint8, device=device)
         self.sent = self.received = self.rounds = self.receive_rounds = 0
-        self.exchange_s = 0.0
         self.exchange_spans: list[tuple[float, float]] = []
         self.staging_live = self.staging_peak = 0
         self.out: RolloutShards = {}
@@ -197,9 +197,7 @@ class _RankRun:
             out_splits[src] = out.numel()
         start = time.perf_counter()
         dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.group)
-        end = time.perf_counter()
-        self.exchange_s += end - start
-        self.exchange_spans.append((start, end))
+        self.exchange_spans.append((start, time.perf_counter()))
         self.sent += inp.numel() if dst is not None else 0
         self.received += out.numel() if src is not None else 0
         self.rounds += 1

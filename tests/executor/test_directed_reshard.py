@@ -91,12 +91,11 @@ def test_moe_reshard_is_bit_exact_and_moves_the_twins_bytes(make_plan, tmp_path:
             assert [r["rounds"] for r in ranks] == [st.collective_rounds] * 8
             assert all(r["equal_to_twin"] for r in ranks)
         assert all(0 < r["exchange_s"] < r["seconds"] for r in ranks)  # the calls, inside the rounds' time
-        # each call's entry and exit: as many as the calls, in order, summing to the time inside them
+        # each call's entry and exit: as many as the calls, in order
         for r in ranks:
             spans = r["exchange_spans"]
             assert len(spans) == r["rounds"] and all(a <= b for a, b in spans)
             assert all(b1 <= a2 for (_, b1), (a2, _) in itertools.pairwise(spans))
-            assert sum(b - a for a, b in spans) == pytest.approx(r["exchange_s"], rel=1e-9)
         peaks[method] = max(r["staging_peak_bytes"] for r in ranks)
         totals[method] = sum(r["received_bytes"] for r in ranks)
     chunk = directed_chunk_bytes(pl)
@@ -142,6 +141,19 @@ def test_flat_pieces_are_exactly_the_row_major_range() -> None:
         unpack(buf, flat_pieces(target, start, stop))
         assert torch.equal(target.reshape(-1)[start:stop], view.reshape(-1)[start:stop])
 
+
+
+def test_round_overlap_sums_each_rounds_entry_gap_and_joint_time() -> None:
+    """Two ranks, three rounds, on one clock: round 1 entered at 0 and 2, left at 5 and 6 (wait 2, both 5 - 2 = 3);
+    round 2 entered together at 10, left at 11 and 12 (wait 0, both 1); round 3 the second entered at 23 after the
+    first had left at 22 (wait 3, both none): wait 5, both 4. Ranks with different round counts are refused."""
+    from executor.npu_opt.directed_reshard_transfer import round_overlap
+
+    first = [(0.0, 5.0), (10.0, 11.0), (20.0, 22.0)]
+    second = [(2.0, 6.0), (10.0, 12.0), (23.0, 24.0)]
+    assert round_overlap([first, second]) == (5.0, 4.0)
+    with pytest.raises(ValueError):
+        round_overlap([first, second[:2]])
 
 def _one_line(result, expected: str) -> None:
     assert result.exit_code == 2, result.output
