@@ -25,6 +25,7 @@ CATALOG_SOURCES: dict[str, str] = {
     "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
     "llama2-7b": "meta-llama/Llama-2-7b-hf",
     "llama2-70b": "meta-llama/Llama-2-70b-hf",
+    "moonlight-16b-a3b": "moonshotai/Moonlight-16B-A3B-Instruct",
     # the project's own CPU test models: executor.cpu.assets.make_tiny_model writes these architectures
     "tiny": "ascend-rl-twin/tiny (executor/cpu/assets.py)",
     "tiny-moe": "ascend-rl-twin/tiny-moe (executor/cpu/assets.py)",

@@ -37,7 +37,7 @@ def enumerate_train(cfg: ModelConfig, devices: int, kind: ClusterKind | None = N
     every TP group inside one node; a layout given by hand may span nodes (its collectives then cross the
     scale-out tier)."""
     max_tp = kind.devices_per_node if kind is not None else devices
-    cps = [1] if cfg.attention == "mla" else [c for c in (1, 2, 4, 8) if devices % c == 0]
+    cps = [c for c in (1, 2, 4, 8) if devices % c == 0]
     for tp in (d for d in divisors(devices) if d <= max_tp):
         for pp in (d for d in divisors(devices // tp) if d <= cfg.num_layers):
             for cp in (c for c in cps if (devices // (tp * pp)) % c == 0):

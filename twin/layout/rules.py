@@ -75,8 +75,6 @@ def check_train(lay: TrainLayout, cfg: ModelConfig, devices: int,
         if short and any(n % lay.vpp for n in lay.stage_layers(layers)):
             errs.append(LayoutError("layers per stage divisible by VPP",
                                     f"stage layers {list(lay.stage_layers(layers))} with VPP{lay.vpp}"))
-    if lay.cp > 1 and cfg.attention == "mla":
-        errs.append(LayoutError("context parallel with MLA", f"CP{lay.cp} is not supported for MLA attention"))
     errs += _train_moe_rules(lay, cfg, dp)
     if lay.recompute.granularity == "full" and lay.recompute.method == "uniform" and lay.recompute.layers:
         per_stage = max(lay.stage_layers(layers)) if lay.pp <= layers else 0

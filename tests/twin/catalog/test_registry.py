@@ -24,7 +24,7 @@ PUBLISHED = {
 
 
 def test_catalog_lists_every_published_model_and_the_tiny_cpu_models():
-    assert sorted([*PUBLISHED, "tiny", "tiny-moe", "tiny-deepseek"]) == catalog_names()
+    assert sorted([*PUBLISHED, "moonlight-16b-a3b", "tiny", "tiny-moe", "tiny-deepseek"]) == catalog_names()
 
 
 def test_tiny_model_count_by_hand():
@@ -50,6 +50,19 @@ def test_tiny_deepseek_model_count_by_hand():
     moe = 4 * 3 * 128 * 128 + 3 * 128 * 128 + 4 * 128 + 4  # 4 routed experts, 1 shared, router and its score bias
     total = 2 * 512 * 128 + 128 + 2 * (attention + 2 * 128) + dense + moe
     assert load_model("tiny-deepseek").total_params() == total == 1_861_828
+
+
+def test_moonlight_count_by_hand():
+    # Moonlight-16B-A3B (DeepSeek-V3's architecture, configs/moonlight-16b-a3b.json): MLA without a query LoRA, 16
+    # heads: q [16 x (128 nope + 64 rope), 2048], kv_a [512 latent + 64 rope, 2048] + the latent's norm, kv_b
+    # [16 x (128 nope + 128 v), 512], o [2048, 16 x 128]
+    attention = 16 * 192 * 2048 + 576 * 2048 + 512 + 16 * 256 * 512 + 2048 * 16 * 128
+    assert attention == 13_763_072
+    dense = 3 * 2048 * 11264  # layer 0 (first_k_dense_replace 1)
+    # 64 routed experts of 1408, two shared ones as one MLP of 2816, the router and its score bias
+    moe = 64 * 3 * 2048 * 1408 + 3 * 2048 * 2816 + 64 * 2048 + 64
+    total = 2 * 163840 * 2048 + 2048 + 27 * (attention + 2 * 2048) + dense + 26 * moe
+    assert load_model("moonlight-16b-a3b").total_params() == total == 15_960_110_208  # "16B" on its model card
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
