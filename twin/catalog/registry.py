@@ -25,6 +25,9 @@ CATALOG_SOURCES: dict[str, str] = {
     "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
     "llama2-7b": "meta-llama/Llama-2-7b-hf",
     "llama2-70b": "meta-llama/Llama-2-70b-hf",
+    # not in models.md: the architecture fields as Megatron runs it (slime's scripts/models/moonlight.sh: 27 layers,
+    # hidden 2048, dense FFN 11264, 64 experts of 1408 top-6, 2 shared, MLA with KV rank 512 and no query LoRA,
+    # vocabulary 163840 untied), written in the HuggingFace fields; its count is tested by hand
     "moonlight-16b-a3b": "moonshotai/Moonlight-16B-A3B-Instruct",
     # the project's own CPU test models: executor.cpu.assets.make_tiny_model writes these architectures
     "tiny": "ascend-rl-twin/tiny (executor/cpu/assets.py)",
