@@ -12,6 +12,7 @@ MegatronFlavour = Literal["mindspeed", "megatron-core"]
 
 ACTOR = "actor_rollout_ref.actor"
 REF = "actor_rollout_ref.ref"
+ROLLOUT = "actor_rollout_ref.rollout"
 TF = f"{ACTOR}.megatron.override_transformer_config"
 OPTIM_OVERRIDES = f"{ACTOR}.optim.override_optimizer_config"  # verl passes its entries to Megatron's OptimizerConfig
 
@@ -27,8 +28,11 @@ def train_overrides(o: OverrideSet, train: TrainLayout, flavour: MegatronFlavour
         _fsdp(o, train)
     if train.dynamic_batch_tokens is not None:
         # use_dynamic_bsz itself is set with the batch sizes (verl_config.workload); the ref and rollout log-prob
-        # passes read both through ${oc.select:actor_rollout_ref.actor...} (verl 0.9.1)
+        # passes read both through ${oc.select:actor_rollout_ref.actor...} (verl 0.9.1) unless given their own budget
         o.set(f"{ACTOR}.ppo_max_token_len_per_gpu", train.dynamic_batch_tokens)
+    if train.log_prob_dynamic_batch_tokens is not None:
+        for role in (ROLLOUT, REF):
+            o.set(f"{role}.log_prob_max_token_len_per_gpu", train.log_prob_dynamic_batch_tokens)
 
 
 def _megatron(o: OverrideSet, train: TrainLayout, flavour: MegatronFlavour) -> None:

@@ -95,6 +95,18 @@ def test_fsdp_layout(make_plan, build, as_dict, tmp_path: Path) -> None:
     assert not any(k.startswith(M) for k in o)
 
 
+def test_dynamic_batching_budgets_reach_the_actor_and_the_log_prob_passes(make_plan, build, as_dict,
+                                                                         tmp_path: Path) -> None:
+    train = {"engine": "fsdp", "dynamic_batch_tokens": 3072}
+    o = as_dict(build(make_plan(_scenario(tmp_path, "a2", 16, train, {"tp": 2, "dp": 8})), tmp_path).overrides)
+    assert (o[f"{A}.use_dynamic_bsz"], o[f"{A}.ppo_max_token_len_per_gpu"]) == ("true", "3072")
+    assert f"{R}.log_prob_max_token_len_per_gpu" not in o  # verl reads the actor's through oc.select
+    train = {**train, "log_prob_dynamic_batch_tokens": 9216}  # the Moonlight nightly's 3 x (prompt + response)
+    o = as_dict(build(make_plan(_scenario(tmp_path, "a2", 16, train, {"tp": 2, "dp": 8})), tmp_path).overrides)
+    assert (o[f"{R}.log_prob_max_token_len_per_gpu"], o["actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"],
+            o[f"{A}.ppo_max_token_len_per_gpu"]) == ("9216", "9216", "3072")
+
+
 def test_gpu_kind_uses_megatron_core_pipeline_fields(make_plan, build, as_dict, tmp_path: Path) -> None:
     train = {"tp": 2, "pp": 4, "pp_layers": [6, 7, 7, 8]}
     o = as_dict(build(make_plan(_scenario(tmp_path, "h100", 16, train, {"tp": 2, "dp": 8})), tmp_path).overrides)

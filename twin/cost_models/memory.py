@@ -162,12 +162,14 @@ class TrainMemory:
         per_entry = (FP32 if forward_only else LOGIT_BYTES) if megatron else FSDP_LOGIT_BYTES
         return tokens / self.lay.cp * self.cfg.vocab_size / tp * per_entry
 
-    def _micro_batch_tokens(self, sequences: int) -> float:
+    def _micro_batch_tokens(self, sequences: int, forward_only: bool = False) -> float:
         """Tokens of the largest micro-batch of a CP group: `sequences` full-length sequences, or with dynamic
-        batching the token budget (verl packs up to ppo_max_token_len_per_gpu x CP per micro-batch)."""
+        batching the token budget (verl packs up to ppo_max_token_len_per_gpu, log_prob_max_token_len_per_gpu in
+        the log-prob passes, x CP per micro-batch)."""
         lay = self.lay
-        if lay.dynamic_batch_tokens is not None:
-            return float(lay.dynamic_batch_tokens * lay.cp)
+        budget = lay.token_budget(forward_only)
+        if budget is not None:
+            return float(budget * lay.cp)
         return float(sequences * self.sc.workload.max_seq_len)
 
     def update_activation_bytes(self, stage: int, fragmented: bool = True) -> float:
@@ -204,7 +206,7 @@ class TrainMemory:
         """Forward-only pass: one layer live at a time, plus the fp32 logits of the micro-batch; with `fragmented`,
         as the caching allocator reserves them."""
         lay = self.lay
-        tokens = self._micro_batch_tokens(lay.log_prob_micro_batch)
+        tokens = self._micro_batch_tokens(lay.log_prob_micro_batch, forward_only=True)
         _, largest = self._layer_activations(tokens)
         logits = self._logits_bytes(tokens, forward_only=True) if self.stages.has_head[stage] else 0.0
         gathered = float(tensor_table(self.inv).largest_layer_bytes) if lay.engine == "fsdp" else 0.0

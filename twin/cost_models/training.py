@@ -366,20 +366,20 @@ class TrainCost:
     def sequences_per_dp_rank(self) -> float:
         return self.sc.workload.responses / self.mem.dp
 
-    def micro_batches(self, sequences: float, micro: int) -> int:
+    def micro_batches(self, sequences: float, micro: int, forward_only: bool = False) -> int:
         """Micro-batches of `sequences` mean-length sequences on one DP rank: fixed `micro` sequences each,
-        or packed by tokens (dynamic batching)."""
+        or packed by tokens (dynamic batching, at the update's or the log-prob passes' budget)."""
         lay = self.lay
-        if lay.dynamic_batch_tokens is None:
+        budget = lay.token_budget(forward_only)
+        if budget is None:
             return max(1, round(sequences / micro))
-        budget = lay.dynamic_batch_tokens * lay.cp
-        return dynamic_micro_batches(sequences * self.mean_seq, max(1, int(sequences)), budget,
+        return dynamic_micro_batches(sequences * self.mean_seq, max(1, int(sequences)), budget * lay.cp,
                                      lay.vpp if lay.engine == "megatron" else None)
 
-    def micro_batches_of(self, lengths: np.ndarray) -> int:
+    def micro_batches_of(self, lengths: np.ndarray, forward_only: bool = False) -> int:
         """Dynamic micro-batches of one DP rank's sequences of these lengths."""
         lay = self.lay
-        return dynamic_micro_batches(float(lengths.sum()), len(lengths), (lay.dynamic_batch_tokens or 0) * lay.cp,
+        return dynamic_micro_batches(float(lengths.sum()), len(lengths), (lay.token_budget(forward_only) or 0) * lay.cp,
                                      lay.vpp if lay.engine == "megatron" else None)
 
     def pipeline_time(self, micro: int, backward: bool) -> tuple[float, int]:
@@ -387,7 +387,7 @@ class TrainCost:
         lay = self.lay
         steps = self.sc.workload.optimizer_steps if backward else 1
         per_step = self.sequences_per_dp_rank() / steps
-        per_batch = self.micro_batches(per_step, micro)
+        per_batch = self.micro_batches(per_step, micro, forward_only=not backward)
         m = per_batch * steps
         size = per_step / per_batch
         slowest = max(float(self.microbatch(s, size, backward).total) for s in range(self.mem.n_stages))

@@ -56,6 +56,9 @@ class TrainLayout(BaseModel):
     # verl use_dynamic_bsz: micro-batches packed up to this many tokens per device (ppo_max_token_len_per_gpu),
     # update and log-prob passes alike; None: fixed micro_batch / log_prob_micro_batch sequences
     dynamic_batch_tokens: int | None = Field(default=None, ge=1)
+    # verl log_prob_max_token_len_per_gpu of the rollout and reference log-prob passes; None: the update's budget
+    # (verl's default reads it through oc.select)
+    log_prob_dynamic_batch_tokens: int | None = Field(default=None, ge=1)
     moe_zero_memory: Literal["none", "level0", "level1"] = "none"  # MindSpeed activation release in MoE layers
 
     @model_validator(mode="after")
@@ -64,6 +67,8 @@ class TrainLayout(BaseModel):
             raise ValueError(f"pp_layers has {len(self.pp_layers)} entries for PP={self.pp}")
         if self.pp_layers is not None and min(self.pp_layers) < 1:
             raise ValueError(f"pp_layers {list(self.pp_layers)} has a stage without layers")
+        if self.log_prob_dynamic_batch_tokens is not None and self.dynamic_batch_tokens is None:
+            raise ValueError("log_prob_dynamic_batch_tokens needs dynamic_batch_tokens (verl's use_dynamic_bsz)")
         if self.moe_tp_extend_ep and self.etp not in (None, 1):
             raise ValueError("moe_tp_extend_ep replaces expert TP: etp must be unset or 1")
         return self
@@ -83,6 +88,13 @@ class TrainLayout(BaseModel):
     def expert_partition(self) -> int:
         """Ranks the routed experts of one layer are spread over (EP, or TP x EP with tp-extend-ep)."""
         return self.ep * self.tp if self.moe_tp_extend_ep else self.ep
+
+    def token_budget(self, forward_only: bool) -> int | None:
+        """Tokens per device a dynamic micro-batch packs: the update's, or the log-prob passes' (forward only);
+        None without dynamic batching."""
+        if forward_only and self.log_prob_dynamic_batch_tokens is not None:
+            return self.log_prob_dynamic_batch_tokens
+        return self.dynamic_batch_tokens
 
     def dp(self, devices: int) -> int:
         return devices // self.model_parallel

@@ -65,8 +65,10 @@ class StepSimulation:
         self.drawn, self.weight = represented(ev.sc.workload.responses)  # training passes: sequences drawn
 
     # ---- training passes ----------------------------------------------------------------------------
-    def _replicas(self, prompts: np.ndarray, responses: np.ndarray, micro: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per simulated DP replica, (tokens, squared lengths) of each of its micro-batches."""
+    def _replicas(self, prompts: np.ndarray, responses: np.ndarray, micro: int, forward_only: bool
+                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per simulated DP replica, (tokens, squared lengths) of each of its micro-batches (a forward-only pass
+        packs dynamic micro-batches at the log-prob budget)."""
         dp = self.ev.train_memory.dp
         per = max(1, len(responses) // dp)  # a replica given less than one sequence still runs one
         micro = min(micro, per)  # a micro-batch never holds more sequences than its replica has
@@ -77,7 +79,7 @@ class StepSimulation:
         for r in range(count):
             lengths = (prompts + responses)[r * per:(r + 1) * per].astype(float)
             if lay.dynamic_batch_tokens is not None:
-                out.append(_packed(lengths, self.ev.train_cost.micro_batches_of(lengths)))
+                out.append(_packed(lengths, self.ev.train_cost.micro_batches_of(lengths, forward_only)))
                 continue
             m = max(1, per // micro)
             chunks = lengths[: m * micro].reshape(m, micro)
@@ -92,7 +94,7 @@ class StepSimulation:
         stages = range(self.ev.train_memory.n_stages)
         lanes = self._stage_lanes
         runs = []
-        for i, (tokens, sq) in enumerate(self._replicas(prompts, responses, micro)):
+        for i, (tokens, sq) in enumerate(self._replicas(prompts, responses, micro, kind == "log_prob")):
             if kind == "log_prob":
                 fwd = np.stack([np.asarray(tc.microbatch_time(s, tokens, sq, "log_prob").total) for s in stages])
                 bwd = None

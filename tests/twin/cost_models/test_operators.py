@@ -95,6 +95,19 @@ def test_dynamic_batching_sets_micro_batches_and_their_memory():
     assert bigger.train_cost.micro_batches(256, 1) == 43  # ceil(84.72 / 2)
 
 
+def test_the_log_prob_passes_pack_at_their_own_budget():
+    # C7 with verl's log_prob_max_token_len_per_gpu at 3 x 18432: the forward-only passes pack 512 x 12200 tokens
+    # into micro-batches of 55296 x CP 2 = 110592: ceil(56.48) = 57; the update keeps ceil(169.44) = 170
+    ev = _evaluation("c7-dapo-qwen3-32b-a3-32dies", log_prob_dynamic_batch_tokens=55296)
+    tc = ev.train_cost
+    assert tc.pipeline_time(1, backward=False)[1] == 57
+    assert tc.micro_batches(512, 1) == 170 and tc.micro_batches(512, 1, forward_only=True) == 57
+    # its larger micro-batches hold more activation memory in the log-prob pass, the same in the update
+    base = _evaluation("c7-dapo-qwen3-32b-a3-32dies")
+    assert ev.train_memory.log_prob_activation_bytes(0) > base.train_memory.log_prob_activation_bytes(0)
+    assert ev.train_memory.update_activation_bytes(0) == base.train_memory.update_activation_bytes(0)
+
+
 def test_learned_routing_slows_every_ep_step():
     forced = _evaluation("c1-dsr1-a3-128")
     learned = forced.sc.model_copy(update={"workload": forced.sc.workload.model_copy(

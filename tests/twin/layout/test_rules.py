@@ -84,6 +84,12 @@ def test_a_tp_group_may_span_nodes_but_the_search_keeps_it_inside_one():
     assert max(t.tp for t in enumerate_train(cfg, 96, kind)) <= kind.devices_per_node
 
 
+def test_a_log_prob_budget_needs_dynamic_batching():
+    with pytest.raises(ValueError, match="needs dynamic_batch_tokens"):
+        TrainLayout(log_prob_dynamic_batch_tokens=9216)
+    assert TrainLayout(dynamic_batch_tokens=3072, log_prob_dynamic_batch_tokens=9216).token_budget(True) == 9216
+
+
 def test_layout_model_rejects_inconsistent_fields():
     with pytest.raises(ValueError, match="pp_layers has 2 entries"):
         TrainLayout(pp=4, pp_layers=(30, 31))
