@@ -23,12 +23,14 @@ from executor.options import LaunchOptions, RunPaths
 from executor.spec import LaunchSpec
 from executor.verl_config.overrides import OverrideSet
 from executor.verl_config.rollout import rollout_overrides
-from executor.verl_config.train import MegatronFlavour, train_overrides
+from executor.verl_config.train import train_overrides
 from executor.verl_config.trainer import runtime_env_overrides, trainer_overrides
 from executor.verl_config.workload import workload_overrides
 from twin.catalog.registry import load_config
+from twin.hardware.specs import MegatronFlavour
 from twin.optimizations import executor_refusals
 from twin.plan import Plan
+from twin.topology.clusters import cluster_kind
 
 if TYPE_CHECKING:
     from executor.cpu.launch import MegatronSizes
@@ -247,10 +249,11 @@ class CpuTarget(Target):
         return None
 
 
-_GPU = {k: VerlTarget(k, "cuda", "GPU", 8, "megatron-core") for k in ("a100", "h100", "h200", "h20")}
+# the Megatron flavour is the kind's (twin's hardware data: MindSpeed on Huawei NPUs), as the planner searches it
+_GPU = {k: VerlTarget(k, "cuda", "GPU", 8, cluster_kind(k).megatron_flavour) for k in ("a100", "h100", "h200", "h20")}
 TARGETS: dict[str, Target] = {
-    "a2": VerlTarget("a2", "npu", "NPU", 8, "mindspeed"),
-    "a3": VerlTarget("a3", "npu", "NPU", 16, "mindspeed"),
+    "a2": VerlTarget("a2", "npu", "NPU", 8, cluster_kind("a2").megatron_flavour),
+    "a3": VerlTarget("a3", "npu", "NPU", 16, cluster_kind("a3").megatron_flavour),
     **_GPU,
     "cpu": CpuTarget(),
 }

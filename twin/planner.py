@@ -98,8 +98,10 @@ def default_scenario(model: str, kind: str, cards: int) -> Scenario:
                     software=Software(verl=LAUNCHED_VERL, rollout_poll=True))
 
 
-def train_variants(lay: TrainLayout) -> Iterator[TrainLayout]:
-    """Memory knobs tried on every structural layout: recompute and host offload."""
+def train_variants(lay: TrainLayout, kind: ClusterKind) -> Iterator[TrainLayout]:
+    """Memory knobs tried on every structural layout: recompute and host offload, and the optimizer its Megatron
+    keeps on the host: MindSpeed's swap optimizer, or megatron-core's CPU optimizer where the kind's host memory
+    bandwidth prices its step (each flavour refuses the other's: executor/verl_config/train.py)."""
     full = Recompute(granularity="full", method="uniform", layers=1)
     if lay.engine == "fsdp":
         yield lay
@@ -109,7 +111,10 @@ def train_variants(lay: TrainLayout) -> Iterator[TrainLayout]:
     yield lay.model_copy(update={"recompute": Recompute(granularity="selective")})
     yield lay.model_copy(update={"recompute": full})
     yield lay.model_copy(update={"recompute": full, "offload": Offload(param=True, grad=True, optimizer="offload")})
-    yield lay.model_copy(update={"recompute": full, "offload": Offload(param=True, grad=True, optimizer="swap")})
+    if kind.megatron_flavour == "mindspeed":
+        yield lay.model_copy(update={"recompute": full, "offload": Offload(param=True, grad=True, optimizer="swap")})
+    elif kind.host_memory_bandwidth_gbs_per_node is not None:
+        yield lay.model_copy(update={"recompute": full, "offload": Offload(param=True, grad=True, optimizer="cpu")})
 
 
 @dataclass
@@ -200,7 +205,7 @@ class Planner:
                     ) -> tuple[list[TrainSide], int]:
         sides = []
         for lay in structures:
-            for variant in train_variants(lay):
+            for variant in train_variants(lay, self.kind):
                 side = self._train_side(variant)
                 if side is not None:
                     sides.append(side)
@@ -211,7 +216,9 @@ class Planner:
     # ---- the rollout side --------------------------------------------------------------------------
     def rollout_sides(self) -> tuple[list[RolloutSide], int]:
         wl = self.sc.workload
-        structures = list(enumerate_rollout(self.cfg, self.devices, self.kind, **self.rollout_knobs()))
+        # a plan for verl (what `executor run` launches) keeps to the replicas its vLLM server can launch
+        structures = list(enumerate_rollout(self.cfg, self.devices, self.kind,
+                                            verl_server=self.sc.software.framework == "verl", **self.rollout_knobs()))
         sides = []
         for lay in structures:
             per_replica = wl.responses / lay.dp
@@ -594,7 +601,7 @@ def _closest(planner: Planner) -> str:
     """How close the smallest-footprint training layout came to fitting."""
     best = None
     for lay in planner.train_structures():
-        for variant in train_variants(lay):
+        for variant in train_variants(lay, planner.kind):
             tm = TrainMemory(planner.inv, variant.model_copy(update={"log_prob_micro_batch": 1}), planner.devices,
                              planner.sc, planner.profile)
             peak = max(train_parts(tm, s)["update"].total for s in range(tm.n_stages))

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from executor.errors import ExecutorError
 from executor.verl_config.overrides import OverrideSet
+from twin.hardware.specs import MegatronFlavour
 from twin.layout.models import TrainLayout
-
-MegatronFlavour = Literal["mindspeed", "megatron-core"]
 
 ACTOR = "actor_rollout_ref.actor"
 REF = "actor_rollout_ref.ref"

@@ -27,7 +27,7 @@ SC = default_scenario("deepseek-r1", "a3", 128)
 def test_the_optimizer_step_part_is_update_parts_step_and_bounds_the_update_peak():
     planner = Planner(SC)
     lay = next(iter(planner.train_structures()))
-    for variant in train_variants(lay):
+    for variant in train_variants(lay, planner.kind):
         tm = TrainMemory(planner.inv, variant, planner.devices, SC, planner.profile)
         for stage in range(tm.n_stages):
             assert optimizer_step_part(tm, stage) == update_parts(tm, stage)[1]
@@ -114,3 +114,11 @@ def test_a_default_plan_is_predicted_for_the_verl_the_executor_launches():
     assert SC.software.verl == LAUNCHED_VERL and SC.software.rollout_poll
     assert SC.software.syncs_through_server and SC.software.puts_inputs_once
     assert not SC.software.keeps_weights_for_sync
+
+
+def test_the_optimizer_kept_on_the_host_is_the_one_the_kinds_megatron_has():
+    lay = next(iter(Planner(SC).train_structures()))
+    host = {v.offload.optimizer for v in train_variants(lay, Planner(SC).kind)} - {"none", "offload"}
+    assert host == {"swap"}  # MindSpeed on A3
+    gpu = Planner(default_scenario("qwen3-30b-a3b", "h20", 16))
+    assert {v.offload.optimizer for v in train_variants(lay, gpu.kind)} - {"none", "offload"} == {"cpu"}

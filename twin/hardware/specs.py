@@ -15,6 +15,7 @@ HARDWARE_SCHEMA = 1
 CurveName = Literal["gemm", "grouped_gemm", "attention", "memory"]
 CURVE_NAMES: tuple[str, ...] = ("gemm", "grouped_gemm", "attention", "memory")
 RolloutEngine = Literal["vllm", "vllm-ascend"]
+MegatronFlavour = Literal["mindspeed", "megatron-core"]
 TierName = Literal["sio", "hccs", "ub", "nvlink", "roce", "ib", "shm", "host"]
 # ep_dispatch / ep_combine: MoE expert-parallel token dispatch and combine (fused all-to-all-v kernels)
 CollectiveName = Literal["any", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "ep_dispatch",
@@ -203,6 +204,12 @@ class ClusterKind(BaseModel):
     def rollout_engine(self) -> RolloutEngine:
         """The rollout engine verl runs on this kind's devices: vLLM-Ascend on Huawei NPUs, vLLM elsewhere."""
         return "vllm-ascend" if self.device.vendor == "huawei" else "vllm"
+
+    @property
+    def megatron_flavour(self) -> MegatronFlavour:
+        """The Megatron verl trains with on this kind's devices: MindSpeed on Huawei NPUs (its tp-extend-ep, swap
+        optimizer and moe_zero_memory), megatron-core elsewhere."""
+        return "mindspeed" if self.device.vendor == "huawei" else "megatron-core"
 
     @field_validator("device", mode="before")
     @classmethod

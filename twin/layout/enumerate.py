@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from twin.catalog.config import ModelConfig
 from twin.layout.engine import rollout_as_engine_builds
 from twin.layout.models import RolloutLayout, TrainLayout
-from twin.layout.rules import check_rollout, check_train
+from twin.layout.rules import check_rollout, check_train, check_verl_replica
 from twin.topology.clusters import ClusterKind
 
 
@@ -21,13 +21,16 @@ def divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
-def _expert_modes(cfg: ModelConfig, tp: int) -> list[dict]:
-    """Ways the experts can be cut inside a TP group: expert TP = TP, expert TP = 1, or tp-extend-ep."""
+def _expert_modes(cfg: ModelConfig, tp: int, mindspeed: bool) -> list[dict]:
+    """Ways the experts can be cut inside a TP group: expert TP = TP, expert TP = 1, or (MindSpeed only)
+    tp-extend-ep."""
     if cfg.moe is None:
         return [{}]
     modes: list[dict] = [{"etp": None}]
     if tp > 1:
-        modes += [{"etp": 1}, {"moe_tp_extend_ep": True}]
+        modes.append({"etp": 1})
+        if mindspeed:
+            modes.append({"moe_tp_extend_ep": True})
     return modes
 
 
@@ -37,13 +40,14 @@ def enumerate_train(cfg: ModelConfig, devices: int, kind: ClusterKind | None = N
     every TP group inside one node; a layout given by hand may span nodes (its collectives then cross the
     scale-out tier)."""
     max_tp = kind.devices_per_node if kind is not None else devices
+    mindspeed = kind is None or kind.megatron_flavour == "mindspeed"
     cps = [c for c in (1, 2, 4, 8) if devices % c == 0]
     for tp in (d for d in divisors(devices) if d <= max_tp):
         for pp in (d for d in divisors(devices // tp) if d <= cfg.num_layers):
             for cp in (c for c in cps if (devices // (tp * pp)) % c == 0):
                 eps = divisors(cfg.moe.num_experts) if cfg.moe else [1]
                 for ep in eps:
-                    for mode in _expert_modes(cfg, tp):
+                    for mode in _expert_modes(cfg, tp, mindspeed):
                         if ep == 1 and mode.get("moe_tp_extend_ep"):
                             continue
                         lay = TrainLayout(tp=tp, pp=pp, cp=cp, ep=ep, **mode)
@@ -56,10 +60,10 @@ def enumerate_train(cfg: ModelConfig, devices: int, kind: ClusterKind | None = N
                 yield lay
 
 
-def enumerate_rollout(cfg: ModelConfig, devices: int, kind: ClusterKind | None = None,
+def enumerate_rollout(cfg: ModelConfig, devices: int, kind: ClusterKind | None = None, verl_server: bool = False,
                       **knobs: object) -> Iterator[RolloutLayout]:
     """Valid structural rollout layouts (TP, EP); `knobs` set the engine arguments of each. TP stays inside one
-    node, as in `enumerate_train`."""
+    node, as in `enumerate_train`; with `verl_server`, only replicas verl's vLLM server can launch."""
     max_tp = kind.devices_per_node if kind is not None else devices
     for tp in (d for d in divisors(devices) if d <= max_tp):
         eps = [1]
@@ -69,5 +73,8 @@ def enumerate_rollout(cfg: ModelConfig, devices: int, kind: ClusterKind | None =
             lay = RolloutLayout(tp=tp, dp=devices // tp, ep=ep, **knobs)
             if kind is not None:
                 lay = rollout_as_engine_builds(lay, cfg, kind.rollout_engine)
-            if not check_rollout(lay, cfg, devices, kind):
+            errs = check_rollout(lay, cfg, devices, kind)
+            if kind is not None and verl_server:
+                errs += check_verl_replica(lay, kind)
+            if not errs:
                 yield lay
