@@ -124,6 +124,7 @@ class TrainSide:
     parts: dict[str, float]  # phase -> worst stage's training-side GB
     seconds: float  # update + ref + old log-prob, dispatch included
     offload_s: float  # the training side's share of the offload moments
+    structure: tuple = ()  # train_structure of the layout: what its pairs' reshard and rules depend on
 
 
 @dataclass
@@ -170,6 +171,9 @@ class Planner:
         self.risk: Risk = risk
         self.shared: dict[tuple, dict] = {}  # parallel structure -> placement and reshard lists (knobs aside)
         self.reshard_bounds: dict[tuple, float] = {}  # parallel structure -> the screen's reshard bound
+        self.directed_reshard = scenario.has("directed_reshard")
+        self.utilization_steps: dict[tuple, list[float]] = {}  # (rollout side's memory, training GB) -> pair()
+        self.pass_caches: dict[TrainLayout, tuple[dict, dict]] = {}  # layout, knobs aside -> TrainCost's caches
 
     # ---- the training side -------------------------------------------------------------------------
     def train_parts(self, lay: TrainLayout) -> tuple[TrainMemory, dict[str, float]]:
@@ -190,12 +194,17 @@ class Planner:
                 return None
             if parts["log_prob"] <= self.limit_gb:
                 return TrainSide(tm.lay, tm, parts, self._train_seconds(tm),
-                                 sum(train_offload_moments(tm, self.sc, self.cluster, self.profile).values()))
+                                 sum(train_offload_moments(tm, self.sc, self.cluster, self.profile).values()),
+                                 train_structure(tm.lay, self.cfg.num_layers))
         self.rejected["training: log-prob pass exceeds HBM less headroom"] += 1
         return None
 
     def _train_seconds(self, tm: TrainMemory) -> float:
-        tc = TrainCost(self.inv, self.sc, self.cluster, self.profile, tm)
+        # the memory knobs' and micro-batch sizes' variants of one layout share its passes (TrainCost)
+        structure = tm.lay.model_copy(update={"offload": Offload(), "recompute": Recompute(), "micro_batch": 1,
+                                              "log_prob_micro_batch": 1})
+        caches = self.pass_caches.setdefault(structure, ({}, {}))
+        tc = TrainCost(self.inv, self.sc, self.cluster, self.profile, tm, caches)
         return sum(train_stage_seconds(self.sc, self.profile, tc).values())
 
     def train_structures(self) -> list[TrainLayout]:
@@ -266,7 +275,7 @@ class Planner:
     def reshard_bound(self, t: TrainSide, r: RolloutSide) -> float:
         """The reshard's lower bound, once per parallel structure (the same at every utilization step and for
         every memory knob)."""
-        key = parallel_structure(t.layout, r.layout, self.cfg.num_layers)
+        key = (*t.structure, r.layout.tp, r.layout.dp, r.layout.ep)  # parallel_structure(t.layout, r.layout)
         if key not in self.reshard_bounds:
             self.reshard_bounds[key] = reshard_lower_bound(t.memory, r.memory, reshard_method(self.sc), self.cluster,
                                                            self.profile, self.sc)
@@ -298,10 +307,13 @@ class Planner:
     def pair(self, t: TrainSide, r: RolloutSide, index: Iterator[int]) -> list[Candidate]:
         """Screen one pair at each of its utilization steps: check every phase, bound the step time. Memory grows
         with the utilization, so the steps are checked smallest first and the first that exceeds ends them."""
-        if check_pair(Layout(train=t.layout, rollout=r.layout), self.cfg, self.sc.has("directed_reshard")):
+        if check_pair(t.layout, r.layout, self.cfg, self.directed_reshard):
             self.rejected["pair: train EP does not divide rollout EP (directed reshard)"] += 1
             return []
-        utils = self.utilizations(t.parts["rollout"], r.memory)
+        key = (id(r.memory), t.parts["rollout"])  # many training sides leave the rollout the same room
+        if key not in self.utilization_steps:
+            self.utilization_steps[key] = self.utilizations(t.parts["rollout"], r.memory)
+        utils = self.utilization_steps[key]
         if not utils:
             self.rejected["rollout: no memory left for vLLM" if self.utilization(t.parts["rollout"]) <= 0 else
                           "rollout: KV cache below one full sequence"] += 1
@@ -323,25 +335,31 @@ class Planner:
         return out
 
 
+def train_structure(t: TrainLayout, num_layers: int) -> tuple:
+    """The training layout's part of `parallel_structure`."""
+    return t.engine, t.tp, t.pp, t.ep, t.cp, t.etp, t.moe_tp_extend_ep, t.vpp, t.stage_layers(num_layers)
+
+
 def parallel_structure(t: TrainLayout, r: RolloutLayout, num_layers: int) -> tuple:
     """What a pair's placement and its reshard (transfer lists, rounds, export) depend on: not recompute,
     offload, micro-batches or vLLM's knobs."""
-    return (t.engine, t.tp, t.pp, t.ep, t.cp, t.etp, t.moe_tp_extend_ep, t.vpp, t.stage_layers(num_layers),
-            r.tp, r.dp, r.ep)
+    return *train_structure(t, num_layers), r.tp, r.dp, r.ep
 
 
 def _pareto(sides: list[TrainSide]) -> list[TrainSide]:
-    """Drop training sides that are slower and leave less room in every phase than another of the same
-    structure (they can never win a pair)."""
-    keep = []
+    """Drop training sides that take longer (passes and offload) and leave less room in every phase than another of
+    the same parallel structure, which pairs with every rollout as they do, reshard and rules alike (they can never
+    win a pair)."""
+    groups: dict[tuple, list[TrainSide]] = {}
     for s in sides:
-        dominated = any(
-            o is not s and o.layout.tp == s.layout.tp and o.layout.pp == s.layout.pp and o.layout.ep == s.layout.ep
-            and o.seconds <= s.seconds and all(o.parts[p] <= s.parts[p] for p in s.parts)
-            and (o.seconds, *o.parts.values()) != (s.seconds, *s.parts.values())
-            for o in sides)
-        if not dominated:
-            keep.append(s)
+        groups.setdefault(s.structure, []).append(s)
+    keep = []
+    for group in groups.values():
+        figures = [(s.seconds + s.offload_s, *s.parts.values()) for s in group]
+        for s, mine in zip(group, figures, strict=True):
+            if not any(theirs != mine and all(a <= b for a, b in zip(theirs, mine, strict=True))
+                       for theirs in figures):
+                keep.append(s)
     return keep
 
 

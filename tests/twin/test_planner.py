@@ -8,15 +8,18 @@ import tomllib
 from twin.cost_models.memory import TrainMemory, optimizer_step_part, train_parts, update_parts
 from twin.cost_models.transition import reshard_lower_bound
 from twin.evaluate import reshard_method
-from twin.layout.models import Layout, Offload, Recompute
+from twin.layout.models import Layout, Offload, Recompute, TrainLayout
 from twin.planner import (
     Planner,
+    TrainSide,
+    _pareto,
     cannot_improve,
     default_scenario,
     evaluate,
     layout_group,
     parallel_structure,
     search,
+    train_structure,
     train_variants,
 )
 from twin.scenario import LAUNCHED_VERL
@@ -61,7 +64,12 @@ def test_the_screens_reshard_bound_is_computed_once_per_parallel_structure():
             structures.add(parallel_structure(t.layout, r.layout, planner.cfg.num_layers))
             assert planner.reshard_bound(t, r) == reshard_lower_bound(t.memory, r.memory, method, planner.cluster,
                                                                       planner.profile, SC)
-    assert 0 < len(planner.reshard_bounds) == len(structures) < len(trains) * 6  # memory knobs share a structure
+    assert 0 < len(planner.reshard_bounds) == len(structures)
+    # a memory knob's variant of a layout pairs with its structure's bound
+    t, r = trains[0], rollouts[0]
+    variant = replace(t, layout=t.layout.model_copy(update={"recompute": Recompute(granularity="selective")}))
+    known = len(planner.reshard_bounds)
+    assert planner.reshard_bound(variant, r) == planner.reshard_bound(t, r) and len(planner.reshard_bounds) == known
 
 
 def test_a_layout_over_the_limit_with_its_exact_reshard_buffers_is_not_simulated():
@@ -122,3 +130,20 @@ def test_the_optimizer_kept_on_the_host_is_the_one_the_kinds_megatron_has():
     assert host == {"swap"}  # MindSpeed on A3
     gpu = Planner(default_scenario("qwen3-30b-a3b", "h20", 16))
     assert {v.offload.optimizer for v in train_variants(lay, gpu.kind)} - {"none", "offload"} == {"cpu"}
+
+
+def test_a_training_side_is_dropped_only_for_one_of_its_own_parallel_structure_that_beats_it_everywhere():
+    def side(seconds: float, offload_s: float, gb: float, **layout) -> TrainSide:
+        lay = TrainLayout(tp=2, pp=4, ep=8, **layout)
+        return TrainSide(lay, None, {"update": gb, "log_prob": gb, "rollout": gb, "transition": gb}, seconds, offload_s,
+                         train_structure(lay, 61))
+
+    best = side(100.0, 10.0, 40.0)
+    slower = side(105.0, 10.0, 41.0, recompute=Recompute(granularity="full"))  # same structure, worse everywhere
+    # faster passes, but 115 s with its offload against 110: dropped
+    more_offload = side(95.0, 20.0, 40.0, recompute=Recompute(granularity="selective"))
+    less_memory = side(95.0, 20.0, 39.0, recompute=Recompute(granularity="selective"))  # slower, smaller: kept
+    other_cp = side(120.0, 10.0, 50.0, cp=2)  # pairs otherwise (reshard, rules): kept
+    other_experts = side(120.0, 10.0, 50.0, etp=1)
+    kept = _pareto([best, slower, more_offload, less_memory, other_cp, other_experts])
+    assert kept == [best, less_memory, other_cp, other_experts]

@@ -90,8 +90,12 @@ class TrainCost:
     """Costs of the actor/ref passes for one scenario on one cluster."""
 
     def __init__(self, inv: Inventory, scenario: Scenario, cluster: Cluster, profile: Profile,
-                 memory: TrainMemory) -> None:
+                 memory: TrainMemory, pass_caches: tuple[dict, dict] | None = None) -> None:
+        """`pass_caches`: the micro-batch and communication caches of another TrainCost whose layout differs from
+        this one's only in its memory knobs and micro-batch sizes, shared: the offload is read by the optimizer step
+        alone, the recompute by the backward (part of its cache key), a micro-batch's size is its tokens."""
         self.inv, self.sc, self.cluster, self.pf, self.mem = inv, scenario, cluster, profile, memory
+        self.pass_caches: tuple[dict, dict] = pass_caches if pass_caches is not None else ({}, {})
         self.cfg = inv.config
         self.lay = memory.lay
         self.devices = memory.devices
@@ -283,12 +287,13 @@ class TrainCost:
         """A micro-batch of `tokens` tokens whose sequence lengths square-sum to `tokens_sq` through one stage
         (scalars or numpy arrays). `kind`: the forward or the backward half of a training pass (backward
         includes the recompute), or a forward-only log-prob pass."""
-        cache = self.__dict__.setdefault("_pass_cache", {})
+        cache = self.pass_caches[0]
+        recompute = self.lay.recompute.granularity if kind == "backward" else None
         if np.ndim(tokens) == 0 and np.ndim(tokens_sq) == 0:
-            key = (self._signature(stage), float(tokens), float(tokens_sq), kind)
+            key = (self._signature(stage), float(tokens), float(tokens_sq), kind, recompute)
         else:  # a simulated replica's micro-batches: the stages with the same layers share one evaluation
             tokens, tokens_sq = np.asarray(tokens, dtype=float), np.asarray(tokens_sq, dtype=float)
-            key = (self._signature(stage), tokens.shape, tokens.tobytes(), tokens_sq.tobytes(), kind)
+            key = (self._signature(stage), tokens.shape, tokens.tobytes(), tokens_sq.tobytes(), kind, recompute)
         if key not in cache:
             cache[key] = self._microbatch_time(stage, tokens, tokens_sq, kind)
         return cache[key]
@@ -326,7 +331,7 @@ class TrainCost:
     def _comm_coefficients(self, stage: int, passes: int) -> tuple[float, float]:
         """A micro-batch's communication seconds as intercept + slope x tokens (linear in bytes moved)."""
         key = (self._signature(stage), passes)
-        cache = self.__dict__.setdefault("_comm_cache", {})
+        cache = self.pass_caches[1]
         if key not in cache:
             one, two = self._comm_total(stage, 1024.0, passes), self._comm_total(stage, 2048.0, passes)
             slope = (two - one) / 1024.0

@@ -155,14 +155,15 @@ def check_verl_replica(lay: RolloutLayout, kind: ClusterKind) -> list[LayoutErro
     return []
 
 
-def check_pair(lay: Layout, cfg: ModelConfig, directed_reshard: bool) -> list[LayoutError]:
+def check_pair(train: TrainLayout, rollout: RolloutLayout, cfg: ModelConfig, directed_reshard: bool
+               ) -> list[LayoutError]:
     """Rules that tie the two layouts together."""
     errs = []
-    if directed_reshard and cfg.moe is not None and lay.rollout.ep > 1:
-        part = lay.train.expert_partition
-        if lay.rollout.ep % part:
+    if directed_reshard and cfg.moe is not None and rollout.ep > 1:
+        part = train.expert_partition
+        if rollout.ep % part:
             errs.append(LayoutError("train EP divides rollout EP (directed reshard)",
-                                    f"training experts split {part} ways, rollout EP{lay.rollout.ep}"))
+                                    f"training experts split {part} ways, rollout EP{rollout.ep}"))
     return errs
 
 
@@ -171,7 +172,7 @@ def check_layout(lay: Layout, cfg: ModelConfig, devices: int, kind: ClusterKind 
     if lay.placement == "separate":
         return check_separate(lay, cfg, devices, kind)
     return (check_train(lay.train, cfg, devices, kind) + check_rollout(lay.rollout, cfg, devices, kind)
-            + check_pair(lay, cfg, directed_reshard))
+            + check_pair(lay.train, lay.rollout, cfg, directed_reshard))
 
 
 def check_separate(lay: Layout, cfg: ModelConfig, devices: int, kind: ClusterKind | None = None) -> list[LayoutError]:
