@@ -37,8 +37,8 @@ def _expert_modes(cfg: ModelConfig, tp: int, mindspeed: bool) -> list[dict]:
 def enumerate_train(cfg: ModelConfig, devices: int, kind: ClusterKind | None = None,
                     include_fsdp: bool | None = None) -> Iterator[TrainLayout]:
     """Valid structural training layouts; FSDP ones too for dense models unless told otherwise. The search keeps
-    every TP group inside one node; a layout given by hand may span nodes (its collectives then cross the
-    scale-out tier)."""
+    every TP group inside one node (a layout given by hand may span nodes: its collectives then cross the
+    scale-out tier) and MindSpeed's tp-extend-ep to kinds verl trains with MindSpeed."""
     max_tp = kind.devices_per_node if kind is not None else devices
     mindspeed = kind is None or kind.megatron_flavour == "mindspeed"
     cps = [c for c in (1, 2, 4, 8) if devices % c == 0]

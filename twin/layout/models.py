@@ -53,8 +53,9 @@ class TrainLayout(BaseModel):
     log_prob_micro_batch: int = Field(default=1, ge=1)  # sequences per micro-batch in log-prob passes
     recompute: Recompute = Recompute()
     offload: Offload = Offload()
-    # verl use_dynamic_bsz: micro-batches packed up to this many tokens per device (ppo_max_token_len_per_gpu),
-    # update and log-prob passes alike; None: fixed micro_batch / log_prob_micro_batch sequences
+    # verl use_dynamic_bsz: micro-batches packed up to this many tokens per device (ppo_max_token_len_per_gpu), in
+    # the update and, without a budget of their own, the log-prob passes; None: fixed micro_batch /
+    # log_prob_micro_batch sequences
     dynamic_batch_tokens: int | None = Field(default=None, ge=1)
     # verl log_prob_max_token_len_per_gpu of the rollout and reference log-prob passes; None: the update's budget
     # (verl's default reads it through oc.select)
