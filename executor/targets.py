@@ -60,7 +60,11 @@ class VerlTarget(Target):
     device: str  # verl's trainer.device
     resource: str  # Ray resource name
     devices_per_node: int
-    flavour: MegatronFlavour
+
+    @property
+    def flavour(self) -> MegatronFlavour:
+        """The Megatron verl trains with here: the kind's (twin's hardware data), as the planner searches it."""
+        return cluster_kind(self.kind).megatron_flavour
 
     def build(self, plan: Plan, options: LaunchOptions, host: HostEnv) -> LaunchSpec:
         scenario, layout = plan.scenario, plan.layout
@@ -249,11 +253,10 @@ class CpuTarget(Target):
         return None
 
 
-# the Megatron flavour is the kind's (twin's hardware data: MindSpeed on Huawei NPUs), as the planner searches it
-_GPU = {k: VerlTarget(k, "cuda", "GPU", 8, cluster_kind(k).megatron_flavour) for k in ("a100", "h100", "h200", "h20")}
+_GPU = {k: VerlTarget(k, "cuda", "GPU", 8) for k in ("a100", "h100", "h200", "h20")}
 TARGETS: dict[str, Target] = {
-    "a2": VerlTarget("a2", "npu", "NPU", 8, cluster_kind("a2").megatron_flavour),
-    "a3": VerlTarget("a3", "npu", "NPU", 16, cluster_kind("a3").megatron_flavour),
+    "a2": VerlTarget("a2", "npu", "NPU", 8),
+    "a3": VerlTarget("a3", "npu", "NPU", 16),
     **_GPU,
     "cpu": CpuTarget(),
 }

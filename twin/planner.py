@@ -275,7 +275,7 @@ class Planner:
     def reshard_bound(self, t: TrainSide, r: RolloutSide) -> float:
         """The reshard's lower bound, once per parallel structure (the same at every utilization step and for
         every memory knob)."""
-        key = (*t.structure, r.layout.tp, r.layout.dp, r.layout.ep)  # parallel_structure(t.layout, r.layout)
+        key = (*t.structure, *rollout_structure(r.layout))  # parallel_structure, the training part kept on the side
         if key not in self.reshard_bounds:
             self.reshard_bounds[key] = reshard_lower_bound(t.memory, r.memory, reshard_method(self.sc), self.cluster,
                                                            self.profile, self.sc)
@@ -340,10 +340,15 @@ def train_structure(t: TrainLayout, num_layers: int) -> tuple:
     return t.engine, t.tp, t.pp, t.ep, t.cp, t.etp, t.moe_tp_extend_ep, t.vpp, t.stage_layers(num_layers)
 
 
+def rollout_structure(r: RolloutLayout) -> tuple:
+    """The rollout layout's part of `parallel_structure`."""
+    return r.tp, r.dp, r.ep
+
+
 def parallel_structure(t: TrainLayout, r: RolloutLayout, num_layers: int) -> tuple:
     """What a pair's placement and its reshard (transfer lists, rounds, export) depend on: not recompute,
     offload, micro-batches or vLLM's knobs."""
-    return *train_structure(t, num_layers), r.tp, r.dp, r.ep
+    return *train_structure(t, num_layers), *rollout_structure(r)
 
 
 def _pareto(sides: list[TrainSide]) -> list[TrainSide]:

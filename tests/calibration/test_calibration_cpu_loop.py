@@ -312,7 +312,7 @@ STAGES = ("rollout", "old_log_prob", "advantage", "update", "reshard")  # reshar
 # same drift (benchmarks/gloo_a2a_chain_cpu.py: 0.19-0.32 ms a round inside beyond both ranks' time together),
 # now charged (directed_round_drift_us, 200 us a round). That run: -13.3 % before it
 # CI runs MMM and NNN (d5a44c2, 131c3f8) with the drift charged: -4.1 and -12.4 %; the FSDP2 shards' read
-# (fsdp_shard_read_us, 0.65 ms, 7664579) charged since: held to the bar
+# (fsdp_shard_read_us, 0.65 ms, 7664579) charged since: held to the bar from 3cb94b0 until the local run in NOT_YET
 NOT_YET = {
     # held to the bar at 3cb94b0 after CI runs MMM-OOO (-4.1, -12.4, +1.5 %), then -8.9, -1.3, -14.3 % in PPP-RRR; a
     # local run of 2026-12-06 03:40 on a host 20 % slower than CI's (speed probe matmuls 0.145-0.152 s against

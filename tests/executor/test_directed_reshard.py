@@ -142,7 +142,6 @@ def test_flat_pieces_are_exactly_the_row_major_range() -> None:
         assert torch.equal(target.reshape(-1)[start:stop], view.reshape(-1)[start:stop])
 
 
-
 def test_round_overlap_sums_each_rounds_entry_gap_and_joint_time() -> None:
     """Two ranks, three rounds, on one clock: round 1 entered at 0 and 2, left at 5 and 6 (wait 2, both 5 - 2 = 3);
     round 2 entered together at 10, left at 11 and 12 (wait 0, both 1); round 3 the second entered at 23 after the
@@ -154,6 +153,7 @@ def test_round_overlap_sums_each_rounds_entry_gap_and_joint_time() -> None:
     assert round_overlap([first, second]) == (5.0, 4.0)
     with pytest.raises(ValueError):
         round_overlap([first, second[:2]])
+
 
 def _one_line(result, expected: str) -> None:
     assert result.exit_code == 2, result.output

@@ -145,13 +145,10 @@ def check_verl_replica(lay: RolloutLayout, kind: ClusterKind) -> list[LayoutErro
     """What verl's vLLM server asks of a replica that runs data parallel (verl 0.9.1 vllm_async_server.py
     vLLMHttpServer.launch_server, for data_parallel_size > 1: TP divides a node's devices and the replica has a
     whole node's workers). A rollout instance runs data parallel where its experts span more than one TP group."""
-    per_instance = lay.ep // lay.tp if lay.ep > 1 else 1
-    per_node = kind.devices_per_node
-    if per_instance <= 1:
-        return []
-    if per_node % lay.tp or lay.ep % per_node:
+    per_instance, per_node = lay.instance_size // lay.tp, kind.devices_per_node
+    if per_instance > 1 and (per_node % lay.tp or lay.instance_size % per_node):
         return [LayoutError("a data-parallel rollout replica spans whole nodes (verl's vLLM server)",
-                            f"TP{lay.tp} x DP{per_instance} = {lay.ep} devices with {per_node} a node")]
+                            f"TP{lay.tp} x DP{per_instance} = {lay.instance_size} devices with {per_node} a node")]
     return []
 
 
