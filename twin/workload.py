@@ -73,6 +73,25 @@ def expected_longest(dist: LengthDist, draws: int) -> float:
     return min(float(dist.max), length_quantile(dist, draws / (draws + 1)))
 
 
+def length_std(dist: LengthDist) -> float:
+    """Standard deviation of the distribution (before truncation at max)."""
+    if dist.dist == "fixed":
+        return 0.0
+    if dist.dist == "lognormal":
+        return dist.mean * math.sqrt(math.expm1(dist.sigma**2))
+    return float(np.std(_empirical(str(dist.file))))
+
+
+def largest_sequences_tokens(wl: Workload, sequences: int, draws: int) -> float:
+    """The largest of `draws` groups of `sequences` sequences, in tokens (prompt and response): where the
+    largest of n draws falls on average (the quantile n / (n + 1)) of the group's sum, taken as normal (the
+    sum of independent lengths), between the group's mean and `sequences` full-length sequences."""
+    mean = sequences * (wl.prompt_len.mean + wl.response_len.mean)
+    spread = math.sqrt(sequences * (length_std(wl.prompt_len) ** 2 + length_std(wl.response_len) ** 2))
+    z = NormalDist().inv_cdf(draws / (draws + 1)) if draws > 1 else 0.0
+    return min(float(sequences * wl.max_seq_len), mean + z * spread)
+
+
 def tokens_per_step_of_longest(wl: Workload) -> float:
     """The TPS numerator of MindSpeed-RL's log_max_throughput (`Measured.tps_tokens: max`): every response
     counted at the step's longest prompt plus its longest response (global_batch prompts, responses answers)."""

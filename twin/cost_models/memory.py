@@ -17,6 +17,7 @@ the planner can pair thousands of them; `phase_memory` combines one of each.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -26,6 +27,7 @@ from twin.layout.models import RolloutLayout, TrainLayout
 from twin.profile import Profile
 from twin.results import MemoryBreakdown
 from twin.scenario import Scenario
+from twin.workload import largest_sequences_tokens
 
 GB = 1e9
 BF16 = 2
@@ -36,6 +38,17 @@ LOGIT_BYTES = 2 + FP32 + FP32  # bf16 logits, fp32 log-softmax and its gradient,
 # logits in place (flash-attn's triton cross_entropy, inplace_backward) or row by row (logprobs_from_logits_v2):
 # the bf16 logits and one bf16 working copy per vocabulary entry
 FSDP_LOGIT_BYTES = 2 + 2
+
+
+def dynamic_micro_batches(tokens: float, sequences: int, max_tokens: int, vpp: int | None = None) -> int:
+    """verl's use_dynamic_bsz (utils/seqlen_balancing.rearrange_micro_batches): as many micro-batches as
+    the tokens need at `max_tokens` each, at most one per sequence, rounded up to a multiple of the virtual
+    pipeline size."""
+    m = max(1, min(sequences, math.ceil(tokens / max_tokens - 1e-9)))
+    if vpp and vpp > 1:
+        m = -(-m // vpp) * vpp
+    return m
+
 
 
 class TrainMemory:
@@ -162,15 +175,31 @@ class TrainMemory:
         per_entry = (FP32 if forward_only else LOGIT_BYTES) if megatron else FSDP_LOGIT_BYTES
         return tokens / self.lay.cp * self.cfg.vocab_size / tp * per_entry
 
+    def sequences_per_pass(self, forward_only: bool) -> float:
+        """Sequences one DP rank runs through one pass: the whole step's in a log-prob pass, one optimizer
+        step's (its share of a mini-batch) in the update."""
+        wl = self.sc.workload
+        per_rank = wl.responses / self.dp
+        return per_rank if forward_only else per_rank / wl.optimizer_steps
+
     def _micro_batch_tokens(self, sequences: int, forward_only: bool = False) -> float:
-        """Tokens of the largest micro-batch of a CP group: `sequences` full-length sequences, or with dynamic
-        batching the token budget (verl packs up to ppo_max_token_len_per_gpu, log_prob_max_token_len_per_gpu in
-        the log-prob passes, x CP per micro-batch)."""
-        lay = self.lay
+        """Tokens of the largest micro-batch of a CP group in one step, from the workload's lengths: of fixed
+        micro-batches, the largest of the step's groups of `sequences` sequences (verl and MindSpeed-RL pack them
+        without padding: use_remove_padding); with dynamic batching, the busiest rank's sequences of one pass
+        balanced into as few micro-batches as the token budget allows (verl's ppo_max_token_len_per_gpu,
+        log_prob_max_token_len_per_gpu in the log-prob passes, x CP): a budget larger than a rank's tokens leaves
+        its micro-batch at those tokens, not at the budget. The largest of a step, not of a whole run."""
+        lay, wl = self.lay, self.sc.workload
+        per = self.sequences_per_pass(forward_only)
+        passes = 1 if forward_only else wl.optimizer_steps
+        held = max(1, int(per))  # a rank given less than one sequence still runs one
         budget = lay.token_budget(forward_only)
-        if budget is not None:
-            return float(budget * lay.cp)
-        return float(sequences * self.sc.workload.max_seq_len)
+        if budget is None:
+            group = min(sequences, held)
+            return largest_sequences_tokens(wl, group, self.dp * passes * max(1, held // group))
+        busiest = largest_sequences_tokens(wl, held, self.dp * passes)
+        vpp = lay.vpp if lay.engine == "megatron" else None
+        return busiest / dynamic_micro_batches(busiest, held, budget * lay.cp, vpp)
 
     def update_activation_bytes(self, stage: int, fragmented: bool = True) -> float:
         """Peak activation bytes of a stage in update_actor (1F1B: stage s holds pp - s micro-batches); with
@@ -353,7 +382,11 @@ def update_parts(tm: TrainMemory, stage: int, allocated: bool = False) -> tuple[
     overhead = 0.0 if allocated else tm.pf["framework_overhead_gb"] * GB
     weights = tm.param_bytes(stage) + tm.ref_resident(stage)
     grads, opt = tm.grads_bytes(stage), tm.optimizer_bytes(stage)
-    fwd_bwd = _gb(weights=weights, grads=grads, optimizer=opt if tm.lay.offload.optimizer == "none" else 0,
+    # verl's and MindSpeed-RL's optimizer offload moves the state back when update_actor starts (verl 0.9.1
+    # workers/engine/base.py BaseEngineCtx: the train mode loads model, gradients and optimizer on entry), so it is
+    # on the device through forward/backward; the swap and CPU optimizers keep it on the host until the step
+    resident_opt = opt if tm.lay.offload.optimizer in ("none", "offload") else 0
+    fwd_bwd = _gb(weights=weights, grads=grads, optimizer=resident_opt,
                   activations=tm.update_activation_bytes(stage, fragmented=not allocated), overhead=overhead)
     return fwd_bwd, optimizer_step_part(tm, stage, allocated)
 

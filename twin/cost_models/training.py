@@ -8,7 +8,6 @@ Efficiencies and latencies come from the device curves and the profile; shapes f
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
@@ -21,7 +20,7 @@ from twin.catalog.inventory import Inventory
 from twin.cost_models.comm import collective_time, host_copy_time, p2p_time
 from twin.cost_models.efficiency import memory_seconds
 from twin.cost_models.imbalance import expert_imbalance
-from twin.cost_models.memory import ADAM_BYTES, BF16, FP32, TrainMemory
+from twin.cost_models.memory import ADAM_BYTES, BF16, FP32, TrainMemory, dynamic_micro_batches
 from twin.cost_models.operators import LayerOperators, LayerShapes, causal_attention_flops
 from twin.cost_models.static import tensor_table
 from twin.errors import TwinError
@@ -49,16 +48,6 @@ class StageLayers:
     @property
     def layers(self) -> int:
         return self.dense_layers + self.moe_layers
-
-
-def dynamic_micro_batches(tokens: float, sequences: int, max_tokens: int, vpp: int | None = None) -> int:
-    """verl's use_dynamic_bsz (utils/seqlen_balancing.rearrange_micro_batches): as many micro-batches as
-    the tokens need at `max_tokens` each, at most one per sequence, rounded up to a multiple of the virtual
-    pipeline size."""
-    m = max(1, min(sequences, math.ceil(tokens / max_tokens - 1e-9)))
-    if vpp and vpp > 1:
-        m = -(-m // vpp) * vpp
-    return m
 
 
 def cp_exchange_bytes(cfg: ModelConfig, lay: TrainLayout, tokens: float) -> float:
@@ -368,9 +357,6 @@ class TrainCost:
         f, b = self.microbatch_time(stage, tokens, sq, "forward"), self.microbatch_time(stage, tokens, sq, "backward")
         return PassTime(compute_s=f.compute_s + b.compute_s, comm_s=f.comm_s + b.comm_s)
 
-    def sequences_per_dp_rank(self) -> float:
-        return self.sc.workload.responses / self.mem.dp
-
     def micro_batches(self, sequences: float, micro: int, forward_only: bool = False) -> int:
         """Micro-batches of `sequences` mean-length sequences on one DP rank: fixed `micro` sequences each,
         or packed by tokens (dynamic batching, at the update's or the log-prob passes' budget)."""
@@ -391,7 +377,7 @@ class TrainCost:
         """(seconds, micro-batches) of one pass over the whole step's sequences with the 1F1B schedule."""
         lay = self.lay
         steps = self.sc.workload.optimizer_steps if backward else 1
-        per_step = self.sequences_per_dp_rank() / steps
+        per_step = self.mem.sequences_per_pass(forward_only=not backward)
         per_batch = self.micro_batches(per_step, micro, forward_only=not backward)
         m = per_batch * steps
         size = per_step / per_batch

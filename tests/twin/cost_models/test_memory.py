@@ -135,17 +135,61 @@ def test_fsdp_actor_holds_fp32_parameters_and_adam_steps_with_one_fp32_scratch()
 
 
 def test_megatron_allocator_peak_leaves_out_framework_memory_and_fragmentation():
-    """C6's Qwen3-30B-A3B (Megatron TP2 EP8, full recompute, optimizer offloaded): the forward/backward peak is
-    bf16 params + fp32 grads + activations as allocated; the reserved peak adds the framework's HCCL/runtime
-    memory and the allocator's fragmentation on the activations."""
+    """C6's Qwen3-30B-A3B (Megatron TP2 EP8, full recompute, optimizer offloaded between phases): verl loads the
+    optimizer back when update_actor starts, so the forward/backward peak is bf16 params + fp32 grads + Adam state
+    + activations as allocated; the reserved peak adds the framework's HCCL/runtime memory and the allocator's
+    fragmentation on the activations."""
     from twin.cost_models.memory import update_allocated_gb
 
     ev = _c6("c6-gspo-qwen3-30b-a3b-a3-16dies", "a3")
     tm, pf = ev.train_memory, ev.profile
     assert tm.param_bytes(0) == tm.weight_bytes(0) and tm.optimizer_step_temp_bytes(0) == 0.0
     act = tm.update_activation_bytes(0, fragmented=False)
-    allocated = (tm.weight_bytes(0) + tm.grads_bytes(0) + act) / 1e9
+    allocated = (tm.weight_bytes(0) + tm.grads_bytes(0) + tm.optimizer_bytes(0) + act) / 1e9
     assert update_allocated_gb(tm, ev.rollout_memory, True) == pytest.approx(allocated, rel=1e-12)
     reserved = ev.memory_report.phases["update"].total
     fragmentation = act * pf["activation_fragmentation"] / 1e9
     assert reserved == pytest.approx(allocated + pf["framework_overhead_gb"] + fragmentation, rel=1e-12)
+
+
+@pytest.mark.parametrize(("optimizer", "resident"), [("offload", True), ("swap", False), ("cpu", False)])
+def test_an_optimizer_offloaded_between_phases_is_on_the_device_through_forward_and_backward(optimizer, resident):
+    """verl's train mode (and MindSpeed-RL's sharding manager) loads the offloaded optimizer when update_actor
+    starts; MindSpeed's swap optimizer and Megatron's CPU optimizer keep the state on the host until the step."""
+    from twin.cost_models.memory import update_parts
+    from twin.layout import Offload
+
+    ev = _c6("c6-dapo-moonlight-16b-a2-8-megatron", "a2")
+    lay = ev.layout.train.model_copy(update={"offload": Offload(param=True, optimizer=optimizer)})
+    tm = TrainMemory(ev.inv, lay, 8, ev.sc, ev.profile)
+    fwd_bwd, _ = update_parts(tm, 3, allocated=True)
+    assert fwd_bwd.optimizer == pytest.approx(tm.optimizer_bytes(3) / 1e9 if resident else 0.0, rel=1e-12)
+
+
+def test_a_dynamic_micro_batch_holds_the_busiest_ranks_tokens_when_the_budget_exceeds_them():
+    """C6's Qwen3-30B-A3B packs at 30,720 tokens a device, but a DP rank (of 8) has 16 x 4 / 8 = 8 sequences of a
+    mini-batch: a 130-token prompt and a lognormal response of mean 232.1, sigma 0.5 (std 232.1 x sqrt(e^0.25 - 1)
+    = 123.70). The busiest of the 8 ranks x 2 optimizer steps holds 8 x 362.1 + z(16/17) x sqrt(8) x 123.70 =
+    2,896.8 + 1.5647 x 349.86 = 3,444.2 tokens, all in one micro-batch."""
+    from twin.workload import largest_sequences_tokens
+
+    ev = _c6("c6-gspo-qwen3-30b-a3b-a3-16dies", "a3")
+    wl, tm = ev.sc.workload, ev.train_memory
+    assert (tm.dp, wl.optimizer_steps, tm.sequences_per_pass(forward_only=False)) == (8, 2, 8.0)
+    assert largest_sequences_tokens(wl, 8, 16) == pytest.approx(3444.2, abs=0.1)
+    budget = TrainMemory(ev.inv, ev.layout.train.model_copy(update={"dynamic_batch_tokens": 1000}), 16,
+                         ev.sc, ev.profile)
+    # at a 1,000-token budget the busiest rank's 3,444.2 tokens pack into four micro-batches of 861 tokens
+    ratio = budget.update_activation_bytes(0, fragmented=False) / tm.update_activation_bytes(0, fragmented=False)
+    assert 0.2 < ratio < 0.3
+
+
+def test_the_largest_micro_batch_of_fixed_lengths_is_their_sum_and_never_exceeds_full_length_sequences():
+    from twin.scenario import LengthDist, Workload
+    from twin.workload import largest_sequences_tokens
+
+    fixed = Workload(global_batch=8, n=4, prompt_len=LengthDist(mean=100, max=200),
+                     response_len=LengthDist(mean=300, max=400))
+    assert largest_sequences_tokens(fixed, 3, 64) == 3 * 400
+    wide = fixed.model_copy(update={"response_len": LengthDist(mean=300, max=400, dist="lognormal", sigma=0.3)})
+    assert largest_sequences_tokens(wide, 1, 1_000_000) == 600  # capped at one full-length sequence

@@ -8,12 +8,13 @@ import pytest
 from twin.catalog.registry import load_model
 from twin.cost_models.efficiency import efficiency
 from twin.cost_models.imbalance import expert_imbalance
+from twin.cost_models.memory import dynamic_micro_batches
 from twin.cost_models.operators import (
     LayerOperators,
     causal_attention_flops,
     decode_attention_flops_per_ctx_layer,
 )
-from twin.cost_models.training import cp_exchange_bytes, dynamic_micro_batches
+from twin.cost_models.training import cp_exchange_bytes
 from twin.layout.models import TrainLayout
 from twin.profile import embedded_profile
 from twin.topology.clusters import cluster_kind

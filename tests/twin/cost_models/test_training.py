@@ -21,7 +21,7 @@ def test_fsdp_ulysses_ranks_share_one_replicas_sequences(sp, replicas):
     lay = sc.layout.train.model_copy(update={"cp": sp})
     ev = Evaluation(sc.model_copy(update={"layout": sc.layout.model_copy(update={"train": lay})}))
     assert ev.train_memory.dp == replicas
-    assert ev.train_cost.sequences_per_dp_rank() == 8192 / replicas
+    assert ev.train_memory.sequences_per_pass(forward_only=True) == 8192 / replicas
 
 
 def test_a_log_prob_pass_with_ulysses_costs_each_gpu_its_share_of_the_tokens():
@@ -32,7 +32,7 @@ def test_a_log_prob_pass_with_ulysses_costs_each_gpu_its_share_of_the_tokens():
     for sp in (1, 4):
         lay = sc.layout.train.model_copy(update={"cp": sp, "dynamic_batch_tokens": None, "log_prob_micro_batch": 4})
         ev = Evaluation(sc.model_copy(update={"layout": sc.layout.model_copy(update={"train": lay})}))
-        times[sp] = ev.train_cost.microbatch(0, ev.train_cost.sequences_per_dp_rank(), False).compute_s
+        times[sp] = ev.train_cost.microbatch(0, ev.train_memory.sequences_per_pass(forward_only=True), False).compute_s
     assert times[4] == pytest.approx(times[1], rel=0.02)
 
 
