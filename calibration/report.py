@@ -6,8 +6,8 @@ relative error. The cases named in the profile's provenance (those it was fitted
 group, every other case the "held out" group; the held-out error is the twin's accuracy. A quantity
 measured as 0 (a skipped stage) has no relative error: its row shows the difference in seconds, and it
 is left out of the MAPE. A case's published memory peak (`memory_peak_gb`: verl's
-actor/perf/max_memory_allocated_gb, the torch allocator's peak in update_actor divided by 1024**3, so GiB)
-is compared with the twin's allocator peak of the same phase, in GB.
+actor/perf/max_memory_allocated_gb, logged after update_actor: the torch allocator's peak in the trainer's process,
+never reset, divided by 1024**3, so GiB) is compared with the twin's allocator peak of the trainer's passes, in GB.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ class Row:
 
 @dataclass(frozen=True)
 class MemoryRow:
-    """A case's published peak of torch-allocated memory in update_actor against the twin's (GB, 1e9 bytes)."""
+    """A case's published peak of torch-allocated memory in the trainer's process against the twin's (GB, 1e9
+    bytes)."""
 
     case: str
     group: Group
@@ -156,7 +157,7 @@ class Report:
 
 def build_report(profile: Profile, cases: list[Scenario]) -> Report:
     """Simulate the cases of the profile's cluster kind that have measured values and compare."""
-    from twin.cost_models.memory import GB, update_allocated_gb
+    from twin.cost_models.memory import GB, allocated_peak_gb
     from twin.evaluate import Evaluation
     from twin.sim.step import simulate
     from twin.topology.clusters import sleep_frees_memory
@@ -198,7 +199,7 @@ def build_report(profile: Profile, cases: list[Scenario]) -> Report:
     for sc in kept:
         if sc.measured is not None and sc.measured.memory_peak_gb is not None:
             ev = evs.get(sc.name) or Evaluation(sc, profile)
-            predicted = update_allocated_gb(ev.train_memory, ev.rollout_memory, sleep_frees_memory(sc))
+            predicted = allocated_peak_gb(ev.train_memory, ev.rollout_memory, sleep_frees_memory(sc))
             memory.append(MemoryRow(sc.name, "fitted" if sc.name in fitted else "held_out",
                                     sc.measured.memory_peak_gb * GIB / GB, predicted))
     return Report(profile, rows, skipped, memory=memory, sync=sync)

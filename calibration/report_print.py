@@ -66,7 +66,7 @@ def print_report(console: Console, report: Report) -> None:
 
 
 def print_memory(console: Console, report: Report) -> None:
-    table = Table(title="memory: torch allocator peak in update_actor, GB (published GiB x 1.0737)")
+    table = Table(title="memory: torch allocator peak of the trainer's passes, GB (published GiB x 1.0737)")
     for col in ("case", "group", "measured", "predicted", "error"):
         table.add_column(col, justify="left" if col in ("case", "group") else "right")
     for m in report.memory:

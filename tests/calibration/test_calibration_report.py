@@ -62,14 +62,14 @@ def test_fitted_and_held_out_cases(a3_report):
 def test_memory_peak_is_the_published_gib_against_the_allocator_peak(a3_report):
     """C6's 49.14 is verl's max_memory_allocated() / 1024**3: 52.76 GB, against the twin's torch-allocated peak of
     update_actor (no framework memory outside the allocator, no fragmentation)."""
-    from twin.cost_models.memory import update_allocated_gb
+    from twin.cost_models.memory import allocated_peak_gb
 
     report, _ = a3_report
     [row] = report["memory"]
     assert row["case"] == "c6-gspo-qwen3-30b-a3b-a3-16dies" and row["group"] == "fitted"
     assert row["measured_gb"] == pytest.approx(49.14 * 2**30 / 1e9, rel=1e-12)
     ev = Evaluation(load_scenario(SCENARIOS / f"{row['case']}.yaml"), load_profile(A3_PROFILE))
-    assert row["predicted_gb"] == pytest.approx(update_allocated_gb(ev.train_memory, ev.rollout_memory, True),
+    assert row["predicted_gb"] == pytest.approx(allocated_peak_gb(ev.train_memory, ev.rollout_memory, True),
                                                 rel=1e-12)
     assert row["error"] == pytest.approx(row["predicted_gb"] / row["measured_gb"] - 1, rel=1e-12)
 

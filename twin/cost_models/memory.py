@@ -402,29 +402,40 @@ def optimizer_step_part(tm: TrainMemory, stage: int, allocated: bool = False) ->
                overhead=0.0 if allocated else pf["framework_overhead_gb"] * GB)
 
 
+def log_prob_part(tm: TrainMemory, stage: int, allocated: bool = False) -> MemoryBreakdown:
+    """The log-prob passes' peak on one device of `stage` (the ref's weights plus the actor's unless offloaded);
+    `allocated` as in update_parts."""
+    weights = tm.param_bytes(stage)
+    idle = tm.resident_outside_training(stage)
+    actor_idle = 0 if tm.lay.offload.param else weights
+    return _gb(weights=weights + actor_idle, grads=idle["grads"], optimizer=idle["optimizer"],
+               activations=tm.log_prob_activation_bytes(stage, fragmented=not allocated),
+               overhead=0.0 if allocated else tm.pf["framework_overhead_gb"] * GB)
+
+
 def train_parts(tm: TrainMemory, stage: int) -> dict[str, MemoryBreakdown]:
     """What the training side puts on one device of `stage` in each phase (the rollout side excluded)."""
-    pf, off = tm.pf, tm.lay.offload
-    overhead = pf["framework_overhead_gb"] * GB
+    overhead = tm.pf["framework_overhead_gb"] * GB
     weights = tm.param_bytes(stage)
     ref = tm.ref_resident(stage)
     idle = tm.resident_outside_training(stage)
-    actor_idle = 0 if off.param else weights  # the ref pass: the ref's weights plus the actor's unless offloaded
     return {
         "update": max(update_parts(tm, stage), key=lambda b: b.total),
-        "log_prob": _gb(weights=weights + actor_idle, grads=idle["grads"], optimizer=idle["optimizer"],
-                        activations=tm.log_prob_activation_bytes(stage), overhead=overhead),
+        "log_prob": log_prob_part(tm, stage),
         "rollout": _gb(weights=idle["weights"], grads=idle["grads"], optimizer=idle["optimizer"], overhead=overhead),
         "transition": _gb(weights=weights + ref, grads=idle["grads"], optimizer=idle["optimizer"], overhead=overhead),
     }
 
 
-def update_allocated_gb(tm: TrainMemory, rm: RolloutMemory, sleep_mode_frees: bool) -> float:
-    """The torch allocator's peak in update_actor on the worst device, GB: what verl logs as
+def allocated_peak_gb(tm: TrainMemory, rm: RolloutMemory, sleep_mode_frees: bool) -> float:
+    """The torch allocator's peak in the trainer's process on the worst device, GB: what verl logs as
     actor/perf/max_memory_allocated_gb (torch max_memory_allocated() / 1024**3, i.e. GiB; compare after
-    converting). The rollout's weights and KV cache count where they stay on the device (torch tensors too)."""
+    converting), which verl never resets (verl 0.9.1 calls reset_peak_memory_stats only in its memory tools): the
+    largest of its update_actor and log-prob passes so far. The rollout's weights and KV cache count where they stay
+    on the device (torch tensors too)."""
     resident = rollout_parts(tm.sc, rm, 0.0, sleep_mode_frees)["update"]
-    worst = max(b.total for s in range(tm.n_stages) for b in update_parts(tm, s, allocated=True))
+    worst = max(b.total for s in range(tm.n_stages)
+                for b in (*update_parts(tm, s, allocated=True), log_prob_part(tm, s, allocated=True)))
     return worst + resident.total
 
 

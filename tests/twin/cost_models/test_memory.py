@@ -123,7 +123,7 @@ def test_fsdp_actor_holds_fp32_parameters_and_adam_steps_with_one_fp32_scratch()
     """verl's FSDP actor is built in fp32; torch's foreach Adam allocates sqrt(exp_avg_sq) per parameter. The
     step's allocator peak of C6's Qwen3-8B on 8 NPUs: fp32 params 4 + fp32 grads 4 + two moments 8 + scratch 4 =
     20 bytes per local parameter, about 8.19e9 / 8 of them (verl logs 20.83 GiB = 22.37 GB)."""
-    from twin.cost_models.memory import update_allocated_gb
+    from twin.cost_models.memory import allocated_peak_gb
 
     ev = _c6("c6-gspo-qwen3-8b-a2-8-fsdp", "a2")
     tm = ev.train_memory
@@ -131,7 +131,7 @@ def test_fsdp_actor_holds_fp32_parameters_and_adam_steps_with_one_fp32_scratch()
     assert local == pytest.approx(8.19e9 / 8, rel=2e-3)
     assert tm.param_bytes(0) == 4 * local == 2 * tm.weight_bytes(0)
     assert tm.optimizer_step_temp_bytes(0) == 4 * local
-    assert update_allocated_gb(tm, ev.rollout_memory, True) == pytest.approx(20 * local / 1e9, rel=1e-12)
+    assert allocated_peak_gb(tm, ev.rollout_memory, True) == pytest.approx(20 * local / 1e9, rel=1e-12)
 
 
 def test_megatron_allocator_peak_leaves_out_framework_memory_and_fragmentation():
@@ -139,14 +139,14 @@ def test_megatron_allocator_peak_leaves_out_framework_memory_and_fragmentation()
     optimizer back when update_actor starts, so the forward/backward peak is bf16 params + fp32 grads + Adam state
     + activations as allocated; the reserved peak adds the framework's HCCL/runtime memory and the allocator's
     fragmentation on the activations."""
-    from twin.cost_models.memory import update_allocated_gb
+    from twin.cost_models.memory import allocated_peak_gb
 
     ev = _c6("c6-gspo-qwen3-30b-a3b-a3-16dies", "a3")
     tm, pf = ev.train_memory, ev.profile
     assert tm.param_bytes(0) == tm.weight_bytes(0) and tm.optimizer_step_temp_bytes(0) == 0.0
     act = tm.update_activation_bytes(0, fragmented=False)
     allocated = (tm.weight_bytes(0) + tm.grads_bytes(0) + tm.optimizer_bytes(0) + act) / 1e9
-    assert update_allocated_gb(tm, ev.rollout_memory, True) == pytest.approx(allocated, rel=1e-12)
+    assert allocated_peak_gb(tm, ev.rollout_memory, True) == pytest.approx(allocated, rel=1e-12)
     reserved = ev.memory_report.phases["update"].total
     fragmentation = act * pf["activation_fragmentation"] / 1e9
     assert reserved == pytest.approx(allocated + pf["framework_overhead_gb"] + fragmentation, rel=1e-12)
@@ -193,3 +193,20 @@ def test_the_largest_micro_batch_of_fixed_lengths_is_their_sum_and_never_exceeds
     assert largest_sequences_tokens(fixed, 3, 64) == 3 * 400
     wide = fixed.model_copy(update={"response_len": LengthDist(mean=300, max=400, dist="lognormal", sigma=0.3)})
     assert largest_sequences_tokens(wide, 1, 1_000_000) == 600  # capped at one full-length sequence
+
+
+def test_the_logged_peak_is_the_largest_of_the_trainers_passes():
+    """verl never resets the allocator's peak, so the figure it logs after update_actor also holds the log-prob
+    passes: with Megatron's CPU optimizer and a log-prob budget of 64K tokens, the fp32 logits of those passes
+    outweigh the update's."""
+    from twin.cost_models.memory import allocated_peak_gb, log_prob_part, update_parts
+    from twin.layout import Offload
+
+    ev = _c6("c6-dapo-moonlight-16b-a2-8-megatron", "a2")
+    lay = ev.layout.train.model_copy(update={"offload": Offload(param=True, optimizer="cpu"),
+                                             "log_prob_dynamic_batch_tokens": 65536})
+    tm = TrainMemory(ev.inv, lay, 8, ev.sc, ev.profile)
+    update = max(b.total for s in range(tm.n_stages) for b in update_parts(tm, s, allocated=True))
+    log_prob = max(log_prob_part(tm, s, allocated=True).total for s in range(tm.n_stages))
+    assert log_prob > update
+    assert allocated_peak_gb(tm, ev.rollout_memory, True) == pytest.approx(log_prob, rel=1e-12)
