@@ -3,7 +3,8 @@
 Phases: `update` (actor forward/backward and optimizer step), `log_prob` (ref and old-policy forward
 passes), `rollout` (vLLM generation) and `transition` (reshard from training to rollout shards).
 Static parts (weights, gradients, optimizer state, KV bytes per token, reshard staging) are exact byte
-counts; activations follow the layer's tensor shapes; framework overheads come from the profile.
+counts; activations follow the layer's tensor shapes for the step's largest micro-batch, drawn from the
+workload's lengths; framework overheads come from the profile.
 
 Precision recipe (Megatron bf16 training): bf16 weights, fp32 gradient buffer (Megatron forces fp32
 gradient accumulation for bf16), distributed Adam with an fp32 master copy and two fp32 moments (12 bytes
@@ -48,7 +49,6 @@ def dynamic_micro_batches(tokens: float, sequences: int, max_tokens: int, vpp: i
     if vpp and vpp > 1:
         m = -(-m // vpp) * vpp
     return m
-
 
 
 class TrainMemory:
@@ -185,8 +185,8 @@ class TrainMemory:
     def _micro_batch_tokens(self, sequences: int, forward_only: bool = False) -> float:
         """Tokens of the largest micro-batch of a CP group in one step, from the workload's lengths: of fixed
         micro-batches, the largest of the step's groups of `sequences` sequences (verl and MindSpeed-RL pack them
-        without padding: use_remove_padding); with dynamic batching, the busiest rank's sequences of one pass
-        balanced into as few micro-batches as the token budget allows (verl's ppo_max_token_len_per_gpu,
+        without padding: use_remove_padding, verl's default); with dynamic batching, the busiest rank's sequences
+        of one pass balanced into as few micro-batches as the token budget allows (verl's ppo_max_token_len_per_gpu,
         log_prob_max_token_len_per_gpu in the log-prob passes, x CP): a budget larger than a rank's tokens leaves
         its micro-batch at those tokens, not at the budget. The largest of a step, not of a whole run."""
         lay, wl = self.lay, self.sc.workload
