@@ -161,7 +161,8 @@ def profile_for_kind(given: Profile | None, ref: str | None, kind: str, base_dir
     profile = given or resolve_profile(ref, kind, base_dir)
     if not serves_kind(profile, kind):
         raise TwinError(f"profile {profile.id} is for cluster kind {profile.cluster_kind}, not {kind}: give a profile "
-                        f"for {kind} or none (the kind's embedded one)")
+                        f"for {kind} or none (the kind's embedded one; a cluster file names the shipped kind whose "
+                        "profile it uses: `profile: a2`)")
     return profile
 
 
@@ -169,7 +170,8 @@ def profile_for_kind(given: Profile | None, ref: str | None, kind: str, base_dir
 def embedded_profile(kind: str) -> Profile:
     """The default profile shipped for a cluster kind."""
     if kind not in EMBEDDED:
-        raise TwinError(f"no embedded profile for cluster kind {kind!r}; pass one with --profile")
+        raise TwinError(f"no embedded profile for cluster kind {kind!r}; pass one with --profile (a cluster file names "
+                        "the shipped kind whose profile it uses: `profile: a2`)")
     text = resources.files("twin").joinpath("profiles", EMBEDDED[kind]).read_text()
     return _parse(text, EMBEDDED[kind])
 

@@ -128,3 +128,13 @@ def test_profile_must_be_an_embedded_one(tmp_path):
     raw["profile"] = "tpu"
     with pytest.raises(TwinError, match="profile 'tpu' is not an embedded profile"):
         load_cluster_file(write(tmp_path / "p.yaml", raw))
+
+
+def test_a_file_without_a_profile_says_how_to_name_one(tmp_path):
+    raw = user_a2()
+    raw.pop("profile")
+    path = write(tmp_path / "p.yaml", raw)
+    out = twin("plan", "--model", "qwen3-8b", "--cards", "8", "--cluster", str(path), "-o", str(tmp_path / "p.json"))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "no embedded profile for cluster kind 'lab-a2'" in out.stderr and "`profile: a2`" in out.stderr
+    assert not (tmp_path / "p.json").exists()
