@@ -65,7 +65,8 @@ def test_simulate_every_scenario(path):
     measured = yaml.safe_load(path.read_text()).get("measured") or {}
     if {"step_s", "stages_s", "tps_per_card", "tps_per_device", "rollout_tps_per_card"} & set(measured):
         if path.stem in UNFIT_PUBLISHED:
-            assert not result["fits"], f"{path.stem} is predicted to fit now: drop it from UNFIT_PUBLISHED"
+            assert not result["fits"], (f"{path.stem} is predicted to fit now, where {UNFIT_PUBLISHED[path.stem]}: "
+                                        "drop it from UNFIT_PUBLISHED")
         else:
             assert result["fits"], result["memory_peak_gb"]  # a published run ran: the twin must not call it unfit
 

@@ -190,7 +190,7 @@ def test_the_largest_micro_batch_of_fixed_lengths_is_their_sum_and_never_exceeds
 
     fixed = Workload(global_batch=8, n=4, prompt_len=LengthDist(mean=100, max=200),
                      response_len=LengthDist(mean=300, max=400))
-    assert largest_sequences_tokens(fixed, 3, 64) == 3 * 400
+    assert largest_sequences_tokens(fixed, 3, 64) == 3 * (100 + 300)  # fixed lengths: no spread
     wide = fixed.model_copy(update={"response_len": LengthDist(mean=300, max=400, dist="lognormal", sigma=0.3)})
     assert largest_sequences_tokens(wide, 1, 1_000_000) == 600  # capped at one full-length sequence
 
