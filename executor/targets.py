@@ -59,7 +59,11 @@ class VerlTarget(Target):
     kind: str
     device: str  # verl's trainer.device
     resource: str  # Ray resource name
-    devices_per_node: int
+
+    @property
+    def devices_per_node(self) -> int:
+        """Devices of one node of the kind (twin's hardware data: dies on A3)."""
+        return cluster_kind(self.kind).devices_per_node
 
     @property
     def flavour(self) -> MegatronFlavour:
@@ -253,10 +257,10 @@ class CpuTarget(Target):
         return None
 
 
-_GPU = {k: VerlTarget(k, "cuda", "GPU", 8) for k in ("a100", "h100", "h200", "h20")}
+_GPU = {k: VerlTarget(k, "cuda", "GPU") for k in ("a100", "h100", "h200", "h20")}
 TARGETS: dict[str, Target] = {
-    "a2": VerlTarget("a2", "npu", "NPU", 8),
-    "a3": VerlTarget("a3", "npu", "NPU", 16),
+    "a2": VerlTarget("a2", "npu", "NPU"),
+    "a3": VerlTarget("a3", "npu", "NPU"),
     **_GPU,
     "cpu": CpuTarget(),
 }

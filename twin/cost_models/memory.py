@@ -175,12 +175,14 @@ class TrainMemory:
         per_entry = (FP32 if forward_only else LOGIT_BYTES) if megatron else FSDP_LOGIT_BYTES
         return tokens / self.lay.cp * self.cfg.vocab_size / tp * per_entry
 
+    def passes(self, forward_only: bool) -> int:
+        """Passes a step makes over its sequences: one log-prob pass, one update pass per optimizer step."""
+        return 1 if forward_only else self.sc.workload.optimizer_steps
+
     def sequences_per_pass(self, forward_only: bool) -> float:
         """Sequences one DP rank runs through one pass: the whole step's in a log-prob pass, one optimizer
         step's (its share of a mini-batch) in the update."""
-        wl = self.sc.workload
-        per_rank = wl.responses / self.dp
-        return per_rank if forward_only else per_rank / wl.optimizer_steps
+        return self.sc.workload.responses / self.dp / self.passes(forward_only)
 
     def _micro_batch_tokens(self, sequences: int, forward_only: bool = False) -> float:
         """Tokens of the largest micro-batch of a CP group in one step, from the workload's lengths: of fixed
@@ -191,7 +193,7 @@ class TrainMemory:
         its micro-batch at those tokens, not at the budget. The largest of a step, not of a whole run."""
         lay, wl = self.lay, self.sc.workload
         per = self.sequences_per_pass(forward_only)
-        passes = 1 if forward_only else wl.optimizer_steps
+        passes = self.passes(forward_only)
         held = max(1, int(per))  # a rank given less than one sequence still runs one
         budget = lay.token_budget(forward_only)
         if budget is None:

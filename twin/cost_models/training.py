@@ -376,7 +376,7 @@ class TrainCost:
     def pipeline_time(self, micro: int, backward: bool) -> tuple[float, int]:
         """(seconds, micro-batches) of one pass over the whole step's sequences with the 1F1B schedule."""
         lay = self.lay
-        steps = self.sc.workload.optimizer_steps if backward else 1
+        steps = self.mem.passes(forward_only=not backward)
         per_step = self.mem.sequences_per_pass(forward_only=not backward)
         per_batch = self.micro_batches(per_step, micro, forward_only=not backward)
         m = per_batch * steps
