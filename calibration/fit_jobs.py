@@ -88,7 +88,7 @@ def decode_tp(r: JobMeasurement) -> int:
 
 def _engine(inv: Inventory, sc: Scenario, cluster: Cluster, profile: Profile, lay: RolloutLayout) -> RolloutCost:
     """The twin's rollout cost model of one decode job engine."""
-    memory = RolloutMemory(inv, lay, profile, cluster.kind.device_spec.hbm_gb.value)
+    memory = RolloutMemory(inv, lay, profile, cluster.kind.device_spec.capacity_gb)
     return RolloutCost(inv, sc, cluster, profile, memory)
 
 

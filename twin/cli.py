@@ -260,7 +260,8 @@ def plan_cmd(
         "--explain", help="Why not this layout: 'TRAINING | ROLLOUT' as the table prints them, or a scenario "
                           "or plan file with a layout")] = None,
     headroom: Annotated[float | None, typer.Option(
-        "--headroom", min=0.0, max=0.99, help="Fraction of HBM every phase keeps free (default: the profile's "
+        "--headroom", min=0.0, max=0.99, help="Fraction of usable device memory every phase keeps free (default: the "
+                                              "profile's "
                                               "memory uncertainty)")] = None,
     pareto: Annotated[bool, typer.Option("--pareto", help="Print and plot (PNG beside the plan) the layouts not "
                                                           "dominated on step time, headroom, reshard volume")] = False,
@@ -356,7 +357,7 @@ def plan_cmd(
                       f"prompt mean {wl.prompt_len.mean:g} (max {wl.prompt_len.max}), response mean "
                       f"{wl.response_len.mean:g} (max {wl.response_len.max}); optimizations: "
                       f"{', '.join(sc.optimizations)}; software {sc.software.stated()}")
-        console.print(f"headroom {planner.headroom:.1%} of HBM in every phase ({planner.headroom_source}); "
+        console.print(f"headroom {planner.headroom:.1%} of usable memory in every phase ({planner.headroom_source}); "
                       f"ranked by {risk}")
         for p, o in searches:
             print_plan_table(o, p.sc, p.devices)
@@ -485,7 +486,8 @@ def _plan_search(sc: Scenario, profile: Profile | None, top: int, headroom: floa
     outcome = search(planner, top, _ticker(bar, f"{sc.cluster.cards} cards: "), finalize=simulated, deadline=deadline)
     if outcome.plan is None:
         raise TwinError(f"no layout of {planner.cfg.name} fits {sc.cluster.cards} {planner.kind.name} cards "
-                        f"({planner.devices} devices of {planner.hbm_gb:g} GB, {planner.headroom:.1%} kept free); "
+                        f"({planner.devices} devices of {planner.capacity_gb:g} GB usable, "
+                        f"{planner.headroom:.1%} kept free); "
                         f"closest: {outcome.best_unfit}; rejected: {dict(outcome.summary.rejected)}")
     return planner, outcome
 
@@ -509,7 +511,7 @@ def print_plan_table(outcome: PlanOutcome, sc: Scenario, devices: int) -> None:
     plan = outcome.plan
     table = Table(title=f"Best layouts for {sc.model} on {sc.cluster.cards} {sc.cluster.kind} cards "
                         f"({devices} devices); \\[lo-hi] = uncertainty band, \\[?] = unknown")
-    for col in ("#", "training", "rollout", "peak GB / HBM", "headroom", "step s", "TPS/card", "reshard GB"):
+    for col in ("#", "training", "rollout", "peak GB / usable", "headroom", "step s", "TPS/card", "reshard GB"):
         table.add_column(col, justify="left" if col in ("training", "rollout") else "right")
     best = outcome.ranked[0]
     close = []
@@ -522,7 +524,7 @@ def print_plan_table(outcome: PlanOutcome, sc: Scenario, devices: int) -> None:
         if i and bands_overlap(r, best):
             close.append(f"#{i + 1}")
         table.add_row(str(i + 1), lay.train.short(), f"{ro.short()} util{ro.gpu_memory_utilization:g}",
-                      f"{_band(r.memory_peak_gb_max, mem, '.1f')} / {r.hbm_gb:g} ({r.peak_phase})",
+                      f"{_band(r.memory_peak_gb_max, mem, '.1f')} / {r.capacity_gb:g} ({r.peak_phase})",
                       f"{headroom_fraction(r):.1%}", _band(r.step_s, band, ".1f"),
                       _band(r.tps_per_card, tps_band, ".1f"), f"{r.reshard.bytes_total / 1e9:,.1f}")
     console.print(table)

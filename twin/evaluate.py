@@ -91,7 +91,7 @@ class Evaluation:
 
     @cached_property
     def rollout_memory(self) -> RolloutMemory:
-        return RolloutMemory(self.inv, self.layout.rollout, self.profile, self.kind.device_spec.hbm_gb.value)
+        return RolloutMemory(self.inv, self.layout.rollout, self.profile, self.kind.device_spec.capacity_gb)
 
     @cached_property
     def memory_report(self) -> MemoryReport:
@@ -170,7 +170,8 @@ class Evaluation:
             memory_peak_gb=mem.peak_gb,
             memory_peak_gb_max=mem.peak_gb_max,
             peak_phase=mem.peak_phase,
-            hbm_gb=mem.hbm_gb,
+            hbm_gb=self.kind.device_spec.hbm_gb.value,
+            capacity_gb=mem.capacity_gb,
             fits=mem.fits,
             memory_gb=mem.phases,
             host_memory_gb_per_node=mem.host_gb_per_node,

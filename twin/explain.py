@@ -58,8 +58,8 @@ def bands_overlap(a: SimulationResult, b: SimulationResult) -> bool | None:
 
 
 def headroom_fraction(r: SimulationResult) -> float:
-    """The fraction of HBM the worst phase leaves free."""
-    return 1 - r.memory_peak_gb_max / r.hbm_gb
+    """The fraction of usable device memory the worst phase leaves free."""
+    return 1 - r.memory_peak_gb_max / r.capacity_gb
 
 
 def versus(r: SimulationResult, best: SimulationResult) -> Versus:
@@ -184,7 +184,7 @@ def choose_knobs(planner: Planner, layout: Layout, util_open: bool) -> tuple[lis
             break
     if not util_open:
         return [Layout(train=train, rollout=layout.rollout)], None
-    rm = RolloutMemory(planner.inv, layout.rollout, planner.profile, planner.hbm_gb)
+    rm = RolloutMemory(planner.inv, layout.rollout, planner.profile, planner.capacity_gb)
     utils = planner.utilizations(parts["rollout"], rm)
     if not utils:
         return [layout], (f"memory: training keeps {parts['rollout']:.1f} GB on a device during rollout; no "
@@ -302,4 +302,4 @@ def print_explanation(console: Console, ex: Explanation, best_layout: Layout | N
                   f"{v.step_s - sum(v.best_stages_s.values()):+.1f}")
     console.print(table)
     band = f"band {v.step_band[0]:.0f}-{v.step_band[1]:.0f} s" if v.step_band else "band unknown"
-    console.print(f"  this layout: {band}, {v.headroom_fraction:.1%} of HBM free in its worst phase")
+    console.print(f"  this layout: {band}, {v.headroom_fraction:.1%} of usable memory free in its worst phase")

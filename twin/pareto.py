@@ -1,6 +1,6 @@
 """`twin plan --pareto`: the candidates no other candidate beats on every axis, as a table and a PNG.
 
-Axes, all minimized: step time, minus the memory headroom (the fraction of HBM the worst phase leaves
+Axes, all minimized: step time, minus the memory headroom (the fraction of usable device memory the worst phase leaves
 free), the reshard volume, and, when the card count varies, the cost in card-hours per step.
 """
 
@@ -104,7 +104,7 @@ def plot_front(everything: list[ParetoPoint], pts: list[ParetoPoint], path: Path
         if chosen is not None and chosen in shown:
             ax.scatter([getattr(chosen, x)], [chosen.headroom_fraction * 100], marker="*", s=500, facecolors="none",
                        edgecolors="red", linewidths=1.6, label="chosen plan", zorder=4)
-        ax.set_ylabel("memory headroom in the worst phase, % of HBM (higher is safer)")
+        ax.set_ylabel("memory headroom in the worst phase, % of usable memory (higher is safer)")
         ax.grid(alpha=0.3, which="both")
     full.set_xscale("log")
     plain = FuncFormatter(lambda v, _: f"{v:g}")  # 500, 1000, 2000 rather than 5 x 10^2

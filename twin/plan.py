@@ -60,7 +60,7 @@ class Versus(BaseModel):
     deciding_stage: str | None = None  # the stage that adds most to the difference (None: faster everywhere)
     deciding_delta_s: float = 0.0
     band_overlap: bool | None = None
-    headroom_fraction: float  # of HBM, left free in the worst phase
+    headroom_fraction: float  # of usable memory, left free in the worst phase
 
 
 class RunnerUp(BaseModel):
@@ -141,7 +141,8 @@ class Plan(BaseModel):
     profile: str
     runner_ups: list[RunnerUp] = []
     search: SearchSummary | None = None
-    headroom_fraction: float | None = Field(default=None, ge=0.0, lt=1.0, allow_inf_nan=False)  # of HBM, kept free
+    # of usable memory, kept free
+    headroom_fraction: float | None = Field(default=None, ge=0.0, lt=1.0, allow_inf_nan=False)
     # in every phase by every candidate
     headroom_source: str | None = None
     risk: Risk = "p50"

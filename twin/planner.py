@@ -17,7 +17,8 @@ models, 2026-12-02), since a layout within that of the k-th may then have been l
 prediction's band. Lowering every bound by it instead cost twice the evaluations on flat searches (tiny on the cpu
 kind: 37 -> 82) and changed no ranking of the six searches measured.
 
-Every candidate keeps a memory headroom (a fraction of HBM, by default the profile's memory uncertainty)
+Every candidate keeps a memory headroom (a fraction of usable device memory, by default the profile's memory
+uncertainty)
 in every phase, and the ranking uses a quantile of the step-time band (`risk`): p50 the prediction,
 p90 the upper end of its uncertainty band where the result carries one.
 """
@@ -69,8 +70,8 @@ FRONT_EVALUATIONS = 16  # --pareto: screen-front candidates evaluated in full pe
 
 
 def default_headroom(profile: Profile) -> tuple[float, str]:
-    """The fraction of HBM every phase keeps free, and where it comes from: the profile's cross-validated
-    memory error when it has one, else its sourced `memory_headroom_fraction`."""
+    """The fraction of usable device memory every phase keeps free, and where it comes from: the profile's
+    cross-validated memory error when it has one, else its sourced `memory_headroom_fraction`."""
     cv = profile.cross_validation
     if cv is not None and cv.memory_rel_error:
         return (min(0.5, cv.memory_rel_error * P95_OF_MEAN_ABS),
@@ -160,14 +161,14 @@ class Planner:
         self.devices = scenario.cluster.cards * self.kind.devices_per_card
         self.profile = profile_for_kind(profile, scenario.profile, self.kind.profile_kind, base_dir)
         self.cluster = Cluster(self.kind, scenario.cluster.cards)
-        self.hbm_gb = self.kind.device_spec.hbm_gb.value
+        self.capacity_gb = self.kind.device_spec.capacity_gb
         self.rejected: Counter[str] = Counter()
         self.base_dir = base_dir
         self.headroom, self.headroom_source = ((headroom, "--headroom") if headroom is not None
                                                else default_headroom(self.profile))
         if not 0 <= self.headroom < 1:
-            raise TwinError(f"headroom {self.headroom} is not a fraction of HBM in [0, 1)")
-        self.limit_gb = self.hbm_gb * (1 - self.headroom)  # what every phase may use
+            raise TwinError(f"headroom {self.headroom} is not a fraction of usable device memory in [0, 1)")
+        self.limit_gb = self.capacity_gb * (1 - self.headroom)  # what every phase may use
         self.risk: Risk = risk
         self.shared: dict[tuple, dict] = {}  # parallel structure -> placement and reshard lists (knobs aside)
         self.reshard_bounds: dict[tuple, float] = {}  # parallel structure -> the screen's reshard bound
@@ -185,18 +186,19 @@ class Planner:
     def _train_side(self, lay: TrainLayout) -> TrainSide | None:
         tm = TrainMemory(self.inv, lay, self.devices, self.sc, self.profile)
         if any(optimizer_step_part(tm, s).total > self.limit_gb for s in range(tm.n_stages)):
-            self.rejected["training: update_actor exceeds HBM less headroom"] += 1  # its step alone, screened first
+            # its step alone, screened first
+            self.rejected["training: update_actor exceeds usable memory less headroom"] += 1
             return None
         for micro in LOG_PROB_MICRO_BATCHES:
             tm, parts = self.train_parts(lay.model_copy(update={"log_prob_micro_batch": micro}))
             if parts["update"] > self.limit_gb:
-                self.rejected["training: update_actor exceeds HBM less headroom"] += 1
+                self.rejected["training: update_actor exceeds usable memory less headroom"] += 1
                 return None
             if parts["log_prob"] <= self.limit_gb:
                 return TrainSide(tm.lay, tm, parts, self._train_seconds(tm),
                                  sum(train_offload_moments(tm, self.sc, self.cluster, self.profile).values()),
                                  train_structure(tm.lay, self.cfg.num_layers))
-        self.rejected["training: log-prob pass exceeds HBM less headroom"] += 1
+        self.rejected["training: log-prob pass exceeds usable memory less headroom"] += 1
         return None
 
     def _train_seconds(self, tm: TrainMemory) -> float:
@@ -247,14 +249,14 @@ class Planner:
                 "max_num_batched_tokens": 1024 if chunked else max(8192, self.sc.workload.max_seq_len)}
 
     def rollout_side(self, lay: RolloutLayout) -> RolloutSide:
-        rm = RolloutMemory(self.inv, lay, self.profile, self.hbm_gb)
+        rm = RolloutMemory(self.inv, lay, self.profile, self.capacity_gb)
         return RolloutSide(lay, rm, RolloutCost(self.inv, self.sc, self.cluster, self.profile, rm))
 
     def rollout_step(self, side: RolloutSide, util: float) -> tuple[RolloutSide, dict[str, float]]:
         """`side` at `util` and the GB it adds to every device in each phase: the same for every training side."""
         if util not in side.steps:
             lay = side.layout.model_copy(update={"gpu_memory_utilization": util})
-            rm = RolloutMemory(self.inv, lay, self.profile, self.hbm_gb)
+            rm = RolloutMemory(self.inv, lay, self.profile, self.capacity_gb)
             offload = sum(rollout_offload_moments(rm, self.sc, self.cluster, self.profile).values())
             parts = rollout_parts(self.sc, rm, 0.0, sleep_frees_memory(self.sc))
             side.steps[util] = (RolloutSide(lay, rm, side.cost, offload, side.times),
@@ -283,8 +285,8 @@ class Planner:
 
     def utilization(self, train_rollout_gb: float) -> float:
         """The largest gpu_memory_utilization (in steps, at most the cap) that keeps the headroom in the rollout
-        phase: vLLM takes utilization x HBM beside what training leaves on the device."""
-        room = (self.limit_gb - train_rollout_gb) / self.hbm_gb
+        phase: vLLM takes utilization x the usable memory beside what training leaves on the device."""
+        room = (self.limit_gb - train_rollout_gb) / self.capacity_gb
         return round(int(min(UTILIZATION_MAX, room) / UTILIZATION_STEP + 1e-9) * UTILIZATION_STEP, 2)
 
     def utilizations(self, train_rollout_gb: float, rollout: RolloutMemory) -> list[float]:
@@ -326,7 +328,7 @@ class Planner:
                          if t.parts[ph] + add[ph] > self.limit_gb), None)
             if over:
                 if not out:
-                    self.rejected[f"pair: {over} exceeds HBM less headroom"] += 1
+                    self.rejected[f"pair: {over} exceeds usable memory less headroom"] += 1
                 break
             peak = max(t.parts[phase] + add[phase] for phase in add)
             bound = (t.seconds + self.rollout_seconds(r, util) + self.driver_s + t.offload_s + side.offload_s
@@ -426,9 +428,9 @@ def evaluate(planner: Planner, layout: Layout, finalize: Callable[[Evaluation], 
                                "_reshard": ev.__dict__.setdefault("_reshard", {})}
     mem = ev.memory_report
     if mem.peak_gb_max > planner.limit_gb:
-        beyond = "" if mem.fits else ", more than HBM itself"
+        beyond = "" if mem.fits else ", more than the device holds"
         return None, ev, (f"{mem.peak_phase} needs {mem.peak_gb_max:.1f} GB, over the {planner.limit_gb:.1f} GB "
-                          f"limit (HBM {planner.hbm_gb:g} GB less {planner.headroom:.1%} headroom){beyond}")
+                          f"limit ({planner.capacity_gb:g} GB usable less {planner.headroom:.1%} headroom){beyond}")
     return finalize(ev), ev, None
 
 
@@ -446,7 +448,7 @@ def evaluate_candidate(planner: Planner, outcome: PlanOutcome, cand: Candidate,
     result, ev, unfit = evaluate(planner, layout, finalize)
     outcome.summary.simulated += 1
     if unfit:
-        planner.rejected["pair: exceeds HBM less headroom with the exact reshard buffers"] += 1
+        planner.rejected["pair: exceeds usable memory less headroom with the exact reshard buffers"] += 1
         outcome.best_unfit = outcome.best_unfit or unfit
         return None
     done = Evaluated(risk_key(result, planner.risk), result, ev, cand)
@@ -533,14 +535,14 @@ def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[
 
 def screen_front(searches: list[tuple[Planner, PlanOutcome]]) -> list[list[Candidate]]:
     """For each search, its pending candidates on the joint screen-level Pareto front of all searches: step-time
-    bound, peak memory as a fraction of HBM and, when the card count varies, the bound's card-hours. Within one
-    card count the card-hours follow the bound, so each search's two-axis front is swept in one pass (sorted by
-    bound, kept while its peak is the lowest yet); only those fronts are compared across card counts."""
+    bound, peak memory as a fraction of usable device memory and, when the card count varies, the bound's card-hours.
+    Within one card count the card-hours follow the bound, so each search's two-axis front is swept in one pass
+    (sorted by bound, kept while its peak is the lowest yet); only those fronts are compared across card counts."""
     fronts = []
     for planner, outcome in searches:
         mine, lowest = [], math.inf
         for c in sorted(outcome.pending):
-            peak = c.peak_gb / planner.hbm_gb
+            peak = c.peak_gb / planner.capacity_gb
             if peak < lowest:
                 mine.append((c.bound_s, peak, c.bound_s * planner.sc.cluster.cards, c))
                 lowest = peak
@@ -632,4 +634,4 @@ def _closest(planner: Planner) -> str:
                 best = (peak, variant)
     if best is None:
         raise TwinError(f"no valid training layout of {planner.cfg.name} on {planner.devices} devices")
-    return f"{best[0]:.1f} GB in update_actor with {best[1].short()} (HBM {planner.hbm_gb:g} GB)"
+    return f"{best[0]:.1f} GB in update_actor with {best[1].short()} ({planner.capacity_gb:g} GB usable)"

@@ -39,13 +39,13 @@ def print_result(console: Console, r: SimulationResult, measured: Measured | Non
     stages.add_row("[bold]TPS / card[/]", f"{r.tps_per_card:.1f}", "" if mtps is None else f"{mtps:.1f}",
                    _err(r.tps_per_card, mtps))
     console.print(stages)
-    mem = Table(title=f"Memory of the worst device, GB (HBM {r.hbm_gb:g} GB)")
+    mem = Table(title=f"Memory of the worst device, GB ({r.capacity_gb:g} GB usable of {r.hbm_gb:g} GB HBM)")
     cols = ("weights", "grads", "optimizer", "activations", "kv_cache", "reshard_buffer", "overhead")
     mem.add_column("phase")
     for c in (*cols, "total"):
         mem.add_column(c, justify="right")
     for phase, b in r.memory_gb.items():
-        style = "bold red" if b.total > r.hbm_gb else ("bold" if phase == r.peak_phase else "")
+        style = "bold red" if b.total > r.capacity_gb else ("bold" if phase == r.peak_phase else "")
         mem.add_row(phase, *(f"{getattr(b, c):.2f}" for c in cols), f"[{style}]{b.total:.2f}[/]" if style else
                     f"{b.total:.2f}")
     console.print(mem)

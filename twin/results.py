@@ -72,7 +72,8 @@ class SimulationResult(BaseModel):
     memory_peak_gb: dict[str, float]
     memory_peak_gb_max: float
     peak_phase: str
-    hbm_gb: float
+    hbm_gb: float  # the device's HBM
+    capacity_gb: float  # what the framework's allocator can fill of it: `fits` compares the peak with this
     fits: bool
     memory_gb: dict[str, MemoryBreakdown]
     host_memory_gb_per_node: float

@@ -81,7 +81,7 @@ def cand(bound: float, peak_gb: float) -> Candidate:
 
 def searched(cards: int, pending: list[Candidate]) -> tuple[SimpleNamespace, SimpleNamespace]:
     """What screen_front reads of a search: the planner's HBM and card count, the outcome's pending candidates."""
-    return (SimpleNamespace(hbm_gb=64, sc=SimpleNamespace(cluster=SimpleNamespace(cards=cards))),
+    return (SimpleNamespace(capacity_gb=64, sc=SimpleNamespace(cluster=SimpleNamespace(cards=cards))),
             SimpleNamespace(pending=list(pending)))
 
 

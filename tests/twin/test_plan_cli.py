@@ -28,11 +28,13 @@ def test_plan_explains_and_writes_the_command_beside_it(tmp_path):
     out = twin("plan", "--model", "qwen2.5-7b", "--cards", "8", "--top", "2", "--headroom", "0.1", "-o", "p/plan.json",
                "--explain", "TP8 PP1 | TP2 DP8 seqs64", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert "headroom 10.0% of HBM in every phase (--headroom); ranked by p50" in out.stdout
+    assert "headroom 10.0% of usable memory in every phase (--headroom); ranked by p50" in out.stdout
     assert "invalid: attention heads divisible by TP: 28 heads % TP8 != 0" in out.stdout
     plan = json.loads((tmp_path / "p" / "plan.json").read_text())
     jsonschema.validate(plan, plan_json_schema())
-    assert plan["headroom_fraction"] == 0.1 and plan["predictions"]["memory_peak_gb_max"] <= 64 * 0.9
+    usable = plan["predictions"]["capacity_gb"]  # an A3 die's allocator capacity, below its 64 GiB of HBM
+    assert usable == 65.79 and plan["predictions"]["hbm_gb"] == 68.72
+    assert plan["headroom_fraction"] == 0.1 and plan["predictions"]["memory_peak_gb_max"] <= usable * 0.9
     assert plan["explained"]["rejected_by"].startswith("rule attention heads divisible by TP")
     assert plan["runner_ups"][0]["versus"]["stages_s"] and plan["runner_ups"][0]["why_lost"]
     command = (tmp_path / "p" / "plan.command.sh").read_text()

@@ -50,7 +50,7 @@ def test_a_variant_whose_optimizer_step_exceeds_the_limit_is_rejected_before_its
 
     monkeypatch.setattr(TrainMemory, "update_activation_bytes", no_activations)
     assert planner._train_side(bare) is None
-    assert planner.rejected == {"training: update_actor exceeds HBM less headroom": 1}
+    assert planner.rejected == {"training: update_actor exceeds usable memory less headroom": 1}
 
 
 def test_the_screens_reshard_bound_is_computed_once_per_parallel_structure():

@@ -279,8 +279,8 @@ class TrainMemory:
 class RolloutMemory:
     """Memory of the vLLM side in the rollout layout."""
 
-    def __init__(self, inv: Inventory, lay: RolloutLayout, profile: Profile, hbm_gb: float) -> None:
-        self.inv, self.lay, self.pf, self.hbm_gb = inv, lay, profile, hbm_gb
+    def __init__(self, inv: Inventory, lay: RolloutLayout, profile: Profile, capacity_gb: float) -> None:
+        self.inv, self.lay, self.pf, self.capacity_gb = inv, lay, profile, capacity_gb
         self.cfg = inv.config
 
     @cached_property
@@ -325,8 +325,9 @@ class RolloutMemory:
         the KV cache as total x utilization less the profile run's peak, and captures its graphs afterwards
         (compile_or_warm_up_model), so they come out of the memory the utilization leaves; upstream vLLM did
         the same until its CUDA-graph memory estimate became the default (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS,
-        v0.21, NVIDIA and XPU only: vllm/v1/worker/gpu_worker.py determine_available_memory)."""
-        budget = utilization * self.hbm_gb * GB
+        v0.21, NVIDIA and XPU only: vllm/v1/worker/gpu_worker.py determine_available_memory). The total is the one
+        torch reports (mem_get_info), the device's allocator capacity."""
+        budget = utilization * self.capacity_gb * GB
         used = self.weight_bytes + self.profile_peak_bytes + self.pf["vllm_overhead_gb"] * GB
         return max(0, int(budget - used))
 
@@ -340,7 +341,7 @@ class MemoryReport:
 
     phases: dict[str, MemoryBreakdown]
     worst_stage: dict[str, int]
-    hbm_gb: float
+    capacity_gb: float  # the device memory a run can fill (DeviceSpec.capacity)
     host_gb_per_node: float
     host_capacity_gb_per_node: float
     kv_bytes_per_token: int
@@ -362,7 +363,7 @@ class MemoryReport:
 
     @property
     def fits(self) -> bool:
-        return self.peak_gb_max <= self.hbm_gb and self.kv_tokens > 0
+        return self.peak_gb_max <= self.capacity_gb and self.kv_tokens > 0
 
     @property
     def host_fits(self) -> bool:
@@ -483,7 +484,7 @@ def phase_memory(tm: TrainMemory, rm: RolloutMemory, reshard_extra: float, sleep
     return MemoryReport(
         phases=phases,
         worst_stage=worst,
-        hbm_gb=rm.hbm_gb,
+        capacity_gb=rm.capacity_gb,
         host_gb_per_node=per_device * min(devices_per_node, tm.devices) / GB,
         host_capacity_gb_per_node=host_capacity_gb,
         kv_bytes_per_token=rm.kv_bytes_per_token,

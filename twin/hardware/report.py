@@ -34,6 +34,8 @@ def figure_rows(kind: ClusterKind) -> Iterator[Row]:
     for dtype, fig in dev.peak_tflops.items():
         yield _fig(f"{dev.name} peak {dtype}", fig, "TFLOPS")
     yield _fig(f"{dev.name} HBM", dev.hbm_gb, "GB")
+    if dev.allocator_gb is not None:
+        yield _fig(f"{dev.name} allocator capacity", dev.allocator_gb, "GB, what a run can fill")
     yield _fig(f"{dev.name} HBM bandwidth", dev.hbm_bandwidth_gbs, "GB/s")
     roles = {kind.chip_tier: "chip", kind.node_tier: "node", kind.pod_tier: "pod", kind.scaleout_tier: "scale-out",
              "host": "host"}
@@ -63,12 +65,14 @@ def curve_rows(kind: ClusterKind) -> Iterator[tuple[str, str, str, str, str]]:
 def print_kinds(console: Console, kinds: list[ClusterKind]) -> None:
     """A summary of the kinds, then every figure and curve point of each with its source."""
     summary = Table(title="Cluster kinds (1 device = 1 rank; A3: 1 card = 2 dies)")
-    for col in ("kind", "device", "dev/card", "dev/node", "BF16 TFLOPS", "HBM GB", "HBM GB/s", "tiers GB/s"):
+    for col in ("kind", "device", "dev/card", "dev/node", "BF16 TFLOPS", "HBM GB", "usable GB", "HBM GB/s",
+                "tiers GB/s"):
         summary.add_column(col)
     for k in kinds:
         dev = k.device
         summary.add_row(k.name, dev.name, str(k.devices_per_card), str(k.devices_per_node),
-                        f"{dev.peak_bf16_tflops.value:g}", f"{dev.hbm_gb.value:g}", f"{dev.hbm_bandwidth_gbs.value:g}",
+                        f"{dev.peak_bf16_tflops.value:g}", f"{dev.hbm_gb.value:g}", f"{dev.capacity_gb:g}",
+                        f"{dev.hbm_bandwidth_gbs.value:g}",
                         ", ".join(f"{t.name} {t.bandwidth_gbs.value:g}" for t in k.tiers))
     console.print(summary)
     for k in kinds:

@@ -39,6 +39,9 @@ class DeviceSpec(BaseModel):
     devices_per_card: int = Field(default=1, ge=1)
     peak_tflops: dict[str, Figure]  # dtype -> dense peak
     hbm_gb: Figure  # GB = 1e9 bytes
+    # what the framework's allocator can use (torch's "total capacity"): the HBM less what the driver and runtime
+    # hold; where no source gives it, the HBM figure stands for it
+    allocator_gb: Figure | None = None
     hbm_bandwidth_gbs: Figure  # GB/s
     curves: dict[CurveName, Curve]
 
@@ -48,6 +51,9 @@ class DeviceSpec(BaseModel):
             raise ValueError(f"hardware schema {self.schema_version} is not supported (reads {HARDWARE_SCHEMA})")
         if "bf16" not in self.peak_tflops:
             raise ValueError("peak_tflops needs a bf16 entry")
+        if self.allocator_gb is not None and self.allocator_gb.value > self.hbm_gb.value:
+            raise ValueError(f"allocator capacity {self.allocator_gb.value:g} GB exceeds the HBM "
+                             f"({self.hbm_gb.value:g} GB)")
         missing = [c for c in CURVE_NAMES if c not in self.curves]
         if missing:
             raise ValueError(f"curves {', '.join(missing)} missing (needs {', '.join(CURVE_NAMES)})")
@@ -66,8 +72,13 @@ class DeviceSpec(BaseModel):
                             f"{', '.join(self.peak_tflops)}") from None
 
     @property
-    def hbm_bytes(self) -> int:
-        return int(self.hbm_gb.value * 1e9)
+    def capacity(self) -> Figure:
+        """The device memory a run can fill, in GB: the allocator's capacity where a source gives it, else the HBM."""
+        return self.allocator_gb or self.hbm_gb
+
+    @property
+    def capacity_gb(self) -> float:
+        return self.capacity.value
 
     @property
     def hbm_bandwidth_bytes_s(self) -> float:

@@ -40,14 +40,15 @@ def memory_timeline(trace: Trace, result: SimulationResult, path: Path) -> Path:
     for t, phase, b in marks:
         ax.annotate(f"{phase}\n{b.total:.1f} GB", (t, b.total), textcoords="offset points", xytext=(4, 4),
                     fontsize=8)
-    ax.axhline(result.hbm_gb, color="red", linestyle="--", linewidth=1, label=f"HBM {result.hbm_gb:g} GB")
+    ax.axhline(result.capacity_gb, color="red", linestyle="--", linewidth=1,
+               label=f"usable {result.capacity_gb:g} GB (HBM {result.hbm_gb:g} GB)")
     ax.set_xlabel("time in the step (s)")
     ax.set_ylabel("GB on the worst device")
     ax.set_title(f"{result.scenario}: memory of the worst device per phase (peak {result.memory_peak_gb_max:.1f} GB "
                  f"in {result.peak_phase})")
     ax.legend(loc="upper right", fontsize=8, ncol=2)
     ax.set_xlim(0, end)
-    ax.set_ylim(0, max(result.hbm_gb, result.memory_peak_gb_max) * 1.15)
+    ax.set_ylim(0, max(result.capacity_gb, result.memory_peak_gb_max) * 1.15)
     return _save(fig, path)
 
 

@@ -4,6 +4,7 @@ import pytest
 
 from twin.catalog.registry import load_model
 from twin.cost_models.memory import RolloutMemory, TrainMemory, rollout_parts
+from twin.hardware import CLUSTER_KINDS
 from twin.layout import RolloutLayout, TrainLayout
 from twin.profile import embedded_profile
 from twin.scenario import ClusterRef, Scenario
@@ -61,6 +62,16 @@ def test_kv_cache_is_the_budget_left_by_vllm():
     assert rm.kv_tokens(0.8) == int(expected) // rm.kv_bytes_per_token
     vocab = 151_936 // 2 * 4096  # divisible by 64: vLLM pads nothing
     assert rm.weight_bytes == (36 * LAYER_TP2 + 4096 + 2 * vocab) * 2
+
+
+def test_the_kv_budget_is_a_share_of_what_the_allocator_sees_not_of_the_hbm():
+    """vLLM sizes its KV cache from torch's total memory: on a 910B 65.46 GB of its 64 GiB (68.72 GB) of HBM."""
+    dev = CLUSTER_KINDS["a2"].device
+    assert (dev.hbm_gb.value, dev.capacity_gb) == (68.72, 65.46)
+    pf = embedded_profile("a2")
+    lay = RolloutLayout(tp=2, dp=4, max_num_seqs=64)
+    full, capped = (RolloutMemory(load_model("qwen3-8b"), lay, pf, gb) for gb in (dev.capacity_gb, 64.0))
+    assert full.kv_cache_bytes(0.9) - capped.kv_cache_bytes(0.9) == pytest.approx(0.9 * 1.46e9, abs=1)
 
 
 @pytest.mark.parametrize(("frees", "late_init", "kv_in_transition"),

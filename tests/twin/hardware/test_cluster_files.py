@@ -22,11 +22,12 @@ def twin(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 
 
 def user_a2(hbm_gb: float = 40.0) -> dict:
-    """The shipped a2 kind as a user's file would hold it, with its own HBM size."""
+    """The shipped a2 kind as a user's file would hold it, with its own HBM size and no allocator capacity."""
     raw = kind_json(CLUSTER_KINDS["a2"])
     raw.pop("devices_per_node")
     raw.update(name="lab-a2", profile="a2")
     raw["device"]["hbm_gb"] = {"value": hbm_gb, "confidence": "M", "source": "our lab's 910B4-like cards"}
+    raw["device"].pop("allocator_gb")
     return raw
 
 
@@ -60,7 +61,7 @@ def test_plan_and_simulate_use_the_users_file(tmp_path):
     assert out.returncode == 0, out.stderr
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert plan["scenario"]["cluster"]["kind"] == str(tmp_path / "lab.yaml")  # absolute: the plan carries it
-    assert plan["predictions"]["hbm_gb"] == 40.0
+    assert plan["predictions"]["hbm_gb"] == plan["predictions"]["capacity_gb"] == 40.0  # no allocator figure: HBM
     scenario = (ROOT / "scenarios" / "own-qwen25-1.5b-a2-8.yaml").read_text().replace("kind: a2,", "kind: lab.yaml,")
     (tmp_path / "cases").mkdir()
     (tmp_path / "cases" / "lab.yaml").write_text(yaml.safe_dump(user_a2(hbm_gb=48.0), sort_keys=False))
@@ -68,6 +69,11 @@ def test_plan_and_simulate_use_the_users_file(tmp_path):
     sim = twin("simulate", str(tmp_path / "cases" / "s.yaml"), "--json")
     assert sim.returncode == 0, sim.stderr
     assert json.loads(sim.stdout)["hbm_gb"] == 48.0
+    raw = user_a2(hbm_gb=48.0)
+    raw["device"]["allocator_gb"] = {"value": 45.0, "confidence": "M", "source": "torch's total capacity on our cards"}
+    (tmp_path / "cases" / "lab.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    sim = json.loads(twin("simulate", str(tmp_path / "cases" / "s.yaml"), "--json").stdout)
+    assert (sim["hbm_gb"], sim["capacity_gb"]) == (48.0, 45.0)
 
 
 def _one_line(out: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -90,6 +96,10 @@ def test_a_malformed_file_is_one_line_naming_file_and_field(tmp_path):
     inf = write(tmp_path / "inf.yaml", raw)
     _one_line(twin("plan", "--cluster", str(inf), "--model", "tiny", "--cards", "1", "-o", str(tmp_path / "p.json")),
               "inf.yaml", "field 'tiers.0.latency_us.value': Input should be a finite number")
+    raw = user_a2(hbm_gb=40.0)
+    raw["device"]["allocator_gb"] = {"value": 41.0, "confidence": "M", "source": "a misread log"}
+    _one_line(twin("clusters", "--cluster", str(write(tmp_path / "alloc.yaml", raw))), "alloc.yaml",
+              "allocator capacity 41 GB exceeds the HBM (40 GB)")
     raw = user_a2()
     raw["device"]["curves"]["gemm"]["points"][0]["source"] = " "
     _one_line(twin("layouts", "--model", "tiny", "--cards", "1", "--cluster", str(write(tmp_path / "s.yaml", raw))),
