@@ -261,8 +261,7 @@ def plan_cmd(
                           "or plan file with a layout")] = None,
     headroom: Annotated[float | None, typer.Option(
         "--headroom", min=0.0, max=0.99, help="Fraction of usable device memory every phase keeps free (default: the "
-                                              "profile's "
-                                              "memory uncertainty)")] = None,
+                                              "profile's memory uncertainty)")] = None,
     pareto: Annotated[bool, typer.Option("--pareto", help="Print and plot (PNG beside the plan) the layouts not "
                                                           "dominated on step time, headroom, reshard volume")] = False,
     risk: Annotated[str, typer.Option("--risk", help="Rank by p50 (the prediction) or p90 (the upper end of its "

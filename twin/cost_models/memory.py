@@ -341,7 +341,7 @@ class MemoryReport:
 
     phases: dict[str, MemoryBreakdown]
     worst_stage: dict[str, int]
-    capacity_gb: float  # the device memory a run can fill (DeviceSpec.capacity)
+    capacity_gb: float  # the device memory a run can fill (DeviceSpec.capacity_gb)
     host_gb_per_node: float
     host_capacity_gb_per_node: float
     kv_bytes_per_token: int

@@ -38,7 +38,7 @@ class DeviceSpec(BaseModel):
     description: str = ""
     devices_per_card: int = Field(default=1, ge=1)
     peak_tflops: dict[str, Figure]  # dtype -> dense peak
-    hbm_gb: Figure  # GB = 1e9 bytes
+    hbm_gb: Figure  # GB = 1e9 bytes (a 64 GiB HBM is 68.72)
     # what the framework's allocator can use (torch's "total capacity"): the HBM less what the driver and runtime
     # hold; where no source gives it, the HBM figure stands for it
     allocator_gb: Figure | None = None
@@ -72,13 +72,9 @@ class DeviceSpec(BaseModel):
                             f"{', '.join(self.peak_tflops)}") from None
 
     @property
-    def capacity(self) -> Figure:
-        """The device memory a run can fill, in GB: the allocator's capacity where a source gives it, else the HBM."""
-        return self.allocator_gb or self.hbm_gb
-
-    @property
     def capacity_gb(self) -> float:
-        return self.capacity.value
+        """The device memory a run can fill, in GB: the allocator's capacity where a source gives it, else the HBM."""
+        return (self.allocator_gb or self.hbm_gb).value
 
     @property
     def hbm_bandwidth_bytes_s(self) -> float:
