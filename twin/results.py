@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 PHASES = ("update", "log_prob", "rollout", "transition")
 STAGES = ("rollout", "reward", "old_log_prob", "ref", "advantage", "update", "reshard", "offload")
@@ -87,3 +87,12 @@ class SimulationResult(BaseModel):
     notes: list[str] = []
     represented_ranks: dict[str, list[int]] = {}  # simulated rank -> the ranks it stands for
     uncertainty: Uncertainty | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _capacity_of_older_results(cls, data: object) -> object:
+        """A result written before `capacity_gb` (twin of 2026-12-06; a plan.json's predictions) checked its
+        memory against `hbm_gb`: read that as its capacity, so the plan still loads."""
+        if isinstance(data, dict) and "capacity_gb" not in data and "hbm_gb" in data:
+            return {**data, "capacity_gb": data["hbm_gb"]}
+        return data
