@@ -32,7 +32,7 @@ def test_default_headroom_from_the_profile():
 def test_utilization_keeps_the_headroom_in_the_rollout_phase():
     p = Planner(SC, headroom=0.2)
     assert p.capacity_gb == 65.79  # an A3 die's allocator capacity
-    assert p.limit_gb == 65.79 * 0.8
+    assert p.limit_gb == p.capacity_gb * 0.8
     assert p.utilization(4.0) == 0.7  # (52.632 - 4) / 65.79 = 0.7392, down to the 0.05 step
     assert Planner(SC, headroom=0.0).utilization(4.0) == 0.9  # capped at vLLM's 0.9
     assert p.utilization(60.0) <= 0
@@ -59,8 +59,9 @@ def test_utilization_steps_run_from_the_top_to_the_typical_batch():
 def test_headroom_removes_candidates_and_lowers_the_utilization():
     loose, tight = search(Planner(SC, headroom=0.0), 3), search(Planner(SC, headroom=0.25), 3)
     assert tight.summary.pairs_fitting < loose.summary.pairs_fitting
-    assert all(r.memory_peak_gb_max <= 65.79 * 0.75 for r in tight.ranked)
-    assert any(r.memory_peak_gb_max > 65.79 * 0.75 for r in loose.ranked)
+    limit = tight.plan.predictions.capacity_gb * 0.75
+    assert all(r.memory_peak_gb_max <= limit for r in tight.ranked)
+    assert any(r.memory_peak_gb_max > limit for r in loose.ranked)
     assert tight.plan.layout.rollout.gpu_memory_utilization < loose.plan.layout.rollout.gpu_memory_utilization
     assert tight.plan.headroom_fraction == 0.25 and tight.plan.headroom_source == "--headroom"
     assert any("less headroom" in reason for reason in tight.summary.rejected)

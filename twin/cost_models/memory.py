@@ -184,14 +184,16 @@ class TrainMemory:
         step's (its share of a mini-batch) in the update."""
         return self.sc.workload.responses / self.dp / self.passes(forward_only)
 
-    def _micro_batch_tokens(self, sequences: int, forward_only: bool = False) -> float:
+    def _micro_batch_tokens(self, forward_only: bool) -> float:
         """Tokens of the largest micro-batch of a CP group in one step, from the workload's lengths: of fixed
-        micro-batches, the largest of the step's groups of `sequences` sequences (verl and MindSpeed-RL pack them
+        micro-batches, the largest of the step's groups of micro_batch (log-prob passes: log_prob_micro_batch)
+        sequences (verl and MindSpeed-RL pack them
         without padding: use_remove_padding, verl's default); with dynamic batching, the busiest rank's sequences
         of one pass balanced into as few micro-batches as the token budget allows (verl's ppo_max_token_len_per_gpu,
         log_prob_max_token_len_per_gpu in the log-prob passes, x CP): a budget larger than a rank's tokens leaves
         its micro-batch at those tokens, not at the budget. The largest of a step, not of a whole run."""
         lay, wl = self.lay, self.sc.workload
+        sequences = lay.log_prob_micro_batch if forward_only else lay.micro_batch
         per = self.sequences_per_pass(forward_only)
         passes = self.passes(forward_only)
         held = max(1, int(per))  # a rank given less than one sequence still runs one
@@ -203,12 +205,21 @@ class TrainMemory:
         vpp = lay.vpp if lay.engine == "megatron" else None
         return busiest / dynamic_micro_batches(busiest, held, budget * lay.cp, vpp)
 
+    @cached_property
+    def _pass_activations(self) -> dict[bool, tuple[float, float, float]]:
+        """By forward_only: (tokens, mean and largest per-layer activation bytes) of the pass's largest
+        micro-batch, the same on every stage."""
+        passes = {}
+        for forward_only in (False, True):
+            tokens = self._micro_batch_tokens(forward_only)
+            passes[forward_only] = (tokens, *self._layer_activations(tokens))
+        return passes
+
     def update_activation_bytes(self, stage: int, fragmented: bool = True) -> float:
         """Peak activation bytes of a stage in update_actor (1F1B: stage s holds pp - s micro-batches); with
         `fragmented`, as the caching allocator reserves them (its fragmentation on top of what is allocated)."""
-        tokens = self._micro_batch_tokens(self.lay.micro_batch)
+        tokens, mean, largest = self._pass_activations[False]
         lay = self.lay
-        mean, largest = self._layer_activations(tokens)
         layers = int(self.stages.layers[stage])
         h = self.cfg.hidden_size
         sp = lay.tp if (lay.sequence_parallel and lay.engine == "megatron") else 1
@@ -237,8 +248,7 @@ class TrainMemory:
         """Forward-only pass: one layer live at a time, plus the fp32 logits of the micro-batch; with `fragmented`,
         as the caching allocator reserves them."""
         lay = self.lay
-        tokens = self._micro_batch_tokens(lay.log_prob_micro_batch, forward_only=True)
-        _, largest = self._layer_activations(tokens)
+        tokens, _, largest = self._pass_activations[True]
         logits = self._logits_bytes(tokens, forward_only=True) if self.stages.has_head[stage] else 0.0
         gathered = float(tensor_table(self.inv).largest_layer_bytes) if lay.engine == "fsdp" else 0.0
         allocated = largest + logits + gathered
