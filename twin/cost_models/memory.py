@@ -416,12 +416,12 @@ def optimizer_step_part(tm: TrainMemory, stage: int, allocated: bool = False) ->
 
 
 def log_prob_part(tm: TrainMemory, stage: int, allocated: bool = False) -> MemoryBreakdown:
-    """The log-prob passes' peak on one device of `stage` (the ref's weights plus the actor's unless offloaded);
-    `allocated` as in update_parts."""
-    weights = tm.param_bytes(stage)
+    """The log-prob passes' peak on one device of `stage`: the actor's parameters and, unless parameters are
+    offloaded, the reference model's weights beside them (offloaded, each pass loads its own model, and the actor's
+    parameters are the larger or equal: fp32 under FSDP, bf16 like the ref's under Megatron); `allocated` as in
+    update_parts."""
     idle = tm.resident_outside_training(stage)
-    actor_idle = 0 if tm.lay.offload.param else weights
-    return _gb(weights=weights + actor_idle, grads=idle["grads"], optimizer=idle["optimizer"],
+    return _gb(weights=tm.param_bytes(stage) + tm.ref_resident(stage), grads=idle["grads"], optimizer=idle["optimizer"],
                activations=tm.log_prob_activation_bytes(stage, fragmented=not allocated),
                overhead=0.0 if allocated else tm.pf["framework_overhead_gb"] * GB)
 

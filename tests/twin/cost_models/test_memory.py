@@ -222,3 +222,20 @@ def test_the_logged_peak_is_the_largest_of_the_trainers_passes():
     log_prob = max(log_prob_part(tm, s, allocated=True).total for s in range(tm.n_stages))
     assert log_prob > update
     assert allocated_peak_gb(tm, ev.rollout_memory, True) == pytest.approx(log_prob, rel=1e-12)
+
+
+@pytest.mark.parametrize(("engine", "use_kl_loss", "ref_bytes_per_param"),
+                         [("fsdp", False, 0), ("fsdp", True, 2), ("megatron", False, 0), ("megatron", True, 2)])
+def test_log_prob_passes_hold_the_actor_once_and_the_reference_beside_it_unless_offloaded(engine, use_kl_loss,
+                                                                                          ref_bytes_per_param):
+    """Without parameter offload the actor's parameters (fp32 under FSDP, bf16 under Megatron) stay through both
+    log-prob passes and the reference model's bf16 weights sit beside them where there is a reference pass."""
+    from twin.cost_models.memory import log_prob_part
+    from twin.scenario import Workload
+
+    sc = _scenario("qwen3-8b").model_copy(update={"workload": Workload(use_kl_loss=use_kl_loss)})
+    lay = TrainLayout(engine=engine) if engine == "fsdp" else TrainLayout(tp=2, pp=2)
+    tm = TrainMemory(load_model("qwen3-8b"), lay, 16, sc, embedded_profile("a2"))
+    local = float(tm.stages.dense_numel[0] + tm.stages.expert_numel[0])
+    params = 4 if engine == "fsdp" else 2
+    assert log_prob_part(tm, 0).weights == pytest.approx(local * (params + ref_bytes_per_param) / 1e9, rel=1e-12)
