@@ -25,7 +25,9 @@ STAGE_METRICS = {
     "timing_s/reward": "reward",
     "timing_s/old_log_prob": "old_log_prob",
     "timing_s/ref": "ref",
+    "timing_s/values": "values",  # PPO's critic
     "timing_s/adv": "advantage",
+    "timing_s/update_critic": "update_critic",
     "timing_s/update_actor": "update",
     "timing_s/update_weights": "reshard",
 }

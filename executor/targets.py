@@ -76,12 +76,14 @@ class VerlTarget(Target):
         if devices > self.devices_per_node and devices % self.devices_per_node:
             raise ExecutorError(f"{devices} devices do not fill whole {self.kind} nodes of {self.devices_per_node}")
         o = OverrideSet()
-        train_overrides(o, layout.train, self.flavour)
+        critic = scenario.workload.has_critic
+        train_overrides(o, layout.train, self.flavour, critic=critic)
         rollout_overrides(o, layout.rollout, scenario.workload.max_seq_len)
         workload_overrides(o, scenario)
         env = self.base_env()
         env.update(trainer_overrides(o, name=scenario.name, model=scenario.model, devices=devices,
-                                     per_node=self.devices_per_node, device=self.device, options=options))
+                                     per_node=self.devices_per_node, device=self.device, options=options,
+                                     critic=critic))
         ctx = ApplyContext(plan=plan, overrides=o, env=env)
         reports = apply_all(ctx, host)
         env.update(run_env.hook_env(ctx.worker_patches, RunPaths(workdir=options.workdir)))
@@ -140,6 +142,9 @@ class CpuTarget(Target):
             launch = importlib.import_module("executor.cpu.launch")
         except ModuleNotFoundError:
             raise ExecutorError("cluster kind cpu: executor/cpu/launch.py is not available") from None
+        if plan.scenario.workload.algorithm != "grpo":
+            raise ExecutorError(f"cluster kind cpu launches GRPO only (executor/cpu/launch.py), not "
+                                f"{plan.scenario.workload.algorithm.upper()}; plan for an accelerator kind")
         if options.model_path is None or options.data_dir is None:
             raise ExecutorError("cluster kind cpu needs --model-path (a small checkpoint) and --data-dir")
         train, config = plan.layout.train, load_config(plan.scenario.model)

@@ -112,6 +112,24 @@ def _ref_as_workers_see_it(cfg: DictConfig) -> DictConfig:
     return ref
 
 
+def _needs_critic(cfg: DictConfig) -> bool:
+    """verl's need_critic (GAE, or critic.enable), without the warning it gives a run that has none."""
+    from verl.trainer.ppo.utils import need_critic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return need_critic(cfg)
+
+
+def _without_critic_model(cfg: DictConfig) -> DictConfig:
+    """`cfg` with the critic's model section emptied: converting it reads the checkpoint's config.json (from the hub
+    where the path names a model there), and the checkpoint is the actor's, which the launch itself loads."""
+    checked = cfg.copy()
+    with open_dict(checked):
+        checked.critic.model = None
+    return checked
+
+
 def _sections(cfg: DictConfig) -> dict[str, DictConfig]:
     """The sections verl's workers convert to dataclasses (the ref's, derived from the actor's, aside)."""
     arr = cfg.actor_rollout_ref
@@ -127,6 +145,8 @@ def _dataclass_problems(cfg: DictConfig) -> list[str]:
     sections = _sections(cfg)
     if need_reference_policy(cfg):
         sections["actor_rollout_ref.ref"] = _ref_as_workers_see_it(cfg)
+    if _needs_critic(cfg):  # PPO: the critic's section, converted as the trainer converts it
+        sections["critic"] = _without_critic_model(cfg).critic
     problems = []
     for name, section in sections.items():
         derived = name == "actor_rollout_ref.ref"  # copies the actor's values: report those once, for the actor
@@ -144,13 +164,15 @@ def _dataclass_problems(cfg: DictConfig) -> list[str]:
 
 
 def _verl_checks(cfg: DictConfig) -> list[str]:
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.trainer.ppo.utils import need_reference_policy
     from verl.utils.config import validate_config
 
+    critic = _needs_critic(cfg)
     try:
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+            validate_config(_without_critic_model(cfg) if critic else cfg,
+                            use_reference_policy=need_reference_policy(cfg), use_critic=critic)
     except Exception as exc:
         return [f"verl validate_config: {_first_line(exc)}"]
     return []

@@ -28,7 +28,7 @@ from twin.layout.engine import as_engine_builds
 from twin.layout.models import Layout
 from twin.layout.rules import validate_layout
 from twin.profile import Profile, profile_for_kind
-from twin.results import ReshardFigures, ReshardResult, SimulationResult
+from twin.results import STAGES, ReshardFigures, ReshardResult, SimulationResult
 from twin.scenario import Scenario
 from twin.topology.clusters import cluster_kind, sleep_frees_memory
 from twin.topology.routing import Cluster, sized_cluster
@@ -122,17 +122,16 @@ class Evaluation:
         pf = self.profile
         driver = driver_seconds(self.sc, pf)
         train = train_stage_seconds(self.sc, pf, self.train_cost)
-        return {
+        stages = {
             "rollout": self.rollout_cost.analytical_seconds(self.memory_report.kv_tokens),
             "reward": driver["reward"],
-            "old_log_prob": train["old_log_prob"],
-            "ref": train["ref"],
+            **train,
             "advantage": driver["advantage"],
-            "update": train["update"],
             "reshard": reshard_time(self.reshard(), self.cluster, pf, self.rollout_memory,
                                     self.train_memory, self.sc),
             "offload": offload_time(self.train_memory, self.rollout_memory, self.sc, self.cluster, pf),
         }
+        return {name: stages[name] for name in STAGES if name in stages}  # in the order a step runs them
 
     def reshard_parts(self) -> dict[str, float]:
         """The chosen reshard's time by part, seconds (twin.cost_models.transition.reshard_parts)."""

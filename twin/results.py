@@ -7,7 +7,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, model_validator
 
 PHASES = ("update", "log_prob", "rollout", "transition")
-STAGES = ("rollout", "reward", "old_log_prob", "ref", "advantage", "update", "reshard", "offload")
+# in the order a step runs them; PPO's critic passes (verl's timing_s/values and timing_s/update_critic) only where the
+# scenario trains a critic
+STAGES = ("rollout", "reward", "old_log_prob", "ref", "values", "advantage", "update_critic", "update", "reshard",
+          "offload")
+CRITIC_STAGES = ("values", "update_critic")
 
 
 class MemoryBreakdown(BaseModel):

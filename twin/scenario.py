@@ -72,7 +72,9 @@ class Workload(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    algorithm: Literal["grpo", "dapo"] = "grpo"
+    # ppo: GAE advantages from a critic (the actor's checkpoint with a value head, twin.catalog.inventory.value_model,
+    # trained beside it in the training layout as verl gives it one: TrainLayout.for_critic, TrainMemory.value_model)
+    algorithm: Literal["grpo", "dapo", "ppo"] = "grpo"
     global_batch: int = Field(default=512, ge=1, le=MAX_PROMPTS, description="prompts per step")  # prompts per step
     n: int = Field(default=16, ge=1, le=MAX_N, description="GRPO recipes use 5 to 64")  # responses per prompt
     prompt_len: LengthDist = LengthDist(mean=75, max=1024)
@@ -108,6 +110,11 @@ class Workload(BaseModel):
     @property
     def responses(self) -> int:
         return self.global_batch * self.n
+
+    @property
+    def has_critic(self) -> bool:
+        """PPO trains a critic (verl's need_critic: GAE advantages)."""
+        return self.algorithm == "ppo"
 
     @property
     def optimizer_steps(self) -> int:

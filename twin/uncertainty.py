@@ -4,8 +4,9 @@ which a scenario leaves what the profile's fitting cases covered.
 A stage's band is its own cross-validated relative error where the cases measured that stage, else the
 step's. The domain is recorded by `calibration report --write-cv` from the fitting cases (`domain_of`)
 and compared here dimension by dimension: model family (the config's model_type), sequence length (prompt
-plus response maximum), scale (cards), cluster kind and software (the scenario's `software` versions
-where it has them). Outside the domain the band is a floor, not an estimate: the warning says so.
+plus response maximum), scale (cards), cluster kind, software (the scenario's `software` versions where it has
+them) and algorithm (a domain recorded before it was a dimension does not check it). Outside the domain the band
+is a floor, not an estimate: the warning says so.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from twin.scenario import Scenario
 
 RANGES = ("seq_len", "cards")  # numeric dimensions: [lo, hi]; the others are sets of names
 LABELS = {"model_family": "model family", "seq_len": "sequence length", "cards": "scale (cards)",
-          "cluster_kind": "cluster kind", "software": "software"}
+          "cluster_kind": "cluster kind", "software": "software", "algorithm": "algorithm"}
 
 
 def scenario_domain(sc: Scenario) -> dict[str, str | float]:
@@ -37,6 +38,7 @@ def scenario_domain(sc: Scenario) -> dict[str, str | float]:
         point["seq_len"] = float(sc.workload.max_seq_len)
     # what it states, so that a field the schema gains later leaves a recorded domain as it is
     point["software"] = sc.software.stated()
+    point["algorithm"] = sc.workload.algorithm  # PPO's critic passes are costed only where a fitting case trained one
     return point
 
 

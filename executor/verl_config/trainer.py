@@ -10,8 +10,9 @@ METRICS_ENV = "VERL_FILE_LOGGER_PATH"  # verl/utils/tracking.py FileLogger write
 
 
 def trainer_overrides(o: OverrideSet, *, name: str, model: str, devices: int, per_node: int, device: str,
-                      options: LaunchOptions) -> dict[str, str]:
-    """Set trainer/data/model keys; return the environment the metrics file needs."""
+                      options: LaunchOptions, critic: bool = False) -> dict[str, str]:
+    """Set trainer/data/model keys (with `critic`, PPO's critic starts from the actor's checkpoint too); return the
+    environment the metrics file needs."""
     paths = RunPaths(workdir=options.workdir)
     o.set("trainer.nnodes", max(1, devices // per_node))
     o.set("trainer.n_gpus_per_node", min(devices, per_node))
@@ -23,7 +24,8 @@ def trainer_overrides(o: OverrideSet, *, name: str, model: str, devices: int, pe
     o.set("trainer.default_local_dir", str(paths.checkpoints))
     if options.steps is not None:
         o.set("trainer.total_training_steps", options.steps)
-    o.set("actor_rollout_ref.model.path", options.model_path or model)
+    for role in ("actor_rollout_ref", "critic") if critic else ("actor_rollout_ref",):
+        o.set(f"{role}.model.path", options.model_path or model)
     if options.data_dir is not None:
         o.set("data.train_files", str(options.train_files))
         o.set("data.val_files", str(options.val_files))

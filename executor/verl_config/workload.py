@@ -1,4 +1,4 @@
-"""Workload -> batch sizes in verl's units, lengths and the GRPO algorithm settings.
+"""Workload -> batch sizes in verl's units, lengths and the algorithm's settings (GRPO, DAPO, or PPO with its critic).
 
 verl counts `data.train_batch_size` and `actor.ppo_mini_batch_size` in prompts (the trainer multiplies by
 `rollout.n`, trainer/ppo/v1/trainer_base.py `_update_actor`) and micro-batches in sequences per device.
@@ -7,9 +7,11 @@ verl counts `data.train_batch_size` and `actor.ppo_mini_batch_size` in prompts (
 from __future__ import annotations
 
 from executor.verl_config.overrides import OverrideSet
+from twin.layout.models import TrainLayout
 from twin.scenario import Scenario
 
 ARR = "actor_rollout_ref"
+CRITIC = "critic"
 
 
 def workload_overrides(o: OverrideSet, scenario: Scenario) -> None:
@@ -17,7 +19,8 @@ def workload_overrides(o: OverrideSet, scenario: Scenario) -> None:
     train = scenario.layout.train if scenario.layout else None
     micro = train.micro_batch if train else 1
     log_prob_micro = train.log_prob_micro_batch if train else 1
-    o.set("algorithm.adv_estimator", "grpo")
+    # PPO: GAE advantages, which make verl train a critic (trainer/ppo/utils.py need_critic)
+    o.set("algorithm.adv_estimator", "gae" if w.has_critic else "grpo")
     o.set("data.train_batch_size", w.global_batch)
     o.set("data.max_prompt_length", w.prompt_len.max)
     o.set("data.max_response_length", w.response_len.max)
@@ -39,3 +42,16 @@ def workload_overrides(o: OverrideSet, scenario: Scenario) -> None:
         o.set("algorithm.filter_groups.enable", True)
         o.set(f"{ARR}.actor.clip_ratio_high", 0.28)
         o.set(f"{ARR}.actor.loss_agg_mode", "token-mean")
+    if w.has_critic and train is not None:
+        o.set(f"{CRITIC}.enable", True)
+        _critic_batches(o, train)
+
+
+def _critic_batches(o: OverrideSet, train: TrainLayout) -> None:
+    """PPO's critic's micro-batches as the twin costs them (TrainLayout.for_critic): verl 0.9.1's critic engine packs
+    them by tokens whatever `use_dynamic_bsz` says, at these budgets (its values pass at the CriticConfig field
+    ppo_infer_max_token_len_per_gpu, which verl's yaml does not list)."""
+    critic = train.for_critic()
+    o.set(f"{CRITIC}.use_dynamic_bsz", True)
+    o.set(f"{CRITIC}.ppo_max_token_len_per_gpu", critic.dynamic_batch_tokens)
+    o.set(f"{CRITIC}.ppo_infer_max_token_len_per_gpu", critic.token_budget(forward_only=True), add=True)

@@ -88,3 +88,22 @@ def test_the_prepared_composition_gives_the_same_config_and_problems(make_plan, 
     with pytest.raises(ValidationFailed) as info:
         validate_source([*overrides, f"{A}.not_a_key=1"])
     assert info.value.problems == [f"unknown key '{A}.not_a_key': not in verl's ppo_trainer.yaml"]
+
+
+@pytest.mark.parametrize("layout", ["fsdp", "megatron"])
+def test_a_ppo_plan_is_valid_with_its_critic_converted(make_plan, build, tmp_path: Path, layout: str) -> None:
+    """verl converts and validates the critic's section where GAE needs one; its model section (a hub download for
+    a catalog name) is left to the launch."""
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "c6-ppo-qwen3-8b-a2-8-fsdp.yaml"
+    plan = make_plan(scenario)
+    overrides = build(plan, tmp_path).overrides
+    if layout == "megatron":
+        overrides = [o for o in overrides if not o.startswith(("critic.fsdp", "actor_rollout_ref.actor.fsdp_config",
+                                                               "actor_rollout_ref.ref.fsdp_config", "model_engine"))]
+        overrides.append("model_engine=megatron")
+    cfg = validate(overrides)
+    assert cfg.critic.strategy == ("fsdp" if layout == "fsdp" else "megatron")
+    assert cfg.critic.ppo_max_token_len_per_gpu == 16384
+    problems = _problems([*overrides, "critic.use_dynamic_bsz=false"])  # fixed micro-batches of no size
+    assert problems == ["critic: [critic] Please set at least one of 'critic.micro_batch_size' or "
+                        "'critic.micro_batch_size_per_gpu'."]

@@ -192,3 +192,51 @@ def test_the_rollout_returns_log_probs_as_the_scenario_says(make_plan, build, as
     path.write_text(yaml.safe_dump(body))
     o = as_dict(build(make_plan(path), tmp_path).overrides)
     assert o[f"{R}.calculate_log_probs"] == expected
+
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+PPO_NIGHTLY = SCENARIOS / "c6-ppo-qwen3-8b-a2-8-fsdp.yaml"
+
+
+def test_ppo_trains_a_critic_in_the_actors_fsdp_layout(make_plan, build, as_dict, tmp_path: Path) -> None:
+    """C6's PPO nightly: GAE advantages, and the critic (from the actor's checkpoint) with the actor's FSDP sharding,
+    Ulysses SP, offload and gradient checkpointing, and the actor's 16,384-token budget for its update and values."""
+    o = as_dict(build(make_plan(PPO_NIGHTLY), tmp_path).overrides)
+    assert (o["algorithm.adv_estimator"], o["critic.enable"]) == ("gae", "true")
+    assert o["critic.model.path"] == o["actor_rollout_ref.model.path"] == "qwen3-8b"
+    assert (o["critic.fsdp.param_offload"], o["critic.fsdp.optimizer_offload"],
+            o["critic.fsdp.ulysses_sequence_parallel_size"], o["critic.model.enable_gradient_checkpointing"]) == (
+        "true", "true", "2", "true")
+    assert (o["critic.use_dynamic_bsz"], o["critic.ppo_max_token_len_per_gpu"],
+            o["+critic.ppo_infer_max_token_len_per_gpu"]) == ("true", "16384", "16384")
+
+
+def test_a_critic_under_fixed_micro_batches_keeps_verls_token_budgets(make_plan, build, as_dict,
+                                                                       tmp_path: Path) -> None:
+    """verl 0.9.1's critic engine packs by tokens whatever use_dynamic_bsz says: where the actor runs fixed
+    micro-batches the critic runs at verl's 32,768-token defaults, which the executor writes as the twin costs them;
+    under Megatron the critic takes the actor's parallel sizes and recompute, and no reference model shares them."""
+    train = {"tp": 2, "pp": 2, "recompute": {"granularity": "full"}, "offload": {"param": True, "grad": True}}
+    scenario = _scenario(tmp_path, "a2", 16, train, {"tp": 2, "dp": 8})
+    o = as_dict(build(make_plan(scenario, algorithm="ppo"), tmp_path).overrides)
+    assert (o["critic.use_dynamic_bsz"], o["critic.ppo_max_token_len_per_gpu"],
+            o["+critic.ppo_infer_max_token_len_per_gpu"]) == ("true", "32768", "32768")
+    assert o[f"{A}.use_dynamic_bsz"] == "false"
+    assert (o["critic.megatron.tensor_model_parallel_size"], o["critic.megatron.pipeline_model_parallel_size"],
+            o["critic.megatron.param_offload"]) == ("2", "2", "true")
+    assert o["critic.megatron.override_transformer_config.recompute_granularity"] == "full"
+    assert not any(k.startswith("critic.megatron") and "ref" in k for k in o)
+
+
+def test_grpo_and_dapo_launch_no_critic(make_plan, build, as_dict, tmp_path: Path) -> None:
+    o = as_dict(build(make_plan(), tmp_path).overrides)
+    assert o["algorithm.adv_estimator"] == "grpo"
+    assert not any(k.lstrip("+").startswith("critic.") for k in o)
+
+
+@pytest.mark.parametrize("algorithm", ["dapo", "ppo"])
+def test_the_cpu_kind_refuses_what_its_launcher_does_not_run(make_plan, build, tmp_path: Path, algorithm: str) -> None:
+    """executor/cpu/launch.py configures GRPO: a DAPO or PPO plan is refused before launch, not run as GRPO."""
+    plan = make_plan(SCENARIOS / "cpu-tiny-grpo.yaml", algorithm=algorithm)
+    with pytest.raises(ExecutorError, match=f"cluster kind cpu launches GRPO only .*not {algorithm.upper()}"):
+        build(plan, tmp_path)

@@ -55,3 +55,16 @@ def test_simulate_json_carries_the_band():
     assert u["in_domain"] and u["outside"] == [] and "leave-one-case-out" in u["basis"]
     lo, hi = u["step_s"]
     assert lo < json.loads(out.stdout)["step_s"] < hi
+
+
+def test_a_critic_no_fitting_case_trained_leaves_the_domain_and_an_older_domain_does_not_check_it():
+    """PPO's critic passes are costed only where a fitting case trained one: a PPO scenario against a GRPO/DAPO
+    domain names the algorithm; a domain recorded before the algorithm was a dimension does not check it."""
+    ppo = load_scenario(SCENARIOS / "c6-ppo-qwen3-8b-a2-8-fsdp.yaml")
+    gspo = load_scenario(SCENARIOS / "c6-gspo-qwen3-8b-a2-8-fsdp.yaml")
+    domain = domain_of([gspo])
+    assert domain["algorithm"] == ["grpo"]
+    assert outside(ppo, domain) == ["sequence length 4000 outside the fitted 4096-4096",  # 2000 + 2000 against 2048 x 2
+                                    "algorithm ppo not among the fitted grpo"]
+    assert outside(ppo, {k: v for k, v in domain.items() if k != "algorithm"}) == [
+        "sequence length 4000 outside the fitted 4096-4096"]

@@ -179,6 +179,11 @@ class Inventory(BaseModel):
     tensors: tuple[TensorSpec, ...]
     tied_head: bool = False  # lm_head shares the embedding's storage (state_dict holds both names)
 
+    @cached_property
+    def head_outputs(self) -> int:
+        """Outputs per token of the output head: the vocabulary of an LM head, one of a critic's score head."""
+        return next(t.shape[0] for t in self.tensors if t.group == "head" and len(t.shape) == 2)
+
     def __iter__(self) -> Iterator[TensorSpec]:  # type: ignore[override]
         return iter(self.tensors)
 
@@ -350,6 +355,20 @@ class _Builder:
         c = self.cfg
         self.add(name, (c.vocab_size, c.hidden_size), group, None, False, tp_dim=0, tp_style="vocab",
                  tp_units=c.vocab_size)
+
+
+def value_model(inv: Inventory) -> Inventory:
+    """The critic verl trains for PPO from `inv`'s checkpoint: transformers' ...ForTokenClassification with one label
+    (verl utils/model.py load_valuehead_model; the workers set num_labels 1), the same decoder with an embedding of
+    its own, and a score head, nn.Linear(hidden, 1) with its bias, where the LM head was (replicated: TP leaves a
+    one-row projection whole); no MTP layers."""
+    h = inv.config.hidden_size
+    score = [TensorSpec(name="score.weight", shape=(1, h), dtype=inv.config.dtype, dtype_bytes=inv.config.dtype_bytes,
+                        group="head"),
+             TensorSpec(name="score.bias", shape=(1,), dtype=inv.config.dtype, dtype_bytes=inv.config.dtype_bytes,
+                        group="head")]
+    body = [t for t in inv.tensors if t.group != "head" and not t.mtp]
+    return Inventory(config=inv.config, tensors=(*body, *score), tied_head=False)
 
 
 def build_inventory(cfg: ModelConfig, include_mtp: bool = True) -> Inventory:

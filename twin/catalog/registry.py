@@ -7,7 +7,7 @@ from importlib import resources
 from pathlib import Path
 
 from twin.catalog.config import ModelConfig, parse_config
-from twin.catalog.inventory import Inventory, build_inventory
+from twin.catalog.inventory import Inventory, build_inventory, value_model
 from twin.errors import TwinError
 from twin.fileio import parse_mapping, read_mapping
 
@@ -74,3 +74,15 @@ def load_model(model: str | ModelConfig) -> Inventory:
     """The tensor inventory of a catalog model or a config.json (cached)."""
     cfg = model if isinstance(model, ModelConfig) else load_config(model)
     return _inventory(cfg)
+
+
+@lru_cache(maxsize=64)
+def _value_inventory(cfg: ModelConfig) -> Inventory:
+    return value_model(_inventory(cfg))
+
+
+def load_value_model(model: str | ModelConfig) -> Inventory:
+    """The inventory of the critic PPO trains from a catalog model or a config.json (cached: one object per model,
+    which the cost models' tables are keyed on)."""
+    cfg = model if isinstance(model, ModelConfig) else load_config(model)
+    return _value_inventory(cfg)

@@ -36,15 +36,20 @@ RETURNED_PAGE_TERM = "host_returned_page_us"
 
 
 def returned_page_seconds(sc: Scenario, pf: Profile, tm: TrainMemory) -> dict[str, float]:
-    """Seconds each trainer pass after the rollout (old_log_prob unless bypassed, ref with a KL loss, update)
-    spends first-touching pages the host took back; {} where the profile does not carry the term."""
+    """Seconds each trainer pass after the rollout (old_log_prob unless bypassed, ref with a KL loss, PPO's values
+    and update_critic, update) spends first-touching pages the host took back; {} where the profile does not carry
+    the term."""
     if RETURNED_PAGE_TERM not in pf.params:
         return {}
     stages = range(tm.n_stages)
     log_prob = max(tm.log_prob_activation_bytes(s, fragmented=False) for s in stages)
     passes = {"old_log_prob": log_prob if not sc.has("skip_old_log_prob") else 0.0,
-              "ref": log_prob if sc.workload.use_kl_loss else 0.0,
-              "update": max(tm.update_activation_bytes(s, fragmented=False) for s in stages)}
+              "ref": log_prob if sc.workload.use_kl_loss else 0.0}
+    critic = tm.value_model
+    if critic is not None:  # PPO: the critic's values pass, then its update, before the actor's
+        passes["values"] = max(critic.log_prob_activation_bytes(s, fragmented=False) for s in stages)
+        passes["update_critic"] = max(critic.update_activation_bytes(s, fragmented=False) for s in stages)
+    passes["update"] = max(tm.update_activation_bytes(s, fragmented=False) for s in stages)
     seconds, touched = {}, 0.0
     for name, nbytes in passes.items():
         fresh = max(0.0, nbytes - touched)

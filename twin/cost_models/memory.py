@@ -1,7 +1,9 @@
 """Memory of every device in every phase, from the tensor inventory and the two layouts.
 
 Phases: `update` (actor forward/backward and optimizer step), `log_prob` (ref and old-policy forward
-passes), `rollout` (vLLM generation) and `transition` (reshard from training to rollout shards).
+passes), `rollout` (vLLM generation) and `transition` (reshard from training to rollout shards). PPO's critic
+(`TrainMemory.value_model`) joins the first two with its update and its values pass, and keeps what it does not
+offload beside the actor in every phase.
 Static parts (weights, gradients, optimizer state, KV bytes per token, reshard staging) are exact byte
 counts; activations follow the layer's tensor shapes for the step's largest micro-batch, drawn from the
 workload's lengths; framework overheads come from the profile.
@@ -52,12 +54,26 @@ def dynamic_micro_batches(tokens: float, sequences: int, max_tokens: int, vpp: i
 
 
 class TrainMemory:
-    """Per-stage memory of the actor (and reference) model in the training layout."""
+    """Per-stage memory of the actor (and reference) model in the training layout, or with `critic` of PPO's critic
+    (`inv` its value model: twin.catalog.inventory.value_model), which has no reference model."""
 
     def __init__(self, inv: Inventory, lay: TrainLayout, devices: int, scenario: Scenario,
-                 profile: Profile) -> None:
+                 profile: Profile, critic: bool = False) -> None:
         self.inv, self.lay, self.devices, self.sc, self.pf = inv, lay, devices, scenario, profile
         self.cfg = inv.config
+        self.is_critic = critic
+        self.has_ref = scenario.workload.use_kl_loss and not critic
+
+    @cached_property
+    def value_model(self) -> TrainMemory | None:
+        """The critic's memory where the workload trains one (PPO), in the same layout with the micro-batches verl
+        gives a critic (TrainLayout.for_critic); None otherwise."""
+        if self.is_critic or not self.sc.workload.has_critic:
+            return None
+        from twin.catalog.registry import load_value_model
+
+        return TrainMemory(load_value_model(self.cfg), self.lay.for_critic(), self.devices, self.sc, self.pf,
+                           critic=True)
 
     @cached_property
     def stages(self) -> StageBytes:
@@ -169,11 +185,11 @@ class TrainMemory:
 
     def _logits_bytes(self, tokens: float, forward_only: bool = False) -> float:
         """The logits of a micro-batch's last stage: Megatron's vocab-parallel fp32 cross-entropy (forward
-        only: the fp32 logits), FSDP's fused bf16 one."""
+        only: the fp32 logits), FSDP's fused bf16 one; a critic's one value per token (its head is not split)."""
         megatron = self.lay.engine == "megatron"
-        tp = self.lay.tp if megatron else 1
+        tp = self.lay.tp if megatron and not self.is_critic else 1
         per_entry = (FP32 if forward_only else LOGIT_BYTES) if megatron else FSDP_LOGIT_BYTES
-        return tokens / self.lay.cp * self.cfg.vocab_size / tp * per_entry
+        return tokens / self.lay.cp * self.inv.head_outputs / tp * per_entry
 
     def passes(self, forward_only: bool) -> int:
         """Passes a step makes over its sequences: one log-prob pass, one update pass per optimizer step."""
@@ -267,21 +283,21 @@ class TrainMemory:
 
     def ref_resident(self, stage: int) -> float:
         """The reference model's weights stay on the device unless parameters are offloaded."""
-        if self.lay.offload.param or not self.sc.workload.use_kl_loss:
+        if self.lay.offload.param or not self.has_ref:
             return 0.0
         return self.weight_bytes(stage)
 
     def host_bytes_in_training(self, stage: int) -> float:
         """Bytes of one device's training state on the host during the training phases."""
         off = self.lay.offload
-        ref = self.weight_bytes(stage) if off.param and self.sc.workload.use_kl_loss else 0
+        ref = self.weight_bytes(stage) if off.param and self.has_ref else 0
         return ref + self.host_optimizer_bytes(stage)
 
     def host_bytes(self, stage: int) -> float:
         """Bytes of one device's training state held on the host while the rollout runs."""
         off = self.lay.offload
         w = self.param_bytes(stage)
-        ref = self.weight_bytes(stage) if off.param and self.sc.workload.use_kl_loss else 0
+        ref = self.weight_bytes(stage) if off.param and self.has_ref else 0
         return ((w if off.param else 0) + ref + (self.grads_bytes(stage) if off.grad else 0)
                 + self.host_optimizer_bytes(stage))
 
@@ -426,18 +442,47 @@ def log_prob_part(tm: TrainMemory, stage: int, allocated: bool = False) -> Memor
                overhead=0.0 if allocated else tm.pf["framework_overhead_gb"] * GB)
 
 
+def _total(b: MemoryBreakdown) -> float:
+    return b.total
+
+
+def _idle(tm: TrainMemory, stage: int) -> MemoryBreakdown:
+    """What one trained model (and the actor's reference) keeps on a device of `stage` outside its own passes."""
+    idle = tm.resident_outside_training(stage)
+    return _gb(weights=idle["weights"], grads=idle["grads"], optimizer=idle["optimizer"])
+
+
 def train_parts(tm: TrainMemory, stage: int) -> dict[str, MemoryBreakdown]:
-    """What the training side puts on one device of `stage` in each phase (the rollout side excluded)."""
+    """What the training side puts on one device of `stage` in each phase (the rollout side excluded); with a critic
+    (PPO), its passes join the actor's phases (update_critic the update, compute_values the log-prob passes) with the
+    actor's idle state beside them, and its idle state sits beside the actor's."""
     overhead = tm.pf["framework_overhead_gb"] * GB
     weights = tm.param_bytes(stage)
     ref = tm.ref_resident(stage)
     idle = tm.resident_outside_training(stage)
-    return {
-        "update": max(update_parts(tm, stage), key=lambda b: b.total),
+    parts = {
+        "update": max(update_parts(tm, stage), key=_total),
         "log_prob": log_prob_part(tm, stage),
         "rollout": _gb(weights=idle["weights"], grads=idle["grads"], optimizer=idle["optimizer"], overhead=overhead),
         "transition": _gb(weights=weights + ref, grads=idle["grads"], optimizer=idle["optimizer"], overhead=overhead),
     }
+    return with_critic(parts, tm, stage, allocated=False)
+
+
+def with_critic(parts: dict[str, MemoryBreakdown], tm: TrainMemory, stage: int,
+                allocated: bool) -> dict[str, MemoryBreakdown]:
+    """`parts` (the actor's, by phase) with the critic's state and passes where the workload trains one."""
+    critic = tm.value_model
+    if critic is None:
+        return parts
+    beside_actor, beside_critic = _idle(critic, stage), _idle(tm, stage)
+    out = {name: _add(b, beside_actor) for name, b in parts.items()}
+    own = {"update": max(update_parts(critic, stage, allocated), key=_total),
+           "log_prob": log_prob_part(critic, stage, allocated)}
+    for name, b in own.items():
+        if name in out:
+            out[name] = max(out[name], _add(b, beside_critic), key=_total)
+    return out
 
 
 def allocated_peak_gb(tm: TrainMemory, rm: RolloutMemory, sleep_mode_frees: bool) -> float:
@@ -447,8 +492,12 @@ def allocated_peak_gb(tm: TrainMemory, rm: RolloutMemory, sleep_mode_frees: bool
     largest of its update_actor and log-prob passes so far. The rollout's weights and KV cache count where they stay
     on the device (torch tensors too)."""
     resident = rollout_parts(tm.sc, rm, 0.0, sleep_mode_frees)["update"]
-    worst = max(b.total for s in range(tm.n_stages)
-                for b in (*update_parts(tm, s, allocated=True), log_prob_part(tm, s, allocated=True)))
+    worst = 0.0
+    for s in range(tm.n_stages):
+        # a colocated critic lives in the same worker process (verl fuses the roles: create_colocated_worker_cls)
+        passes = with_critic({"update": max(update_parts(tm, s, allocated=True), key=_total),
+                              "log_prob": log_prob_part(tm, s, allocated=True)}, tm, s, allocated=True)
+        worst = max(worst, *(b.total for b in passes.values()))
     return worst + resident.total
 
 
@@ -486,8 +535,9 @@ def phase_memory(tm: TrainMemory, rm: RolloutMemory, reshard_extra: float, sleep
     phases = {name: _add(b, pair[name]) for name, b in phases.items()}
     util = rm.lay.gpu_memory_utilization
     rollout_on_host = rm.weight_bytes if (tm.sc.has("no_sleep_mode") or sleep_mode_frees) else 0
+    critic = tm.value_model  # its offloaded state waits on the host while the rollout runs, like the actor's
     per_device = max(max(tm.host_bytes(s), rollout_on_host + tm.host_bytes_in_training(s))
-                     for s in range(tm.n_stages))
+                     + (critic.host_bytes(s) if critic else 0.0) for s in range(tm.n_stages))
     notes = []
     if rm.kv_tokens(util) == 0:
         notes.append("the KV cache gets no memory: weights and overheads exceed gpu_memory_utilization")

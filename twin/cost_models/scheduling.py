@@ -20,13 +20,15 @@ from twin.scenario import Scenario
 # verl's threaded puts of the replicas' shares (#3495, 04726dbf1): 28.85 s -> 19.86 s for a 6400 x 20480 batch
 PARALLEL_PUT_SPEEDUP = 28.85 / 19.86
 # MindSpeed-RL's consumers pull only their columns from the TransferDock, at the samples' own lengths, per token:
-# input_ids, attention_mask, position_ids (int64) for a log-prob pass; and old/ref log-probs, advantages (fp32),
-# the response mask (int64) for the update
-PULLED_BYTES_PER_TOKEN = {"old_log_prob": 24, "ref": 24, "update": 48}
+# input_ids, attention_mask, position_ids (int64) for a forward pass (log-probs, a critic's values); and old/ref
+# log-probs, advantages (fp32), the response mask (int64) for the update; values and returns (fp32) and the response
+# mask for the critic's update
+PULLED_BYTES_PER_TOKEN = {"old_log_prob": 24, "ref": 24, "values": 24, "update_critic": 40, "update": 48}
 # what each trainer call hands back to verl's driver per response token (fp32): the old-policy pass its log-probs
-# and entropies, the reference pass its log-probs, the update metrics only
-OUTPUT_BYTES_PER_TOKEN = {"old_log_prob": 8, "ref": 4, "update": 0}
-Call = Literal["old_log_prob", "ref", "update"]
+# and entropies, the reference pass its log-probs, the critic its values, the updates metrics only
+OUTPUT_BYTES_PER_TOKEN = {"old_log_prob": 8, "ref": 4, "values": 4, "update_critic": 0, "update": 0}
+Call = Literal["old_log_prob", "ref", "values", "update_critic", "update"]
+UPDATES = ("update_critic", "update")  # the calls that train (PPO's critic first)
 
 
 def dispatched_bytes_per_sequence(sc: Scenario, call: Call) -> float:
@@ -36,9 +38,10 @@ def dispatched_bytes_per_sequence(sc: Scenario, call: Call) -> float:
     experimental/agent_loop/agent_loop.py `_postprocess`), whatever was generated: input_ids, attention_mask and
     position_ids over prompt + response, prompts, and responses and response_mask over the response (int64); the
     rollout's own log-probs where it returns them (fp32, `software.rollout_log_probs`); from the reference pass on the
-    old policy's log-probs where that pass ran; at the update the scores, rewards, advantages and returns (fp32), and
-    the reference log-probs with a KL loss. MindSpeed-RL's consumers pull their own columns at the samples' lengths
-    (`PULLED_BYTES_PER_TOKEN`; mindspeed_rl/trainer/utils/transfer_dock.py `_put`, `get_experience`)."""
+    old policy's log-probs where that pass ran; after the reference pass its log-probs (a KL loss); at the updates the
+    scores, rewards, advantages and returns (fp32), and a critic's values (PPO). MindSpeed-RL's consumers pull their
+    own columns at the samples' lengths (`PULLED_BYTES_PER_TOKEN`; mindspeed_rl/trainer/utils/transfer_dock.py
+    `_put`, `get_experience`)."""
     wl = sc.workload
     if sc.software.parallel_pull:
         return (wl.prompt_len.mean + wl.response_len.mean) * PULLED_BYTES_PER_TOKEN[call]
@@ -46,8 +49,10 @@ def dispatched_bytes_per_sequence(sc: Scenario, call: Call) -> float:
     per_response_token = 8 + 8 + (4 if sc.software.rollout_log_probs else 0)
     if call != "old_log_prob" and not sc.has("skip_old_log_prob"):
         per_response_token += 4
-    if call == "update":
-        per_response_token += 16 + (4 if wl.use_kl_loss else 0)
+    if call in ("values", *UPDATES) and wl.use_kl_loss:
+        per_response_token += 4
+    if call in UPDATES:
+        per_response_token += 16 + (4 if wl.has_critic else 0)
     return float(24 * (prompt + response) + 8 * prompt + per_response_token * response)
 
 
@@ -142,11 +147,21 @@ def driver_seconds(sc: Scenario, pf: Profile) -> dict[str, float]:
 
     Where the profile carries the overhead job's terms, both are what verl's code measured: the reward runs
     inside the agent-loop path (its per-response term times verl's reward loop), so no separate reward stage,
-    and the advantage is verl's stage method timed whole (TransferQueue reads and writes, padding, GRPO)."""
+    and the advantage is verl's stage method timed whole (TransferQueue reads and writes, padding, GRPO). PPO's
+    advantage adds GAE's loop (`gae_seconds`) to either."""
     wl = sc.workload
     n = wl.responses
     reward = 0.0 if carries(pf, "rollout") else wl.generated_responses * pf["reward_ms_per_response"] * 1e-3
+    gae = gae_seconds(sc, pf) if wl.has_critic else 0.0
     if carries(pf, "advantage"):
-        return {"reward": reward, "advantage": framework_seconds(pf, "advantage", n)}
+        return {"reward": reward, "advantage": framework_seconds(pf, "advantage", n) + gae}
     padded = n * wl.response_len.max * ADVANTAGE_BYTES_PER_TOKEN
-    return {"reward": reward, "advantage": padded / (pf["driver_memory_gbs"] * 1e9)}
+    return {"reward": reward, "advantage": padded / (pf["driver_memory_gbs"] * 1e9) + gae}
+
+
+def gae_seconds(sc: Scenario, pf: Profile) -> float:
+    """PPO's GAE on the driver (verl core_algos.compute_gae_advantage_return): a backward loop over the response
+    limit's positions, each a few operations on one column of the (responses x limit) tensors, at the per-position
+    and per-element rates `benchmarks/gae_driver_cpu.py` measures."""
+    wl = sc.workload
+    return wl.response_len.max * (pf["gae_us_per_position"] * 1e-6 + wl.responses * pf["gae_ns_per_element"] * 1e-9)

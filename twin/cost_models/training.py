@@ -94,6 +94,12 @@ class TrainCost:
         self.ops = LayerOperators(inv, cluster.kind, profile, self.tp, self.lay.expert_tp if megatron else 1)
 
     @cached_property
+    def value_model(self) -> TrainCost | None:
+        """The critic's costs where the workload trains one (PPO): its passes in the same layout; None otherwise."""
+        critic = self.mem.value_model
+        return None if critic is None else TrainCost(critic.inv, self.sc, self.cluster, self.pf, critic)
+
+    @cached_property
     def stage_layers(self) -> list[StageLayers]:
         cfg = self.cfg
         out = []
@@ -265,7 +271,9 @@ class TrainCost:
         if sl.head:
             total = total + ops.gemm_seconds(rows, ops.head_gemm)
             # fp32 logits: written, then read by the log-softmax and the gather
-            total = total + memory_seconds(self.cluster.kind, self.pf, rows * self.cfg.vocab_size / self.tp * FP32 * 3)
+            # (a critic's one value per token, its head not split)
+            outputs = self.inv.head_outputs / (1 if self.mem.is_critic else self.tp)
+            total = total + memory_seconds(self.cluster.kind, self.pf, rows * outputs * FP32 * 3)
         return total, attn * sl.layers
 
     def _signature(self, stage: int) -> tuple[StageLayers, bool]:

@@ -177,10 +177,13 @@ def offload_moments(tm: TrainMemory, rm: RolloutMemory, scenario: Scenario, clus
     """Seconds of host<->device copies and cache releases at each moment of the step where they happen."""
     train = train_offload_moments(tm, scenario, cluster, profile)
     rollout = rollout_offload_moments(rm, scenario, cluster, profile)
-    return {moment: train.get(moment, 0.0) + rollout.get(moment, 0.0) for moment in OFFLOAD_MOMENTS}
+    critic = critic_offload_moments(tm.value_model, cluster, profile) if tm.value_model else {}
+    return {moment: train.get(moment, 0.0) + rollout.get(moment, 0.0) + critic.get(moment, 0.0)
+            for moment in OFFLOAD_MOMENTS}
 
 
 OFFLOAD_MOMENTS = ("after_rollout", "log_prob_onload", "log_prob_offload", "ref_onload", "ref_offload",
+                   "values_onload", "values_offload", "before_update_critic", "after_update_critic",
                    "before_update", "after_update", "before_reshard", "after_reshard")
 
 
@@ -207,24 +210,47 @@ def train_offload_moments(tm: TrainMemory, scenario: Scenario, cluster: Cluster,
     # (verl/workers/engine/base.py BaseEngineCtx in eval mode; offload_megatron_model_to_cpu, offload_fsdp_model_to_cpu)
     # MindSpeed-RL offloads the training state for the rollout only (docs/features/offload.md)
     actor_pass = not scenario.has("skip_old_log_prob") and scenario.software.framework == "verl"
-    actor_copy = host_copy_time(cluster, profile, offloaded if actor_pass else 0.0)
     # verl offloads the weights with the rest after update_actor, loads them again for the weight sync and offloads
     # them after it, emptying the cache (engine_workers.py update_weights); the recipes keep them for the sync
     round_trip = 0.0 if scenario.software.keeps_weights_for_sync else offloaded
     after_update = rest + round_trip
+    forward = tm.log_prob_activation_bytes(stage)
+    log_prob = _around(cluster, profile, offloaded if actor_pass else 0.0, forward, actor_pass and offloaded > 0)
+    ref_moves = _around(cluster, profile, ref, forward, ref_pass)
     return {
-        "log_prob_onload": actor_copy,
-        "log_prob_offload": actor_copy
-        + (_release(profile, offloaded + tm.log_prob_activation_bytes(stage)) if actor_pass and offloaded else 0.0),
-        "ref_onload": host_copy_time(cluster, profile, ref),
-        "ref_offload": host_copy_time(cluster, profile, ref)
-        + (_release(profile, ref + tm.log_prob_activation_bytes(stage)) if ref_pass else 0.0),
+        "log_prob_onload": log_prob[0],
+        "log_prob_offload": log_prob[1],
+        "ref_onload": ref_moves[0],
+        "ref_offload": ref_moves[1],
         "before_update": host_copy_time(cluster, profile, before_update),
         "after_update": host_copy_time(cluster, profile, after_update)
         + _release(profile, after_update + tm.update_activation_bytes(stage)),
         "before_reshard": host_copy_time(cluster, profile, round_trip),
         "after_reshard": host_copy_time(cluster, profile, offloaded) + _release(profile, round_trip),
     }
+
+
+def critic_offload_moments(cm: TrainMemory, cluster: Cluster, profile: Profile) -> dict[str, float]:
+    """PPO's critic moves its own state as verl's workers move a trained model's (workers/engine/base.py BaseEngineCtx:
+    what the layout offloads is loaded on entering a call and offloaded on leaving it, emptying the cache): its
+    parameters around compute_values, all of its offloaded state around update_critic."""
+    off = cm.lay.offload
+    stage = max(range(cm.n_stages), key=cm.weight_bytes)
+    weights = cm.param_bytes(stage) if off.param else 0.0
+    state = (weights + (cm.grads_bytes(stage) if off.grad else 0.0)
+             + (cm.optimizer_bytes(stage) if off.optimizer == "offload" else 0.0))
+    values = _around(cluster, profile, weights, cm.log_prob_activation_bytes(stage), weights > 0)
+    update = _around(cluster, profile, state, cm.update_activation_bytes(stage), True)
+    return {"values_onload": values[0], "values_offload": values[1],
+            "before_update_critic": update[0], "after_update_critic": update[1]}
+
+
+def _around(cluster: Cluster, profile: Profile, moved: float, activations: float, release: bool
+            ) -> tuple[float, float]:
+    """(before, after) a worker call that loads `moved` bytes and offloads them after it, then, where `release`,
+    empties the cache of them and of the call's `activations`."""
+    copy = host_copy_time(cluster, profile, moved)
+    return copy, copy + (_release(profile, moved + activations) if release else 0.0)
 
 
 def rollout_offload_moments(rm: RolloutMemory, scenario: Scenario, cluster: Cluster, profile: Profile

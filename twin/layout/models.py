@@ -10,6 +10,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# verl 0.9.1's critic token budgets a device (trainer/config/critic/critic.yaml ppo_max_token_len_per_gpu, and the
+# CriticConfig field ppo_infer_max_token_len_per_gpu): twice the actor's default
+VERL_CRITIC_TOKENS = 32768
+
 
 class Recompute(BaseModel):
     """Activation recomputation: none, selective (attention core only) or full (whole layers)."""
@@ -96,6 +100,15 @@ class TrainLayout(BaseModel):
         if forward_only and self.log_prob_dynamic_batch_tokens is not None:
             return self.log_prob_dynamic_batch_tokens
         return self.dynamic_batch_tokens
+
+    def for_critic(self) -> TrainLayout:
+        """PPO's critic in this layout as verl 0.9.1 trains it: its engine always packs micro-batches by tokens
+        (trainer/ppo/ray_trainer.py builds the critic's engine config with use_dynamic_bsz left at its default, True),
+        at this layout's budgets where it has them, else at verl's critic defaults (`VERL_CRITIC_TOKENS` a device for
+        its update, ppo_max_token_len_per_gpu, and for its values, ppo_infer_max_token_len_per_gpu)."""
+        return self.model_copy(update={
+            "dynamic_batch_tokens": self.dynamic_batch_tokens or VERL_CRITIC_TOKENS,
+            "log_prob_dynamic_batch_tokens": self.token_budget(forward_only=True) or VERL_CRITIC_TOKENS})
 
     def dp(self, devices: int) -> int:
         return devices // self.model_parallel

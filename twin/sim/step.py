@@ -1,8 +1,9 @@
-"""One colocated GRPO step (or k of them) as a simpy simulation, driven by the scenario and the profile.
+"""One colocated GRPO, DAPO or PPO step (or k of them) as a simpy simulation, driven by the scenario and the profile.
 
 In order: rollout (twin.sim.rollout), rollout weights offloaded and the KV cache released, reward, the
-old-policy log-prob pass unless skipped, the reference pass (weights on and off the device around it), the
-advantage, update_actor (task dispatch, then per mini-batch the 1F1B pipeline and the optimizer step), and
+old-policy log-prob pass unless skipped, the reference pass (weights on and off the device around it), PPO's
+critic values pass (its weights likewise), the advantage, PPO's update_critic, update_actor (each: state onloaded,
+task dispatch, then per mini-batch the 1F1B pipeline and the optimizer step, state offloaded), and
 the transition back: rollout weights onloaded, the reshard on the topology's ports, the actor offloaded.
 Task dispatch before each worker call costs the skew of handing inputs to the workers (Ray one worker at a
 time, or device to device). Response and prompt lengths are drawn from the workload (seeded).
@@ -26,9 +27,10 @@ import simpy
 
 from twin.cost_models.host_pages import returned_page_seconds
 from twin.cost_models.scheduling import driver_seconds, framework_seconds
+from twin.cost_models.training import TrainCost
 from twin.cost_models.transition import offload_moments, reshard_time
 from twin.evaluate import Evaluation
-from twin.results import SimulationResult
+from twin.results import CRITIC_STAGES, STAGES, SimulationResult
 from twin.sim.pipeline import PipelineRun, run_pipeline
 from twin.sim.rollout import RolloutOutcome, simulate_rollout
 from twin.sim.trace import Trace
@@ -44,10 +46,16 @@ class StepRecord:
     pipelines: dict[str, PipelineRun] = field(default_factory=dict)
 
 
-# the weights each log-prob pass loads before it and offloads after it: (trace label, offload moment)
+# the weights each forward-only pass loads before it and offloads after it: (trace label, offload moment)
 PASS_MOMENTS = {
     "old_log_prob": (("actor weights onload", "log_prob_onload"), ("actor weights offload", "log_prob_offload")),
     "ref": (("ref weights onload", "ref_onload"), ("ref weights offload", "ref_offload")),
+    "values": (("critic weights onload", "values_onload"), ("critic weights offload", "values_offload")),
+}
+# each update's state moves before and after it: (onload label, moment), (offload label, moment)
+UPDATE_MOMENTS = {
+    "update_critic": (("critic state onload", "before_update_critic"), ("critic state offload", "after_update_critic")),
+    "update": (("actor state onload", "before_update"), ("actor state offload", "after_update")),
 }
 
 
@@ -65,7 +73,7 @@ class StepSimulation:
         self.drawn, self.weight = represented(ev.sc.workload.responses)  # training passes: sequences drawn
 
     # ---- training passes ----------------------------------------------------------------------------
-    def _replicas(self, prompts: np.ndarray, responses: np.ndarray, micro: int, forward_only: bool
+    def _replicas(self, prompts: np.ndarray, responses: np.ndarray, micro: int, forward_only: bool, tc: TrainCost
                   ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per simulated DP replica, (tokens, squared lengths) of each of its micro-batches (a forward-only pass
         packs dynamic micro-batches at the log-prob budget)."""
@@ -79,22 +87,21 @@ class StepSimulation:
         for r in range(count):
             lengths = (prompts + responses)[r * per:(r + 1) * per].astype(float)
             if lay.dynamic_batch_tokens is not None:
-                out.append(_packed(lengths, self.ev.train_cost.micro_batches_of(lengths, forward_only)))
+                out.append(_packed(lengths, tc.micro_batches_of(lengths, forward_only)))
                 continue
             m = max(1, per // micro)
             chunks = lengths[: m * micro].reshape(m, micro)
             out.append((chunks.sum(axis=1), (chunks**2).sum(axis=1)))
         return out
 
-    def _pass(self, label: str, micro: int, kind: str, prompts: np.ndarray, responses: np.ndarray
+    def _pass(self, label: str, micro: int, kind: str, prompts: np.ndarray, responses: np.ndarray, tc: TrainCost
               ) -> Generator[simpy.Event, object, PipelineRun]:
-        """The DP replicas' pipeline passes run side by side (forward-only, or 1F1B forward + backward);
-        the pass ends with the slowest. Only the first replica's spans go to the trace."""
-        tc = self.ev.train_cost
+        """The DP replicas' pipeline passes of the model `tc` costs run side by side (forward-only, or 1F1B forward +
+        backward); the pass ends with the slowest. Only the first replica's spans go to the trace."""
         stages = range(self.ev.train_memory.n_stages)
         lanes = self._stage_lanes
         runs = []
-        for i, (tokens, sq) in enumerate(self._replicas(prompts, responses, micro, kind == "log_prob")):
+        for i, (tokens, sq) in enumerate(self._replicas(prompts, responses, micro, kind == "log_prob", tc)):
             if kind == "log_prob":
                 fwd = np.stack([np.asarray(tc.microbatch_time(s, tokens, sq, "log_prob").total) for s in stages])
                 bwd = None
@@ -147,8 +154,8 @@ class StepSimulation:
         wl = sc.workload
         prompts = sample_lengths(wl.prompt_len, self.drawn, self.rng)
         responses = sample_lengths(wl.response_len, self.drawn, self.rng)
-        stages = dict.fromkeys(("rollout", "reward", "old_log_prob", "ref", "advantage", "update", "reshard",
-                                "offload"), 0.0)
+        critic = ev.train_cost.value_model
+        stages = dict.fromkeys((s for s in STAGES if critic is not None or s not in CRITIC_STAGES), 0.0)
         moments = offload_moments(ev.train_memory, ev.rollout_memory, sc, ev.cluster, pf)
         mem = ev.memory_report.phases
         driver = driver_seconds(sc, pf)
@@ -171,8 +178,10 @@ class StepSimulation:
         bypass = framework_seconds(pf, "old_log_prob", wl.responses) if sc.has("skip_old_log_prob") else 0.0
         if bypass:  # bypass mode: the rollout's log-probs copied through TransferQueue
             stages["old_log_prob"] = yield from self._timed(drv, "driver", "old_log_prob (bypass copy)", bypass)
-        for name, needed in (("old_log_prob", not sc.has("skip_old_log_prob")), ("ref", wl.use_kl_loss)):
-            if not needed:
+        forward_passes = (("old_log_prob", not sc.has("skip_old_log_prob"), ev.train_cost),
+                          ("ref", wl.use_kl_loss, ev.train_cost), ("values", critic is not None, critic))
+        for name, needed, tc in forward_passes:
+            if not needed or tc is None:
                 continue
             (onload, onload_key), (offload, offload_key) = PASS_MOMENTS[name]
             if moments[onload_key]:
@@ -180,7 +189,7 @@ class StepSimulation:
             skew = ev.dispatch_s(name)
             yield from self._timed(drv, "dispatch", f"{name} task dispatch", skew)
             touch = yield from self._returned_pages(name, pages)
-            run = yield from self._pass(name, ev.layout.train.log_prob_micro_batch, "log_prob", prompts, responses)
+            run = yield from self._pass(name, ev.layout.train.log_prob_micro_batch, "log_prob", prompts, responses, tc)
             pipelines[name] = run
             collect = ev.collect_s(name)
             if collect:
@@ -189,27 +198,15 @@ class StepSimulation:
             if moments[offload_key]:
                 stages["offload"] += yield from self._timed(drv, "transition", offload, moments[offload_key])
         stages["advantage"] = yield from self._timed(drv, "advantage", "advantage", driver["advantage"])
-        stages["offload"] += yield from self._timed(drv, "transition", "actor state onload", moments["before_update"])
         self.trace.mark_memory(env.now, "update", mem["update"])
-        skew = ev.dispatch_s("update")
-        yield from self._timed(drv, "dispatch", "update_actor task dispatch", skew)
-        update = skew
-        if framework := framework_seconds(pf, "update", wl.responses):
-            update += yield from self._timed(drv, "dispatch", "update_actor framework time", framework)
-        update += yield from self._returned_pages("update", pages)
-        opt_step = ev.train_cost.optimizer_time() / wl.optimizer_steps
-        mini_batches = wl.optimizer_steps // wl.ppo_epochs
-        minibatch = len(responses) // mini_batches
-        for epoch in range(wl.ppo_epochs):
-            for i in range(mini_batches):
-                part = slice(i * minibatch, (i + 1) * minibatch)
-                run = yield from self._pass(f"update {epoch}.{i}", ev.layout.train.micro_batch, "train",
-                                            prompts[part], responses[part])
-                pipelines[f"update {epoch}.{i}"] = run
-                update += run.seconds
-                update += yield from self._timed(drv, "optimizer", "grad sync + optimizer step", opt_step)
-        stages["update"] = update
-        stages["offload"] += yield from self._timed(drv, "transition", "actor state offload", moments["after_update"])
+        updates = (("update_critic", critic), ("update", ev.train_cost))
+        for name, tc in updates:
+            if tc is None:
+                continue
+            (onload, onload_key), (offload, offload_key) = UPDATE_MOMENTS[name]
+            stages["offload"] += yield from self._timed(drv, "transition", onload, moments[onload_key])
+            stages[name] = yield from self._update(name, tc, prompts, responses, pages, pipelines)
+            stages["offload"] += yield from self._timed(drv, "transition", offload, moments[offload_key])
         self.trace.mark_memory(env.now, "transition", mem["transition"])
         stages["offload"] += yield from self._timed(drv, "transition", "rollout weights onload",
                                                     moments["before_reshard"])
@@ -219,6 +216,32 @@ class StepSimulation:
                                                     moments["after_reshard"])
         self.trace.span(drv, "step", f"step {k}", t_step, env.now - t_step)
         self.records.append(StepRecord(stages, outcome, pipelines))
+
+    def _update(self, name: str, tc: TrainCost, prompts: np.ndarray, responses: np.ndarray, pages: dict[str, float],
+                pipelines: dict[str, PipelineRun]) -> Generator[simpy.Event, object, float]:
+        """One update call (update_actor, or PPO's update_critic) of the model `tc` costs: task dispatch, verl's
+        framework time around the passes, then per mini-batch the 1F1B pipeline and the optimizer step."""
+        ev, wl, drv = self.ev, self.sc.workload, "driver"
+        call = "update_actor" if name == "update" else name
+        skew = ev.dispatch_s(name)
+        yield from self._timed(drv, "dispatch", f"{call} task dispatch", skew)
+        seconds = skew
+        # update_actor's framework terms stand for update_critic's call too (twin.cost_models.stages)
+        if framework := framework_seconds(ev.profile, "update", wl.responses):
+            seconds += yield from self._timed(drv, "dispatch", f"{call} framework time", framework)
+        seconds += yield from self._returned_pages(name, pages)
+        opt_step = tc.optimizer_time() / wl.optimizer_steps
+        mini_batches = wl.optimizer_steps // wl.ppo_epochs
+        minibatch = len(responses) // mini_batches
+        for epoch in range(wl.ppo_epochs):
+            for i in range(mini_batches):
+                part = slice(i * minibatch, (i + 1) * minibatch)
+                run = yield from self._pass(f"{name} {epoch}.{i}", ev.layout.train.micro_batch, "train",
+                                            prompts[part], responses[part], tc)
+                pipelines[f"{name} {epoch}.{i}"] = run
+                seconds += run.seconds
+                seconds += yield from self._timed(drv, "optimizer", f"{call}: grad sync + optimizer step", opt_step)
+        return seconds
 
     def _with_agent_loop(self, outcome: RolloutOutcome) -> float:
         """One round's rollout with verl's agent-loop path handing every request to the engine, where the profile
@@ -257,7 +280,7 @@ class StepSimulation:
                  f"rollout: {last.rollout.steps} engine steps on the slowest instance; "
                  + ", ".join(f"{k} {v:.1f} s" for k, v in last.rollout.components_s.items())]
         for name, run in last.pipelines.items():
-            if not name.startswith("update") or name == "update 0.0":
+            if name.split()[0] not in UPDATE_MOMENTS or name.endswith(" 0.0"):  # an update's first mini-batch
                 notes.append(f"{name}: pipeline bubble {run.bubble_fraction * 100:.1f} %")
         notes += [last.rollout.note] if last.rollout.note else []
         if self.weight > 1:

@@ -106,3 +106,24 @@ def test_contiguity():
     assert block_is_contiguous(((2, 3), (0, 4)), (5, 4))
     assert block_is_contiguous(((1, 2), (1, 3)), (5, 4))
     assert not block_is_contiguous(((0, 2), (1, 3)), (5, 4))
+
+
+def test_a_critic_is_the_checkpoint_with_a_one_output_score_head_in_place_of_the_lm_head():
+    """verl's PPO critic: ...ForTokenClassification with one label: Qwen3-8B's 8,190,735,360 parameters less its
+    LM head (151,936 x 4,096) plus a score head of 4,096 weights and one bias; the embedding stays its own."""
+    from twin.catalog.inventory import value_model
+    from twin.catalog.registry import load_model, load_value_model
+
+    actor = load_model("qwen3-8b")
+    critic = value_model(actor)
+    assert actor.total_params() == 8_190_735_360
+    assert critic.total_params() == 8_190_735_360 - 151_936 * 4096 + 4096 + 1
+    assert (actor.head_outputs, critic.head_outputs) == (151_936, 1)
+    assert [t.name for t in critic.tensors if t.group == "head"] == ["score.weight", "score.bias"]
+    assert all(t.shard.replicated for t in critic.tensors if t.group == "head")
+    assert load_value_model("qwen3-8b") is load_value_model("qwen3-8b")  # one object: tables are keyed on it
+    tied = load_model("qwen2.5-1.5b")  # a tied LM head: the critic keeps the embedding and adds its score head
+    assert tied.tied_head and not value_model(tied).tied_head
+    assert value_model(tied).total_params() == tied.total_params() + tied.config.hidden_size + 1
+    mtp = load_model("deepseek-r1")
+    assert not any(t.mtp for t in value_model(mtp).tensors)

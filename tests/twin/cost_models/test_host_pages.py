@@ -23,6 +23,7 @@ class Activations:
 
     log_prob: tuple[float, ...]
     update: tuple[float, ...]
+    value_model: Activations | None = None  # PPO's critic
 
     @property
     def n_stages(self) -> int:
@@ -63,6 +64,18 @@ def test_a_log_prob_pass_first_touches_its_own_and_the_update_only_the_rest():
     assert seconds["old_log_prob"] == pytest.approx(16384 * 4e-6, rel=1e-12)
     assert seconds["ref"] == 0.0
     assert seconds["update"] == pytest.approx(49152 * 4e-6, rel=1e-12)
+
+
+def test_a_critic_touches_what_its_passes_need_beyond_the_actors_before_them():
+    # PPO: old_log_prob 64 MiB (16,384 pages at 2 us); the critic's values pass 80 MiB (4,096 more pages), its update
+    # 200 MiB (30,720 more), then the actor's update 256 MiB (14,336 more)
+    sc = _scenario(optimizations=(), use_kl_loss=False)
+    critic = Activations((80 * MB,), (200 * MB,))
+    seconds = returned_page_seconds(sc, _cpu(2.0), Activations((64 * MB,), (256 * MB,), critic))
+    assert seconds == {"old_log_prob": pytest.approx(16384 * 2e-6, rel=1e-12), "ref": 0.0,
+                       "values": pytest.approx(4096 * 2e-6, rel=1e-12),
+                       "update_critic": pytest.approx(30720 * 2e-6, rel=1e-12),
+                       "update": pytest.approx(14336 * 2e-6, rel=1e-12)}
 
 
 def test_the_busiest_pipeline_stage_sets_the_pages():

@@ -239,3 +239,36 @@ def test_log_prob_passes_hold_the_actor_once_and_the_reference_beside_it_unless_
     local = float(tm.stages.dense_numel[0] + tm.stages.expert_numel[0])
     params = 4 if engine == "fsdp" else 2
     assert log_prob_part(tm, 0).weights == pytest.approx(local * (params + ref_bytes_per_param) / 1e9, rel=1e-12)
+
+
+def test_ppos_critic_is_its_own_fp32_model_beside_the_actor():
+    """C6's PPO (FSDP over 8 NPUs, everything offloaded between calls): the critic holds its 7,568,409,601
+    parameters (the actor's less the LM head, plus its score head) in fp32, sharded over the 8 ranks, has no
+    reference model and one value per token for logits; offloaded, neither model stays beside the other, so the
+    update phase is the larger of the two updates and the logged allocator peak the largest pass of either (they
+    share the worker process). Kept on the device instead, the critic's fp32 parameters sit beside the actor's
+    through the rollout."""
+    from twin.cost_models.memory import allocated_peak_gb, train_parts, update_parts
+    from twin.layout import Offload
+
+    ev = _c6("c6-ppo-qwen3-8b-a2-8-fsdp", "a2")
+    tm = ev.train_memory
+    critic = tm.value_model
+    local = float(critic.stages.dense_numel[0] + critic.stages.expert_numel[0])
+    # FSDP2 shards dimension 0: every rank of 8 holds an eighth of the body, and a whole one-row score head
+    assert local == (7_568_409_601 - 4097) / 8 + 4097
+    assert critic.param_bytes(0) == 4 * local and critic.ref_resident(0) == 0.0
+    assert critic.inv.head_outputs == 1 and critic.lay.dynamic_batch_tokens == 16384
+    update = train_parts(tm, 0)["update"].total
+    actor_update, critic_update = (max(b.total for b in update_parts(m, 0)) for m in (tm, critic))
+    assert update == pytest.approx(max(actor_update, critic_update), rel=1e-12) and actor_update > critic_update
+    grpo = ev.sc.model_copy(update={"workload": ev.sc.workload.model_copy(update={"algorithm": "grpo"})})
+    alone = TrainMemory(ev.inv, ev.layout.train, 8, grpo, ev.profile)
+    assert alone.value_model is None
+    assert allocated_peak_gb(tm, ev.rollout_memory, True) == pytest.approx(
+        allocated_peak_gb(alone, ev.rollout_memory, True), rel=1e-12)  # the actor's update is the larger pass
+    kept = ev.layout.train.model_copy(update={"offload": Offload()})
+    both = TrainMemory(ev.inv, kept, 8, ev.sc, ev.profile)
+    rollout = train_parts(both, 0)["rollout"]
+    assert rollout.weights == pytest.approx((both.param_bytes(0) + 4 * local) / 1e9, rel=1e-12)
+

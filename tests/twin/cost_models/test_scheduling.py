@@ -92,3 +92,23 @@ def test_dapos_filter_scores_every_generated_round():
     wl = sc.workload
     assert (wl.gen_rounds, wl.generation_prompts, wl.n, wl.responses) == (2, 32, 8, 256)
     assert driver_seconds(sc, pf)["reward"] == pytest.approx(512 * pf["reward_ms_per_response"] * 1e-3, rel=1e-12)
+
+
+def test_ppo_calls_carry_the_critics_values_and_gae_walks_every_position():
+    """C6's PPO (prompts to 2000, responses to 2000, the rollout's log-probs kept, no KL): compute_values carries the
+    old_log_prob call's 24 x 4000 + 8 x 2000 + 20 x 2000 B and the old log-probs (4 x 2000): 160,000 B; the updates
+    carry scores, rewards, advantages, returns and the values (fp32) on top: 200,000 B; the critic hands back one fp32
+    value a position. GAE's loop: 2000 positions x (22.5 us + 32 responses x 63.9 ns) = 49.09 ms."""
+    from twin.cost_models.scheduling import driver_seconds, gae_seconds
+
+    pf = reference_profile("a2")
+    sc = load_scenario(SCENARIOS / "c6-ppo-qwen3-8b-a2-8-fsdp.yaml")
+    assert dispatched_bytes_per_sequence(sc, "old_log_prob") == 24 * 4000 + 8 * 2000 + 20 * 2000 == 152_000
+    assert dispatched_bytes_per_sequence(sc, "values") == 152_000 + 4 * 2000 == 160_000
+    assert dispatched_bytes_per_sequence(sc, "update_critic") == dispatched_bytes_per_sequence(sc, "update") == (
+        160_000 + 20 * 2000)
+    assert gae_seconds(sc, pf) == pytest.approx(2000 * (22.5e-6 + 32 * 63.9e-9), rel=1e-12)
+    grpo = sc.model_copy(update={"workload": sc.workload.model_copy(update={"algorithm": "grpo"})})
+    assert driver_seconds(sc, pf)["advantage"] - driver_seconds(grpo, pf)["advantage"] == pytest.approx(
+        gae_seconds(sc, pf), rel=1e-12)
+    assert dispatched_bytes_per_sequence(grpo, "update") == 152_000 + 4 * 2000 + 16 * 2000  # no values

@@ -243,3 +243,28 @@ def test_the_directed_transfers_host_work_is_its_rounds_and_its_rollout_tensors_
     assert transfer_host_s(c1.reshard(), c1.rollout_memory, c1.profile) == 0.0
     gathered = stats.__class__(**{**stats.__dict__, "method": "all_gather"})
     assert transfer_host_s(gathered, rm, cpu.profile) == 0.0
+
+
+def test_ppos_critic_moves_its_own_state_around_its_calls():
+    """C6's PPO (FSDP, parameters, gradients and optimizer offloaded): the critic's fp32 parameters come on for
+    compute_values and leave after it with an empty_cache of them and the pass's activations; all of its offloaded
+    state comes on for update_critic and leaves after it; a GRPO step has none of these moments."""
+    sc = load_scenario(SCENARIOS / "c6-ppo-qwen3-8b-a2-8-fsdp.yaml")
+    ev = Evaluation(sc, reference_profile("a2"))
+    critic, pf, cluster = ev.train_memory.value_model, ev.profile, ev.cluster
+    assert critic is not None and critic.is_critic and not critic.has_ref
+    weights = critic.param_bytes(0)
+    state = weights + critic.grads_bytes(0) + critic.optimizer_bytes(0)
+    assert state == pytest.approx(weights * 4, rel=1e-12)  # fp32 parameters, gradients and two moments
+    moments = offload_moments(ev.train_memory, ev.rollout_memory, sc, cluster, pf)
+    copy = host_copy_time
+    assert moments["values_onload"] == pytest.approx(copy(cluster, pf, weights), rel=1e-12)
+    assert moments["values_offload"] == pytest.approx(
+        copy(cluster, pf, weights) + (weights + critic.log_prob_activation_bytes(0)) / 1e9 * 0.154, rel=1e-12)
+    assert moments["before_update_critic"] == pytest.approx(copy(cluster, pf, state), rel=1e-12)
+    assert moments["after_update_critic"] == pytest.approx(
+        copy(cluster, pf, state) + (state + critic.update_activation_bytes(0)) / 1e9 * 0.154, rel=1e-12)
+    gspo = Evaluation(load_scenario(SCENARIOS / "c6-gspo-qwen3-8b-a2-8-fsdp.yaml"), reference_profile("a2"))
+    grpo = offload_moments(gspo.train_memory, gspo.rollout_memory, gspo.sc, gspo.cluster, gspo.profile)
+    assert all(grpo[k] == 0.0 for k in ("values_onload", "values_offload", "before_update_critic",
+                                        "after_update_critic"))

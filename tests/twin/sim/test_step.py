@@ -149,3 +149,20 @@ def test_trace_and_plots(tmp_path):
     for png in (memory_timeline(sim.trace, result, tmp_path / "m.png"), stage_breakdown(result, sc.measured,
                                                                                           tmp_path / "s.png")):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_ppo_runs_the_critics_passes_in_verls_order_in_both_models():
+    """PPO's step: values after the reference pass's place, update_critic before update_actor; the simulation and the
+    closed form agree on them; the critic's forward costs less than the actor's (no vocabulary projection)."""
+    result, sc = _sim("c6-ppo-qwen3-8b-a2-8-fsdp")
+    ev = Evaluation(sc)
+    closed = ev.stage_times()
+    order = ["rollout", "reward", "old_log_prob", "ref", "values", "advantage", "update_critic", "update", "reshard",
+             "offload"]
+    assert list(result.stages_s) == list(closed) == order
+    for stage in ("values", "update_critic"):
+        assert result.stages_s[stage] == pytest.approx(closed[stage], rel=0.05)
+    critic = ev.train_cost.value_model
+    assert critic is not None and critic.log_prob_time() < ev.train_cost.log_prob_time()
+    grpo, _ = _sim("c6-gspo-qwen3-8b-a2-8-fsdp")
+    assert "values" not in grpo.stages_s and "update_critic" not in grpo.stages_s
