@@ -75,18 +75,17 @@ class StepSimulation:
     # ---- training passes ----------------------------------------------------------------------------
     def _replicas(self, prompts: np.ndarray, responses: np.ndarray, micro: int, forward_only: bool, tc: TrainCost
                   ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per simulated DP replica, (tokens, squared lengths) of each of its micro-batches (a forward-only pass
-        packs dynamic micro-batches at the log-prob budget)."""
+        """Per simulated DP replica, (tokens, squared lengths) of each of its micro-batches of the model `tc` costs (a
+        forward-only pass packs dynamic micro-batches at the log-prob budget)."""
         dp = self.ev.train_memory.dp
         per = max(1, len(responses) // dp)  # a replica given less than one sequence still runs one
         micro = min(micro, per)  # a micro-batch never holds more sequences than its replica has
         fixed = self.sc.workload.prompt_len.dist == "fixed" and self.sc.workload.response_len.dist == "fixed"
         count = 1 if fixed else min(dp, MAX_DP_REPLICAS_SIMULATED, len(responses) // per)
         out = []
-        lay = self.ev.layout.train
         for r in range(count):
             lengths = (prompts + responses)[r * per:(r + 1) * per].astype(float)
-            if lay.dynamic_batch_tokens is not None:
+            if tc.lay.dynamic_batch_tokens is not None:  # the model's own layout: a critic's always packs by tokens
                 out.append(_packed(lengths, tc.micro_batches_of(lengths, forward_only)))
                 continue
             m = max(1, per // micro)

@@ -166,3 +166,18 @@ def test_ppo_runs_the_critics_passes_in_verls_order_in_both_models():
     assert critic is not None and critic.log_prob_time() < ev.train_cost.log_prob_time()
     grpo, _ = _sim("c6-gspo-qwen3-8b-a2-8-fsdp")
     assert "values" not in grpo.stages_s and "update_critic" not in grpo.stages_s
+
+
+def test_a_critic_packs_by_tokens_in_the_simulation_too_where_the_actor_runs_fixed_micro_batches():
+    """verl's critic packs its micro-batches by tokens even beside an actor of fixed micro-batches: the simulated
+    critic passes follow its own layout (TrainLayout.for_critic), as the closed form does."""
+    sc = load_scenario(SCENARIOS / "c6-ppo-qwen3-8b-a2-8-fsdp.yaml")
+    train = sc.layout.train.model_copy(update={"dynamic_batch_tokens": None})
+    sc = sc.model_copy(update={"layout": sc.layout.model_copy(update={"train": train})})
+    ev = Evaluation(sc)
+    critic = ev.train_cost.value_model
+    assert critic is not None and critic.lay.dynamic_batch_tokens == 32768
+    result = simulate(ev)[0]
+    closed = ev.stage_times()
+    for stage in ("values", "update_critic"):
+        assert result.stages_s[stage] == pytest.approx(closed[stage], rel=0.05)
