@@ -362,11 +362,9 @@ def value_model(inv: Inventory) -> Inventory:
     (verl utils/model.py load_valuehead_model; the workers set num_labels 1), the same decoder with an embedding of
     its own, and a score head, nn.Linear(hidden, 1) with its bias, where the LM head was (replicated: TP leaves a
     one-row projection whole); no MTP layers."""
-    h = inv.config.hidden_size
-    score = [TensorSpec(name="score.weight", shape=(1, h), dtype=inv.config.dtype, dtype_bytes=inv.config.dtype_bytes,
-                        group="head"),
-             TensorSpec(name="score.bias", shape=(1,), dtype=inv.config.dtype, dtype_bytes=inv.config.dtype_bytes,
-                        group="head")]
+    cfg = inv.config
+    score = [TensorSpec(name=name, shape=shape, dtype=cfg.dtype, dtype_bytes=cfg.dtype_bytes, group="head")
+             for name, shape in (("score.weight", (1, cfg.hidden_size)), ("score.bias", (1,)))]
     body = [t for t in inv.tensors if t.group != "head" and not t.mtp]
     return Inventory(config=inv.config, tensors=(*body, *score), tied_head=False)
 

@@ -471,7 +471,8 @@ def train_parts(tm: TrainMemory, stage: int) -> dict[str, MemoryBreakdown]:
 
 def with_critic(parts: dict[str, MemoryBreakdown], tm: TrainMemory, stage: int,
                 allocated: bool) -> dict[str, MemoryBreakdown]:
-    """`parts` (the actor's, by phase) with the critic's state and passes where the workload trains one."""
+    """`parts` (the actor's, by phase; its update and log_prob at least) with the critic's state and passes where the
+    workload trains one."""
     critic = tm.value_model
     if critic is None:
         return parts
@@ -480,8 +481,7 @@ def with_critic(parts: dict[str, MemoryBreakdown], tm: TrainMemory, stage: int,
     own = {"update": max(update_parts(critic, stage, allocated), key=_total),
            "log_prob": log_prob_part(critic, stage, allocated)}
     for name, b in own.items():
-        if name in out:
-            out[name] = max(out[name], _add(b, beside_critic), key=_total)
+        out[name] = max(out[name], _add(b, beside_critic), key=_total)
     return out
 
 
