@@ -18,7 +18,7 @@ from rich.table import Table
 from executor.console import err, fail, out
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Launch verl GRPO/DAPO runs from twin plans, with the Ascend recipe optimizations.")
+                  help="Launch verl GRPO, DAPO and PPO runs from twin plans, with the Ascend recipe optimizations.")
 
 def optimization_table(reports: list) -> Table:
     table = Table(title="Optimizations (DESIGN section 6)")

@@ -32,6 +32,11 @@ def required_dists(plan: Plan, target: Target) -> dict[str, str]:
             needs |= {"mindspeed": "Megatron on Ascend", "megatron-core": "the Megatron engine"}
     elif plan.layout.train.engine == "megatron":
         needs |= {"megatron-core": "the Megatron engine"}
+    else:
+        # verl 0.9.1 builds its FSDP models with attn_implementation "flash_attention_2": the actor's by default
+        # (workers/config/model.py), PPO's critic whatever the config says (utils/model.py load_valuehead_model); on
+        # Ascend transformers runs that on torch_npu's fused attention
+        needs |= {"flash-attn": "verl's FSDP models (FlashAttention 2; always for PPO's critic)"}
     return needs
 
 

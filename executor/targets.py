@@ -142,9 +142,11 @@ class CpuTarget(Target):
             launch = importlib.import_module("executor.cpu.launch")
         except ModuleNotFoundError:
             raise ExecutorError("cluster kind cpu: executor/cpu/launch.py is not available") from None
-        if plan.scenario.workload.algorithm != "grpo":
+        algorithm = plan.scenario.workload.algorithm
+        if algorithm != "grpo":
+            why = " (verl 0.9.1 loads its critic with FlashAttention 2, which CPUs lack)" if algorithm == "ppo" else ""
             raise ExecutorError(f"cluster kind cpu launches GRPO only (executor/cpu/launch.py), not "
-                                f"{plan.scenario.workload.algorithm.upper()}; plan for an accelerator kind")
+                                f"{algorithm.upper()}{why}; plan for an accelerator kind")
         if options.model_path is None or options.data_dir is None:
             raise ExecutorError("cluster kind cpu needs --model-path (a small checkpoint) and --data-dir")
         train, config = plan.layout.train, load_config(plan.scenario.model)

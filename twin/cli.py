@@ -30,7 +30,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     no_args_is_help=True,
-    help="Digital twin of GRPO/DAPO post-training on Ascend A2/A3 clusters: predicts reshard traffic, "
+    help="Digital twin of GRPO, DAPO and PPO post-training on Ascend A2/A3 clusters: predicts reshard traffic, "
     "per-device memory and tokens/s per card for a parallel layout, and plans the best one.",
 )
 console = make_console()

@@ -82,3 +82,18 @@ def test_only_the_paths_named_are_checked_before_a_run(make_plan, tmp_path: Path
     problems = named_path_problems(plan, options)
     assert any("hidden_size is 3584" in p for p in problems)
     assert problems[-1] == f"data directory {tmp_path / 'missing'}: no such directory"
+
+
+def test_an_fsdp_run_on_gpus_needs_flash_attention(make_plan, tmp_path: Path) -> None:
+    """verl 0.9.1 builds its FSDP models with FlashAttention 2: the actor by default, PPO's critic always (a tiny PPO
+    run on this CPU host stops there: "FlashAttention2 has been toggled on, but ... the package for FlashAttention2
+    doesn't seem to be installed"); on Ascend torch_npu serves it, and a Megatron run does not use it."""
+    scenarios = Path(__file__).resolve().parents[2] / "scenarios"
+    ppo = load_plan(make_plan(scenarios / "c6-ppo-qwen3-8b-a2-8-fsdp.yaml"))
+    assert "flash-attn" not in required_dists(ppo, target_for("a2"))  # torch-npu's
+    gpu = ppo.model_copy(update={"scenario": ppo.scenario.model_copy(
+        update={"cluster": ppo.scenario.cluster.model_copy(update={"kind": "h100"})})})
+    assert required_dists(gpu, target_for("h100"))["flash-attn"] == (
+        "verl's FSDP models (FlashAttention 2; always for PPO's critic)")
+    megatron = load_plan(make_plan(scenarios / "c8-grpo-qwen3-30b-a3b-h20-128.yaml"))
+    assert "flash-attn" not in required_dists(megatron, target_for("h20"))
