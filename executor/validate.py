@@ -146,7 +146,7 @@ def _dataclass_problems(cfg: DictConfig) -> list[str]:
     if need_reference_policy(cfg):
         sections["actor_rollout_ref.ref"] = _ref_as_workers_see_it(cfg)
     if _needs_critic(cfg):  # PPO: the critic's section, converted as the trainer converts it
-        sections["critic"] = _without_critic_model(cfg).critic
+        sections["critic"] = cfg.critic
     problems = []
     for name, section in sections.items():
         derived = name == "actor_rollout_ref.ref"  # copies the actor's values: report those once, for the actor
@@ -167,12 +167,10 @@ def _verl_checks(cfg: DictConfig) -> list[str]:
     from verl.trainer.ppo.utils import need_reference_policy
     from verl.utils.config import validate_config
 
-    critic = _needs_critic(cfg)
     try:
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            validate_config(_without_critic_model(cfg) if critic else cfg,
-                            use_reference_policy=need_reference_policy(cfg), use_critic=critic)
+            validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=_needs_critic(cfg))
     except Exception as exc:
         return [f"verl validate_config: {_first_line(exc)}"]
     return []
@@ -246,10 +244,11 @@ def validate_source(overrides: list[str]) -> DictConfig:
 def validate(overrides: list[str]) -> DictConfig:
     """Return the composed config, or raise ValidationFailed with one message per problem."""
     cfg = _composed(overrides)
-    problems = _dataclass_problems(cfg)
+    checked = _without_critic_model(cfg) if _needs_critic(cfg) else cfg  # what verl's conversions may read offline
+    problems = _dataclass_problems(checked)
     if problems:
         raise ValidationFailed(problems)
-    problems = _verl_checks(cfg) + late_problems(cfg)
+    problems = _verl_checks(checked) + late_problems(cfg)
     if problems:
         raise ValidationFailed(problems)
     return cfg

@@ -446,10 +446,11 @@ def _total(b: MemoryBreakdown) -> float:
     return b.total
 
 
-def _idle(tm: TrainMemory, stage: int) -> MemoryBreakdown:
-    """What one trained model (and the actor's reference) keeps on a device of `stage` outside its own passes."""
+def _idle(tm: TrainMemory, stage: int, overhead: float = 0.0) -> MemoryBreakdown:
+    """What one trained model (and the actor's reference) keeps on a device of `stage` outside its own passes, with
+    `overhead` bytes of the framework's beside it."""
     idle = tm.resident_outside_training(stage)
-    return _gb(weights=idle["weights"], grads=idle["grads"], optimizer=idle["optimizer"])
+    return _gb(weights=idle["weights"], grads=idle["grads"], optimizer=idle["optimizer"], overhead=overhead)
 
 
 def train_parts(tm: TrainMemory, stage: int) -> dict[str, MemoryBreakdown]:
@@ -463,7 +464,7 @@ def train_parts(tm: TrainMemory, stage: int) -> dict[str, MemoryBreakdown]:
     parts = {
         "update": max(update_parts(tm, stage), key=_total),
         "log_prob": log_prob_part(tm, stage),
-        "rollout": _gb(weights=idle["weights"], grads=idle["grads"], optimizer=idle["optimizer"], overhead=overhead),
+        "rollout": _idle(tm, stage, overhead),
         "transition": _gb(weights=weights + ref, grads=idle["grads"], optimizer=idle["optimizer"], overhead=overhead),
     }
     return with_critic(parts, tm, stage, allocated=False)
