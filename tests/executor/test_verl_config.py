@@ -228,8 +228,9 @@ def test_a_critic_under_fixed_micro_batches_keeps_verls_token_budgets(make_plan,
     assert not any(k.startswith("critic.megatron") and "ref" in k for k in o)
 
 
-def test_grpo_and_dapo_launch_no_critic(make_plan, build, as_dict, tmp_path: Path) -> None:
-    o = as_dict(build(make_plan(), tmp_path).overrides)
+@pytest.mark.parametrize("algorithm", ["grpo", "dapo"])
+def test_grpo_and_dapo_launch_no_critic(make_plan, build, as_dict, tmp_path: Path, algorithm: str) -> None:
+    o = as_dict(build(make_plan(algorithm=algorithm), tmp_path).overrides)
     assert o["algorithm.adv_estimator"] == "grpo"
     assert not any(k.lstrip("+").startswith("critic.") for k in o)
 
