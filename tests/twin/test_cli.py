@@ -17,14 +17,6 @@ def _separate(path: Path) -> bool:
 
 
 SCENARIOS = [p for p in ALL_SCENARIOS if not _separate(p)]
-# Published runs the twin calls unfit, and why: a known miss of the memory model, asserted so that the test
-# disagrees once the model changes
-UNFIT_PUBLISHED = {
-    "c5-qwen25-32b-a2-16npus": "MindSpeed-RL loads the offloaded optimizer for the update (its sharding manager's "
-                               "reshard_to_train_mode): TP8 PP1 over 16 NPUs with 8,192-token micro-batches and no "
-                               "recompute comes to 72 GB of the 65.46 a 910B's allocator holds (calibration-cases.md "
-                               "lists TP4 PP4 for this row)",
-}
 SEPARATE = [p for p in ALL_SCENARIOS if _separate(p)]
 DESIGN_KEYS = {"scenario", "cards", "devices", "step_s", "tps_per_card", "tps_per_device", "stages_s",
                "memory_peak_gb", "memory_peak_gb_max", "hbm_gb", "fits", "memory_gb",
@@ -65,11 +57,7 @@ def test_simulate_every_scenario(path):
     assert result["step_s"] == pytest.approx(sum(result["stages_s"].values()))
     measured = yaml.safe_load(path.read_text()).get("measured") or {}
     if {"step_s", "stages_s", "tps_per_card", "tps_per_device", "rollout_tps_per_card"} & set(measured):
-        if path.stem in UNFIT_PUBLISHED:
-            assert not result["fits"], (f"{path.stem} is predicted to fit now, where {UNFIT_PUBLISHED[path.stem]}: "
-                                        "drop it from UNFIT_PUBLISHED")
-        else:
-            assert result["fits"], result["memory_peak_gb"]  # a published run ran: the twin must not call it unfit
+        assert result["fits"], result["memory_peak_gb"]  # a published run ran: the twin must not call it unfit
 
 
 @pytest.mark.parametrize("path", SEPARATE, ids=[p.stem for p in SEPARATE])
