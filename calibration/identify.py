@@ -86,7 +86,8 @@ class Identifiability:
     def select(self) -> list[str]:
         """The largest set of parameters the data identifies: those moving at least MIN_TARGETS numbers,
         taken in the order of a column-pivoted QR (most independent first) and cut where the chosen set's
-        smallest singular value falls below RELATIVE_THRESHOLD of its largest."""
+        smallest singular value falls below RELATIVE_THRESHOLD of its largest, or where it would hold more
+        parameters than there are distinct numbers (a set that wide has no singular value of its own to test)."""
         from scipy.linalg import qr
 
         movers = [j for j, n in enumerate(self.names) if len(self.moved(n)) >= MIN_TARGETS]
@@ -98,7 +99,7 @@ class Identifiability:
         for j in order:
             trial = [*chosen, j]
             s = np.linalg.svd(self.jacobian[:, trial], compute_uv=False)
-            if s[-1] >= RELATIVE_THRESHOLD * s[0]:
+            if len(s) == len(trial) and s[-1] >= RELATIVE_THRESHOLD * s[0]:
                 chosen = trial
         return [self.names[j] for j in sorted(chosen)]
 

@@ -429,6 +429,16 @@ def test_identifiability_counts_directions_and_movers_exactly():
     assert ident.select() == ["b"]
 
 
+def test_selection_never_frees_more_parameters_than_distinct_numbers():
+    # three numbers, four parameters each moving all three: any three columns have three singular values, a fourth
+    # column none of its own (found on the a2 cases: three numbers, five parameters picked, then refused by the fit)
+    targets = [Target(f"c{i}", "step", 1.0) for i in range(3)]
+    jac = np.array([[1.0, 0.1, 0.1, 0.5], [0.1, 1.0, 0.1, 0.5], [0.1, 0.1, 1.0, 0.5]])
+    ident = Identifiability(["a", "b", "c", "d"], targets, jac)
+    assert ident.identifiable == 3 and len(ident.select()) == 3
+    assert ident.subset(ident.select()).refusal() is None
+
+
 def test_distinct_targets_count_restated_numbers_once():
     scs = [load_scenario(ROOT / "scenarios" / f"{n}.yaml") for n in ("c1-dsr1-a3-128", "c2-dsr1-a3-128-graph-gloo")]
     labels = [t.label for t in distinct_targets(case_targets(scs), scs)]
