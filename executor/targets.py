@@ -211,10 +211,10 @@ class CpuTarget(Target):
         from executor.cpu import megatron_compat, megatron_verl_compat
 
         train = plan.layout.train
-        if train.cp > 1 or train.vpp or train.moe_tp_extend_ep:
+        if train.cp > 1 or train.vpp or train.grouped_experts:
             raise ExecutorError(f"cluster kind cpu: verl's Megatron trainer runs TP x PP x EP layouts here, not "
                                 f"{train.short()}: context parallelism, virtual stages and MindSpeed's "
-                                "moe_tp_extend_ep have no CPU path (executor/cpu/megatron_compat.py)")
+                                "moe_tp_extend_ep and grouped GEMM have no CPU path (executor/cpu/megatron_compat.py)")
         if config.moe is not None and train.tp > 1:
             raise ExecutorError(f"cluster kind cpu: the MoE model trains with TP{train.tp}: megatron-core's MoE layer "
                                 "refuses tensor parallelism without sequence parallelism in training "

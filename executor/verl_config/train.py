@@ -82,6 +82,9 @@ def _megatron(o: OverrideSet, train: TrainLayout, flavour: MegatronFlavour, role
         # MindSpeed's tp-extend-ep needs grouped GEMM and async permutation (MindSpeed docs, megatron-moe-tp-extend-ep)
         for key in ("moe_tp_extend_ep", "moe_grouped_gemm", "moe_permutation_async_comm"):
             o.set(f"{tf}.{key}", True, add=True)
+    elif train.moe_grouped_gemm:
+        _mindspeed_only(flavour, "moe_grouped_gemm (GroupedMLP's two tensors a layer)")
+        o.set(f"{tf}.moe_grouped_gemm", True, add=True)
     if train.offload.optimizer == "swap":
         _mindspeed_only(flavour, "the swap optimizer")
         o.set(f"{tf}.swap_optimizer", True, add=True)

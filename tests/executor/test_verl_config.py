@@ -15,6 +15,8 @@ M = f"{A}.megatron"
 TF = f"{M}.override_transformer_config"
 R = "actor_rollout_ref.rollout"
 ENV = "+ray_kwargs.ray_init.runtime_env.env_vars"
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+PPO_NIGHTLY = SCENARIOS / "c6-ppo-qwen3-8b-a2-8-fsdp.yaml"
 
 
 def test_c1_training_layout(make_plan, build, as_dict, tmp_path: Path) -> None:
@@ -34,6 +36,12 @@ def test_c1_training_layout(make_plan, build, as_dict, tmp_path: Path) -> None:
     assert o[f"{M}.optimizer_offload"] == "false"  # the swap optimizer replaces verl's optimizer offload
     assert (o[f"{TF}.recompute_granularity"], o[f"{TF}.recompute_method"], o[f"{TF}.recompute_num_layers"]) == (
         "full", "uniform", "1")
+
+
+def test_grouped_gemm_experts_are_asked_of_mindspeed(make_plan, build, as_dict, tmp_path: Path) -> None:
+    o = as_dict(build(make_plan(SCENARIOS / "c10-grpo-qwen3-235b-a3-128dies-32k.yaml"), tmp_path).overrides)
+    assert o[f"+{TF}.moe_grouped_gemm"] == "true" and f"+{TF}.moe_tp_extend_ep" not in o
+    assert o[f"+{TF}.moe_zero_memory"] == "level1"
 
 
 def test_c1_rollout_batches_and_trainer(make_plan, build, as_dict, tmp_path: Path) -> None:
@@ -193,9 +201,6 @@ def test_the_rollout_returns_log_probs_as_the_scenario_says(make_plan, build, as
     o = as_dict(build(make_plan(path), tmp_path).overrides)
     assert o[f"{R}.calculate_log_probs"] == expected
 
-
-SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
-PPO_NIGHTLY = SCENARIOS / "c6-ppo-qwen3-8b-a2-8-fsdp.yaml"
 
 
 def test_ppo_trains_a_critic_in_the_actors_fsdp_layout(make_plan, build, as_dict, tmp_path: Path) -> None:

@@ -158,8 +158,8 @@ class TensorTable:
     def megatron_parameters(self, grouped_experts: bool) -> np.ndarray:
         """How many Megatron parameters every tensor is: none for a projection fused into another (q/k/v into
         linear_qkv, gate/up into linear_fc1), one otherwise, and for the routed experts two per layer in a grouped
-        MLP (MindSpeed's tp-extend-ep) or one per expert of each of the two (megatron-core's TEGroupedMLP and
-        SequentialMLP: linear_fc1.weight<i>, linear_fc2.weight<i>)."""
+        MLP (MindSpeed's grouped matmul, which its tp-extend-ep implies) or one per expert of each of the two
+        (megatron-core's TEGroupedMLP and SequentialMLP: linear_fc1.weight<i>, linear_fc2.weight<i>)."""
         per_expert = 1 if grouped_experts else self.experts
         return np.where(self.fused_in_megatron, 0, np.where(self.expert, per_expert, 1))
 
@@ -168,11 +168,11 @@ class TensorTable:
         (their names are gathered over the PP group), of the routed experts only this rank's expert partition
         (grouped experts: the layer's two tensors), none for a projection fused into another. Read-only, once per
         expert layout."""
-        key = (lay.moe_tp_extend_ep, 1 if lay.moe_tp_extend_ep else lay.expert_partition)
+        key = (lay.grouped_experts, 1 if lay.grouped_experts else lay.expert_partition)
         hit = self._walked_memo.get(key)
         if hit is None:
-            params = self.megatron_parameters(lay.moe_tp_extend_ep).astype(np.float64)
-            hit = params if lay.moe_tp_extend_ep else np.where(self.expert, params / lay.expert_partition, params)
+            params = self.megatron_parameters(lay.grouped_experts).astype(np.float64)
+            hit = params if lay.grouped_experts else np.where(self.expert, params / lay.expert_partition, params)
             hit.setflags(write=False)
             self._walked_memo[key] = hit
         return hit
@@ -180,10 +180,10 @@ class TensorTable:
     def recipe_object_collectives(self, lay: TrainLayout) -> float:
         """Object collectives over the PP group of the recipes' directed export (twin.cost_models.export), once per
         pipeline split and expert layout."""
-        key = (lay.pp, tuple(lay.stage_layers(self.inv.config.num_layers)), lay.moe_tp_extend_ep)
+        key = (lay.pp, tuple(lay.stage_layers(self.inv.config.num_layers)), lay.grouped_experts)
         hit = self._export_memo.get(key)
         if hit is None:
-            params = self.megatron_parameters(lay.moe_tp_extend_ep)
+            params = self.megatron_parameters(lay.grouped_experts)
             batched = np.where(self.first_layers_of_stage(lay) & ~self.expert, params, 0)
             rounds = np.bincount(self.stage_of(lay), weights=batched, minlength=lay.pp)
             hit = float((params.sum() - rounds.sum()) * RECIPE_OBJECT_COLLECTIVES_PER_PARAM + rounds.max())

@@ -50,6 +50,11 @@ class TrainLayout(BaseModel):
     cp: int = Field(default=1, ge=1)  # context parallel (FSDP: Ulysses sequence parallel)
     etp: int | None = Field(default=None, ge=1)  # expert tensor parallel; Megatron's default is TP
     moe_tp_extend_ep: bool = False  # MindSpeed: experts split over TP x EP ranks, no expert TP
+    # MindSpeed's grouped matmul (moe_grouped_gemm): Megatron's GroupedMLP holds a layer's local routed experts in two
+    # tensors, weight1 and weight2, where megatron-core's TEGroupedMLP and SequentialMLP hold two per expert; what a
+    # weight export walks (cann-recipes-train's Qwen3 recipes convert `mlp.experts.weight1/2`). moe_tp_extend_ep
+    # implies it
+    moe_grouped_gemm: bool = False
     vpp: int | None = Field(default=None, ge=1)  # virtual pipeline chunks per stage
     pp_layers: tuple[int, ...] | None = None  # decoder layers per pipeline stage
     sequence_parallel: bool = True  # Megatron SP (only meaningful with TP > 1)
@@ -88,6 +93,11 @@ class TrainLayout(BaseModel):
         if self.moe_tp_extend_ep:
             return 1
         return self.etp if self.etp is not None else self.tp
+
+    @property
+    def grouped_experts(self) -> bool:
+        """Whether Megatron holds a layer's local routed experts as GroupedMLP's two tensors."""
+        return self.moe_grouped_gemm or self.moe_tp_extend_ep
 
     @property
     def expert_partition(self) -> int:

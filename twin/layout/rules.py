@@ -89,6 +89,8 @@ def _train_moe_rules(lay: TrainLayout, cfg: ModelConfig, dp: int) -> list[Layout
     if cfg.moe is None:
         if lay.ep > 1 or lay.moe_tp_extend_ep:
             errs.append(LayoutError("EP needs an MoE model", f"EP{lay.ep} on dense {cfg.name}"))
+        if lay.moe_grouped_gemm:
+            errs.append(LayoutError("grouped GEMM needs an MoE model", f"moe_grouped_gemm on dense {cfg.name}"))
         return errs
     experts = cfg.moe.num_experts
     part = lay.expert_partition
@@ -156,6 +158,10 @@ def check_pair(train: TrainLayout, rollout: RolloutLayout, cfg: ModelConfig, dir
                ) -> list[LayoutError]:
     """Rules that tie the two layouts together."""
     errs = []
+    if train.moe_grouped_gemm and not train.moe_tp_extend_ep and not directed_reshard:
+        errs.append(LayoutError("grouped-GEMM experts need the directed reshard",
+                                "verl's weight exporters name no GroupedMLP weight1/weight2 (cann-recipes-train's "
+                                "Qwen3 recipe patches them in); the directed reshard reads them (directed_reshard)"))
     if directed_reshard and cfg.moe is not None and rollout.ep > 1:
         part = train.expert_partition
         if rollout.ep % part:

@@ -121,7 +121,7 @@ def test_recompute_and_offload_lower_the_update_peak():
     assert peak(base) > peak(full) > peak(off)
 
 
-def _c6(name: str, kind: str):
+def _case(name: str, kind: str):
     from pathlib import Path
 
     from twin.evaluate import Evaluation
@@ -137,7 +137,7 @@ def test_fsdp_actor_holds_fp32_parameters_and_adam_steps_with_one_fp32_scratch()
     20 bytes per local parameter, about 8.19e9 / 8 of them (verl logs 20.83 GiB = 22.37 GB)."""
     from twin.cost_models.memory import allocated_peak_gb
 
-    ev = _c6("c6-gspo-qwen3-8b-a2-8-fsdp", "a2")
+    ev = _case("c6-gspo-qwen3-8b-a2-8-fsdp", "a2")
     tm = ev.train_memory
     local = float(tm.stages.dense_numel[0] + tm.stages.expert_numel[0])
     assert local == pytest.approx(8.19e9 / 8, rel=2e-3)
@@ -153,7 +153,7 @@ def test_megatron_allocator_peak_leaves_out_framework_memory_and_fragmentation()
     fragmentation on the activations."""
     from twin.cost_models.memory import allocated_peak_gb
 
-    ev = _c6("c6-gspo-qwen3-30b-a3b-a3-16dies", "a3")
+    ev = _case("c6-gspo-qwen3-30b-a3b-a3-16dies", "a3")
     tm, pf = ev.train_memory, ev.profile
     assert tm.param_bytes(0) == tm.weight_bytes(0) and tm.optimizer_step_temp_bytes(0) == 0.0
     act = tm.update_activation_bytes(0, fragmented=False)
@@ -171,7 +171,7 @@ def test_an_optimizer_offloaded_between_phases_is_on_the_device_through_forward_
     from twin.cost_models.memory import update_parts
     from twin.layout import Offload
 
-    ev = _c6("c6-dapo-moonlight-16b-a2-8-megatron", "a2")
+    ev = _case("c6-dapo-moonlight-16b-a2-8-megatron", "a2")
     lay = ev.layout.train.model_copy(update={"offload": Offload(param=True, optimizer=optimizer)})
     tm = TrainMemory(ev.inv, lay, 8, ev.sc, ev.profile)
     fwd_bwd, _ = update_parts(tm, 3, allocated=True)
@@ -185,7 +185,7 @@ def test_a_dynamic_micro_batch_holds_the_busiest_ranks_tokens_when_the_budget_ex
     2,896.8 + 1.5647 x 349.86 = 3,444.2 tokens, all in one micro-batch."""
     from twin.workload import largest_sequences_tokens
 
-    ev = _c6("c6-gspo-qwen3-30b-a3b-a3-16dies", "a3")
+    ev = _case("c6-gspo-qwen3-30b-a3b-a3-16dies", "a3")
     wl, tm = ev.sc.workload, ev.train_memory
     assert (tm.dp, wl.optimizer_steps, tm.sequences_per_pass(forward_only=False)) == (8, 2, 8.0)
     assert largest_sequences_tokens(wl, 8, 16) == pytest.approx(3444.2, abs=0.1)
@@ -214,7 +214,7 @@ def test_the_logged_peak_is_the_largest_of_the_trainers_passes():
     from twin.cost_models.memory import allocated_peak_gb, log_prob_part, update_parts
     from twin.layout import Offload
 
-    ev = _c6("c6-dapo-moonlight-16b-a2-8-megatron", "a2")
+    ev = _case("c6-dapo-moonlight-16b-a2-8-megatron", "a2")
     lay = ev.layout.train.model_copy(update={"offload": Offload(param=True, optimizer="cpu"),
                                              "log_prob_dynamic_batch_tokens": 65536})
     tm = TrainMemory(ev.inv, lay, 8, ev.sc, ev.profile)
@@ -251,7 +251,7 @@ def test_ppos_critic_is_its_own_fp32_model_beside_the_actor():
     from twin.cost_models.memory import allocated_peak_gb, train_parts, update_parts
     from twin.layout import Offload
 
-    ev = _c6("c6-ppo-qwen3-8b-a2-8-fsdp", "a2")
+    ev = _case("c6-ppo-qwen3-8b-a2-8-fsdp", "a2")
     tm = ev.train_memory
     critic = tm.value_model
     local = float(critic.stages.dense_numel[0] + critic.stages.expert_numel[0])
@@ -272,3 +272,17 @@ def test_ppos_critic_is_its_own_fp32_model_beside_the_actor():
     rollout = train_parts(both, 0)["rollout"]
     assert rollout.weights == pytest.approx((both.param_bytes(0) + 4 * local) / 1e9, rel=1e-12)
 
+
+
+def test_the_32k_moe_layout_that_ran_fits_and_the_one_that_ran_out_of_memory_does_not():
+    """C10 (cann-recipes-train's Qwen3-235B 32K doc, section 3.1): TP4 PP4 CP4 EP32 trained on 64 A3 cards, and CP2
+    (17,408 tokens a device, the script's (2048 + 32768) / CP) stopped out of memory on the first pipeline stage."""
+    from twin.sim.step import simulate
+
+    ran = _case("c10-train-qwen3-235b-a3-128dies-cp4", "a3")
+    lay = ran.sc.layout
+    cp2 = lay.model_copy(update={"train": lay.train.model_copy(update={"cp": 2, "dynamic_batch_tokens": 17_408})})
+    failed = type(ran)(ran.sc.model_copy(update={"layout": cp2}), ran.profile)
+    assert simulate(ran)[0].fits
+    result = simulate(failed)[0]
+    assert not result.fits and max(result.memory_peak_gb, key=result.memory_peak_gb.get) == "update"

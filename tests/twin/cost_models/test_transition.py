@@ -130,6 +130,26 @@ def test_c1s_export_loop_counts_the_recipes_host_synchronised_calls():
     assert tensor_table(tm.inv).megatron_parameters(grouped_experts=False).sum() == 906 + 58 * 2 * 255
 
 
+def test_grouped_gemm_experts_are_two_parameters_a_layer_in_the_recipes_export():
+    # Qwen3-235B-A22B as MindSpeed's grouped GEMM holds it (C10): a layer's 7 parameters (linear_qkv, linear_proj, q and
+    # k norms, two layer norms, the router) and GroupedMLP's weight1 and weight2 = 9; 94 layers, the embedding, final
+    # norm and head: 849. The PP all-to-all takes each stage's first 23 layers (stages of 23/24/24/23), experts
+    # excepted: 4 x 23 x 7 = 644 in 161 rounds; the other 205 go one by one with 2 object collectives: 205 x 2 + 161 =
+    # 571 object collectives, 1,142 calls read on the host at 3 ms each
+    sc = load_scenario(SCENARIOS / "c10-grpo-qwen3-235b-a3-128dies-32k.yaml")
+    assert sc.layout.train.moe_grouped_gemm and not sc.layout.train.moe_tp_extend_ep
+    ev = Evaluation(sc, reference_profile("a3"))
+    tm, pf = ev.train_memory, ev.profile
+    assert tensor_table(tm.inv).megatron_parameters(grouped_experts=True).sum() == 849
+    assert export_loop_s(tm, "directed", pf) == pytest.approx(1_142 * 3e-3, rel=1e-12)
+    # held one tensor per expert (megatron-core's SequentialMLP or TEGroupedMLP): 94 x (7 + 2 x 128) + 3 = 24,725
+    # parameters, 24,081 one by one: 48,323 object collectives
+    per_expert = sc.model_copy(update={"layout": sc.layout.model_copy(update={
+        "train": sc.layout.train.model_copy(update={"moe_grouped_gemm": False})})})
+    tm = Evaluation(per_expert, reference_profile("a3")).train_memory
+    assert export_loop_s(tm, "directed", pf) == pytest.approx(48_323 * 2 * 3e-3, rel=1e-12)
+
+
 def test_a_one_stage_export_makes_its_object_collectives_locally_and_fsdp_none():
     # Qwen3-30B-A3B under Megatron TP2 EP8 PP1: a layer's 7 parameters (linear_qkv, linear_proj, q and k norms, two
     # layer norms, the router) and this rank's 16 of 128 experts x 2 (linear_fc1, linear_fc2) = 39; 48 layers, the

@@ -44,6 +44,16 @@ def test_broken_layouts_name_the_rule(layout, devices, rule):
     assert str(info.value).startswith(errs[0].rule)
 
 
+def test_grouped_gemm_experts_need_an_moe_model_and_the_directed_reshard():
+    grouped = QWEN235.model_copy(update={"train": TrainLayout(tp=4, pp=8, ep=4, moe_grouped_gemm=True)})
+    moe, kind = load_config("qwen3-235b-a22b"), cluster_kind("a2")
+    assert check_layout(grouped, moe, 128, kind, directed_reshard=True) == []
+    assert [e.rule for e in check_layout(grouped, moe, 128, kind)] == ["grouped-GEMM experts need the directed reshard"]
+    dense = Layout(train=TrainLayout(tp=4, pp=2, moe_grouped_gemm=True), rollout=RolloutLayout(tp=4, dp=4))
+    assert [e.rule for e in check_layout(dense, load_config("qwen3-32b"), 16, kind, directed_reshard=True)] == [
+        "grouped GEMM needs an MoE model"]
+
+
 def test_a_separate_rollout_is_checked_on_its_own_devices_and_the_trainer_on_the_rest():
     cfg, kind = load_config("qwen3-30b-a3b"), cluster_kind("h20")
     pair = Layout(train=TrainLayout(tp=2, ep=8, etp=1), rollout=RolloutLayout(tp=4, dp=4), placement="separate")
