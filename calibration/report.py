@@ -37,6 +37,9 @@ GROUPS: tuple[Group, ...] = ("fitted", "held_out")
 GROUP_TITLES = {"fitted": "fitted", "held_out": "held out"}
 Kind = Literal["end_to_end", "stages"]
 KIND_TITLES = {"end_to_end": "step and tokens/s", "stages": "stages"}
+# issue 9: a published ablation is reproduced when its predicted ratio is on the measured side of 1 and within this
+# share of the measured ratio
+ABLATION_BAR = 0.25
 GIB = 2**30  # verl logs max_memory_allocated() / 1024**3 under the name ..._gb
 
 
@@ -66,6 +69,21 @@ class Row:
     @property
     def error(self) -> float:
         return self.target.error(self.predicted)
+
+    @property
+    def is_ablation(self) -> bool:
+        """A ratio to another case's same quantity: one published ablation."""
+        return self.target.reference is not None
+
+    @property
+    def same_direction(self) -> bool:
+        """An ablation whose predicted ratio lies on the measured side of 1 (the change helps, or hurts, as it did)."""
+        return (self.target.goal - 1) * (self.predicted - 1) > 0
+
+    @property
+    def meets_ablation_bar(self) -> bool:
+        """Issue 9's bar for a published ablation: the measured direction, within ABLATION_BAR of the measured ratio."""
+        return self.same_direction and abs(self.error) <= ABLATION_BAR
 
 
 @dataclass(frozen=True)
@@ -141,6 +159,10 @@ class Report:
                       "reference": r.target.reference, "measured": r.target.goal, "predicted": r.predicted,
                       "error": r.error, "error_unit": "s" if r.in_seconds else "relative", "floor_s": r.floor_s,
                       "below_floor": r.below_floor} for r in self.rows],
+            "ablations": [{"case": r.target.case, "reference": r.target.reference, "quantity": r.target.quantity,
+                           "group": r.group, "measured_ratio": r.target.goal, "predicted_ratio": r.predicted,
+                           "same_direction": r.same_direction, "meets_bar": r.meets_ablation_bar}
+                          for r in self.rows if r.is_ablation],
             "mape": {g: {k: vars(self.mape(g, k)) for k in KIND_TITLES} for g in GROUPS},
             "skipped": self.skipped,
             "memory": [{"case": m.case, "group": m.group, "measured_gb": m.measured_gb, "predicted_gb": m.predicted_gb,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from calibration.report import GROUP_TITLES, GROUPS, KIND_TITLES, Mape, Report, Row
+from calibration.report import ABLATION_BAR, GROUP_TITLES, GROUPS, KIND_TITLES, Mape, Report, Row
 
 SECONDS_NOTE = ("* measured as 0 (a skipped stage): the error is the predicted seconds, not a percentage, and the "
                 "row is not in the MAPE")
@@ -51,6 +51,8 @@ def print_report(console: Console, report: Report) -> None:
     for group in GROUPS:
         summary.add_row(GROUP_TITLES[group], *(mape_text(report.mape(group, k)) for k in KIND_TITLES))
     console.print(summary)
+    if any(r.is_ablation for r in report.rows):
+        print_ablations(console, report)
     if report.memory:
         print_memory(console, report)
     if report.sync:
@@ -63,6 +65,19 @@ def print_report(console: Console, report: Report) -> None:
         console.print(f"not compared: {case}: {why}", highlight=False, soft_wrap=True)
     if report.cross_validated is not None:
         print_cross_validation(console, report)
+
+
+def print_ablations(console: Console, report: Report) -> None:
+    """The ratio rows once more, as the published ablations they are, each against issue 9's bar."""
+    table = Table(title=f"ablations: ratio to another case (bar: the measured direction, within "
+                        f"{ABLATION_BAR:.0%} of the measured ratio)")
+    for col in ("case", "over", "quantity", "group", "measured", "predicted", "error", "bar"):
+        table.add_column(col, justify="left" if col in ("case", "over", "quantity", "group") else "right")
+    for r in (r for r in report.rows if r.is_ablation):
+        verdict = "met" if r.meets_ablation_bar else ("missed" if r.same_direction else "wrong direction")
+        table.add_row(r.target.case, r.target.reference, r.target.quantity, GROUP_TITLES[r.group],
+                      f"x{r.target.goal:.3g}", f"x{r.predicted:.3g}", error_text(r), verdict)
+    console.print(table)
 
 
 def print_memory(console: Console, report: Report) -> None:

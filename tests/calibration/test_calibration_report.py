@@ -140,6 +140,29 @@ def test_mape_by_hand(a3_report):
     assert fitted["value"] == pytest.approx(fmean(abs(r["predicted"] / r["measured"] - 1) for r in stages))
 
 
+def test_ablations_are_the_ratio_rows_judged_against_the_bar(a3_report):
+    report, _ = a3_report
+    ablations = {(a["case"], a["quantity"]): a for a in report["ablations"]}
+    ratios = {(r["case"], r["quantity"]): r for r in report["rows"] if r["reference"]}
+    assert ablations.keys() == ratios.keys()
+    for key, a in ablations.items():
+        row = ratios[key]
+        assert (a["measured_ratio"], a["predicted_ratio"], a["reference"]) == (row["measured"], row["predicted"],
+                                                                                row["reference"])
+        assert a["same_direction"] == ((row["measured"] - 1) * (row["predicted"] - 1) > 0)
+        assert a["meets_bar"] == (a["same_direction"] and abs(row["error"]) <= 0.25)
+    assert ablations[("c10-rollout-qwen3-235b-a3-128dies-tp1", "stage:rollout")]["meets_bar"]
+    assert ablations[("c10-train-qwen3-235b-a3-128dies-cp8", "stage:update")]["meets_bar"]
+    eager = ablations[("c2-dsr1-a3-128-eager-gloo", "rollout_tps_per_card")]
+    assert eager["same_direction"] and not eager["meets_bar"]  # the fitted eager ladder, +38.5 %
+
+
+def test_an_ablation_on_the_wrong_side_of_one_misses_the_bar_however_close():
+    row = Row(Target("b", "step", 1.05, reference="a"), "held_out", 0.97)
+    assert row.is_ablation and abs(row.error) < 0.25 and not row.same_direction and not row.meets_ablation_bar
+    assert not Row(Target("b", "step", 1.05), "held_out", 1.05).is_ablation
+
+
 def test_mape_of_rows():
     def row(case: str, quantity: str, measured: float, predicted: float, group: str = "fitted") -> Row:
         return Row(Target(case, quantity, measured), group, predicted)
