@@ -87,6 +87,19 @@ class TrainMemory:
         """Bytes of one device's shard of the model in its stored dtype (the reference model's, the reshard's)."""
         return float(self.stages.weight_bytes[stage])
 
+    @cached_property
+    def heaviest_stage(self) -> int:
+        """The pipeline stage holding the most weights: its devices' copies time every offload."""
+        return max(range(self.n_stages), key=self.weight_bytes)
+
+    def offloaded_between_phases(self, stage: int) -> tuple[float, float]:
+        """(parameters, gradients and optimizer state) bytes of one device of `stage` that the layout moves to the
+        host between phases (the swap and CPU optimizers keep theirs where they are)."""
+        off = self.lay.offload
+        rest = ((self.grads_bytes(stage) if off.grad else 0.0)
+                + (self.optimizer_bytes(stage) if off.optimizer == "offload" else 0.0))
+        return (self.param_bytes(stage) if off.param else 0.0), rest
+
     def param_bytes(self, stage: int) -> float:
         """Bytes of the actor's own parameters on one device: verl's FSDP actor holds them in fp32 (fsdp_workers
         builds the actor with torch_dtype float32 unless model_dtype is set; mixed precision casts a gathered

@@ -195,17 +195,15 @@ def _release(profile: Profile, nbytes: float) -> float:
 def train_offload_moments(tm: TrainMemory, scenario: Scenario, cluster: Cluster, profile: Profile
                           ) -> dict[str, float]:
     """The training side's share of the offload moments: its own state's copies and cache releases."""
-    off = tm.lay.offload
-    stage = max(range(tm.n_stages), key=tm.weight_bytes)
-    # the actor's parameters as it holds them (fp32 under verl's FSDP), the reference model's in bf16
-    weights, grads, opt = tm.param_bytes(stage), tm.grads_bytes(stage), tm.optimizer_bytes(stage)
-    offloaded = weights if off.param else 0.0  # the actor's weights, where they leave the device between phases
-    ref = tm.weight_bytes(stage) if off.param and scenario.workload.use_kl_loss else 0.0
-    rest = (grads if off.grad else 0) + (opt if off.optimizer == "offload" else 0)  # gradients and optimizer
+    stage = tm.heaviest_stage
+    # the actor's parameters as it holds them (fp32 under verl's FSDP), the reference model's in bf16; gradients and
+    # optimizer state
+    offloaded, rest = tm.offloaded_between_phases(stage)
+    ref = tm.weight_bytes(stage) if tm.lay.offload.param and tm.has_ref else 0.0
     before_update = offloaded + rest
     # the ref pass and update_actor end with empty_cache (cann-recipes-train megatron_workers: compute_ref_log_prob
     # and update_actor offload, then empty_cache()): it returns what they offloaded and their cached activations
-    ref_pass = scenario.workload.use_kl_loss
+    ref_pass = tm.has_ref
     # verl's old-policy pass loads the offloaded actor weights and offloads them after it, emptying the cache
     # (verl/workers/engine/base.py BaseEngineCtx in eval mode; offload_megatron_model_to_cpu, offload_fsdp_model_to_cpu)
     # MindSpeed-RL offloads the training state for the rollout only (docs/features/offload.md)
@@ -234,13 +232,10 @@ def critic_offload_moments(cm: TrainMemory, cluster: Cluster, profile: Profile) 
     """PPO's critic moves its own state as verl's workers move a trained model's (workers/engine/base.py BaseEngineCtx:
     what the layout offloads is loaded on entering a call and offloaded on leaving it, emptying the cache): its
     parameters around compute_values, all of its offloaded state around update_critic."""
-    off = cm.lay.offload
-    stage = max(range(cm.n_stages), key=cm.weight_bytes)
-    weights = cm.param_bytes(stage) if off.param else 0.0
-    state = (weights + (cm.grads_bytes(stage) if off.grad else 0.0)
-             + (cm.optimizer_bytes(stage) if off.optimizer == "offload" else 0.0))
+    stage = cm.heaviest_stage
+    weights, rest = cm.offloaded_between_phases(stage)
     values = _around(cluster, profile, weights, cm.log_prob_activation_bytes(stage), weights > 0)
-    update = _around(cluster, profile, state, cm.update_activation_bytes(stage), True)
+    update = _around(cluster, profile, weights + rest, cm.update_activation_bytes(stage), True)
     return {"values_onload": values[0], "values_offload": values[1],
             "before_update_critic": update[0], "after_update_critic": update[1]}
 

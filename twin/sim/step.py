@@ -177,10 +177,11 @@ class StepSimulation:
         bypass = framework_seconds(pf, "old_log_prob", wl.responses) if sc.has("skip_old_log_prob") else 0.0
         if bypass:  # bypass mode: the rollout's log-probs copied through TransferQueue
             stages["old_log_prob"] = yield from self._timed(drv, "driver", "old_log_prob (bypass copy)", bypass)
-        forward_passes = (("old_log_prob", not sc.has("skip_old_log_prob"), ev.train_cost),
-                          ("ref", wl.use_kl_loss, ev.train_cost), ("values", critic is not None, critic))
-        for name, needed, tc in forward_passes:
-            if not needed or tc is None:
+        # each forward pass with the model it runs, None where the step skips it
+        forward_passes = (("old_log_prob", None if sc.has("skip_old_log_prob") else ev.train_cost),
+                          ("ref", ev.train_cost if wl.use_kl_loss else None), ("values", critic))
+        for name, tc in forward_passes:
+            if tc is None:
                 continue
             (onload, onload_key), (offload, offload_key) = PASS_MOMENTS[name]
             if moments[onload_key]:
