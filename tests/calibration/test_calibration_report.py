@@ -51,7 +51,7 @@ def test_fitted_and_held_out_cases(a3_report):
     assert held_out == {"c5-qwen25-32b-a3-16dies", "c5-qwen25-7b-a3-16dies", "c5-qwen3-8b-a3-16dies",
                         "c5-dsr1-a3-384dies", "c5-dapo-qwen3-30b-a3b-a3-16dies", "c5-dapo-qwen3-32b-a3-16dies",
                         "c5-dapo-qwen25-32b-a3-64dies", "c5-dapo-qwen25-32b-a3-64dies-pp4",
-                        "c7-dapo-qwen3-32b-a3-32dies", "c10-grpo-qwen3-235b-a3-128dies-32k",
+                        "c10-grpo-qwen3-235b-a3-128dies-32k",
                         "c10-dapo-qwen3-235b-a3-128dies-34k", "c10-rollout-qwen3-235b-a3-128dies-tp4",
                         "c10-rollout-qwen3-235b-a3-128dies-tp1", "c10-train-qwen3-235b-a3-128dies-cp4",
                         "c10-train-qwen3-235b-a3-128dies-cp8"}
@@ -114,25 +114,24 @@ def test_rows_match_the_scenarios_and_an_independent_simulation(a3_report):
 def test_mape_by_hand(a3_report):
     report, _ = a3_report
     rows = report["rows"]
-    # held out, step and tokens/s: the C5 throughputs, C7's step, C10's GRPO step and tokens/s and DAPO step;
-    # |predicted / measured - 1| averaged; held-out stages: C7's rollout and C10's, of which the GRPO run's skipped
-    # old-policy pass (measured 0) counts in seconds, not in the MAPE
+    # held out, step and tokens/s: the C5 throughputs, C10's GRPO step and tokens/s and DAPO step;
+    # |predicted / measured - 1| averaged; held-out stages: C10's, of which the GRPO run's skipped
+    # old-policy pass (measured 0) counts in seconds, not in the MAPE (C7 is a fitting case of a3-fit-15)
     held = [r for r in rows if r["group"] == "held_out"]
     e2e = [r for r in held if not r["quantity"].startswith("stage:")]
     by_hand = fmean(abs(r["predicted"] / r["measured"] - 1) for r in e2e)
-    assert report["mape"]["held_out"]["end_to_end"] == {"value": pytest.approx(by_hand), "rows": 12, "in_seconds": 0}
+    assert report["mape"]["held_out"]["end_to_end"] == {"value": pytest.approx(by_hand), "rows": 11, "in_seconds": 0}
     stage_rows = [r for r in held if r["quantity"].startswith("stage:")]
     c10 = "c10-{}-qwen3-235b-a3-128dies-{}".format
     assert sorted((r["case"], r["quantity"]) for r in stage_rows) == sorted(
-        [("c7-dapo-qwen3-32b-a3-32dies", "stage:rollout")]
-        + [(c10("dapo", "34k"), f"stage:{s}") for s in ("advantage", "reward", "rollout", "update")]
+        [(c10("dapo", "34k"), f"stage:{s}") for s in ("advantage", "reward", "rollout", "update")]
         + [(c10("grpo", "32k"), f"stage:{s}") for s in ("advantage", "old_log_prob", "ref", "reward", "rollout",
                                                          "update")]
         + [(c10("rollout", tp), "stage:rollout") for tp in ("tp1", "tp4")]
         + [(c10("train", cp), "stage:update") for cp in ("cp4", "cp8")])
     counted = [r for r in stage_rows if r["measured"]]
     stage_mape = fmean(abs(r["predicted"] / r["measured"] - 1) for r in counted)
-    assert report["mape"]["held_out"]["stages"] == {"value": pytest.approx(stage_mape), "rows": 14, "in_seconds": 1}
+    assert report["mape"]["held_out"]["stages"] == {"value": pytest.approx(stage_mape), "rows": 13, "in_seconds": 1}
     # fitted stages: every stage row but the one measured as 0
     stages = [r for r in rows if r["group"] == "fitted" and r["quantity"].startswith("stage:") and r["measured"]]
     fitted = report["mape"]["fitted"]["stages"]
@@ -154,7 +153,7 @@ def test_ablations_are_the_ratio_rows_judged_against_the_bar(a3_report):
     assert ablations[("c10-rollout-qwen3-235b-a3-128dies-tp1", "stage:rollout")]["meets_bar"]
     assert ablations[("c10-train-qwen3-235b-a3-128dies-cp8", "stage:update")]["meets_bar"]
     eager = ablations[("c2-dsr1-a3-128-eager-gloo", "rollout_tps_per_card")]
-    assert eager["same_direction"] and not eager["meets_bar"]  # the fitted eager ladder, +38.5 %
+    assert eager["same_direction"] and eager["meets_bar"]  # the fitted eager ladder, +8.5 % on a3-fit-15
 
 
 def test_an_ablation_on_the_wrong_side_of_one_misses_the_bar_however_close():

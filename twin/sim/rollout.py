@@ -3,17 +3,21 @@
 Every vLLM engine instance advances decode step by step on its own clock. Inside an instance with expert
 parallelism all DP ranks step in lockstep (the EP dispatch/combine and the end-of-sequence sync join them):
 the instance's step takes as long as its slowest rank's, and a rank that has finished still runs dummy
-steps until the whole instance is done. Each rank admits queued sequences while it has fewer than
-max_num_seqs running and KV room for the sequence's full length (admission reserves it, so nothing is
-preempted); admitted prompts are prefilled first come first served in chunks of the step's token budget
+steps until the whole instance is done. The KV cache is allocated as vLLM allocates it, as sequences grow:
+each step every running sequence needs room for one more token; where they do not all fit, the latest
+admitted running sequence is preempted (its KV given back; it waits at the head of the queue and, resumed,
+prefills its prompt and what it had generated again: vLLM's recompute preemption), and a rank admits
+nothing in a step in which it preempted. Otherwise a rank resumes preempted sequences first, then admits
+queued ones while it has fewer than max_num_seqs running and KV room for their prompts. Prompts and
+recomputed tokens are prefilled first come first served in chunks of the step's token budget
 (max_num_batched_tokens minus one token per decoding sequence). The phase ends when the last instance ends.
-Events are admissions, prefill chunks and finishing sequences; between two events only decoding happens,
-and that window of steps is evaluated at once (contexts grow by one token per step).
+Events are admissions, prefill chunks, finishing sequences and a full KV cache; between two events only
+decoding happens, and that window of steps is evaluated at once (contexts grow by one token per step).
 
 When every length is fixed, all ranks are identical and one rank stands for all of them (exact).
 
-The KV cache only bounds admission: once it holds max_num_seqs sequences of the longest length it never binds,
-so the rollout is simulated with the KV cache capped there (exact). A rollout with the same inputs (the
+Once the KV cache holds max_num_seqs sequences of the longest length it never binds, so the rollout is simulated
+with the KV cache capped there (exact). A rollout with the same inputs (the
 planner's gpu_memory_utilization steps of one layout) is simulated once and replayed: its outcome, its spans
 and the random generator's state after it.
 """
@@ -49,6 +53,7 @@ class RolloutOutcome:
     represented: dict[str, list[int]] = field(default_factory=dict)
     instance_seconds: list[float] = field(default_factory=list)
     note: str | None = None  # set when fewer sequences were simulated than the step has
+    preemptions: int = 0  # sequences preempted for KV room, all ranks (scaled like the steps)
 
 
 class _Ranks:
@@ -59,53 +64,102 @@ class _Ranks:
         self.target = targets.astype(np.int64)
         rows, per = prompts.shape
         self.cum_prompt = np.concatenate([np.zeros((rows, 1), dtype=np.int64), np.cumsum(self.prompt, axis=1)], axis=1)
-        self.reserve = self.prompt + self.target
         self.admitted = np.zeros(rows, dtype=np.int64)
         self.prefilled = np.zeros(rows, dtype=np.int64)  # prompt tokens processed, in queue order
         self.generated = np.zeros((rows, per), dtype=np.int64)
+        self.preempted = np.zeros((rows, per), dtype=bool)  # KV given back, waiting at the head of the queue
+        self.recompute = np.zeros(rows, dtype=np.int64)  # tokens of resumed sequences still to prefill again
+        self.preemptions = np.zeros(rows, dtype=np.int64)
         self.index = np.arange(per)[None, :]
 
-    def admit(self, max_seqs: int, kv_tokens: int) -> None:
-        admitted = self.index < self.admitted[:, None]
-        running = admitted & (self.generated < self.target)
+    def _running(self) -> np.ndarray:
+        """Sequences holding KV: admitted, not preempted, not finished."""
+        return (self.index < self.admitted[:, None]) & ~self.preempted & (self.generated < self.target)
+
+    def _decoding(self, running: np.ndarray) -> np.ndarray:
+        return running & (self.cum_prompt[:, 1:] <= self.prefilled[:, None])
+
+    def _held(self, running: np.ndarray) -> np.ndarray:
+        """KV tokens each rank's running sequences hold."""
+        return ((self.prompt + self.generated) * running).sum(axis=1)
+
+    def preempt(self, kv_tokens: int) -> np.ndarray:
+        """Where the next step's tokens do not fit, preempt the latest admitted running sequences until they do
+        (one sequence always keeps running, as vLLM lets a sequence alone use the whole cache); which ranks
+        preempted."""
+        running = self._running()
+        over = self._held(running) + self._decoding(running).sum(axis=1) - kv_tokens
+        hit = np.zeros(len(over), dtype=bool)
+        for r in np.nonzero(over > 0)[0]:
+            for i in np.nonzero(running[r])[0][:0:-1]:
+                self.preempted[r, i] = True
+                self.preemptions[r] += 1
+                over[r] -= self.prompt[r, i] + self.generated[r, i] + 1
+                if over[r] <= 0:
+                    break
+            hit[r] = True
+        return hit
+
+    def admit(self, max_seqs: int, kv_tokens: int, preempted_now: np.ndarray) -> None:
+        """Resume preempted sequences, then admit queued ones, while slots and KV room last (not on a rank that has
+        just preempted)."""
+        running = self._running()
         free = max_seqs - running.sum(axis=1)
-        in_use = (self.reserve * running).sum(axis=1)
-        for r in np.nonzero((free > 0) & (self.admitted < self.prompt.shape[1]))[0]:
+        room = kv_tokens - self._held(running) - self._decoding(running).sum(axis=1)
+        open_ranks = (free > 0) & ~preempted_now & ((self.admitted < self.prompt.shape[1]) | self.preempted.any(axis=1))
+        for r in np.nonzero(open_ranks)[0]:
+            waiting = np.nonzero(self.preempted[r])[0]
+            sizes = self.prompt[r, waiting] + self.generated[r, waiting]
+            fits = (np.cumsum(sizes + 1) <= room[r]) & (np.arange(1, len(waiting) + 1) <= free[r])
+            resumed = int(np.argmin(fits)) if not fits.all() else len(fits)
+            if resumed == 0 and len(waiting) and not running[r].any():
+                resumed = 1  # a sequence longer than the cache still runs alone
+            self.preempted[r, waiting[:resumed]] = False
+            self.recompute[r] += int(sizes[:resumed].sum())
+            if resumed < len(waiting):
+                continue  # the head of the queue waits for room: nothing behind it is admitted
+            free_r = free[r] - resumed
+            room_r = room[r] - int((sizes + 1).sum())
             start = self.admitted[r]
-            room = np.cumsum(self.reserve[r, start:start + free[r]]) + in_use[r] <= kv_tokens
-            take = int(np.argmin(room)) if not room.all() else len(room)
-            if take == 0 and running[r].sum() == 0:
-                take = 1  # a sequence longer than the cache still runs alone (vLLM would preempt and retry)
+            fits = np.cumsum(self.prompt[r, start:start + max(free_r, 0)]) <= room_r
+            take = int(np.argmin(fits)) if not fits.all() else len(fits)
+            if take == 0 and free_r > 0 and not running[r].any() and resumed == 0:
+                take = 1  # a prompt longer than the cache still runs alone
             self.admitted[r] += take
 
-    def window(self) -> int:
-        """Engine steps until the next event, right after `admit`: a prefill to run, or a sequence to finish.
-        `admit` has just taken every queued sequence that fits; one still waiting beside a free slot waits for KV
-        room, and slots and room only come free when a sequence finishes (admission reserves its full length), so
-        no admission can come before the next finish."""
-        admitted = self.index < self.admitted[:, None]
+    def window(self, kv_tokens: int) -> int:
+        """Engine steps until the next event, right after `preempt` and `admit`: a prefill to run, a sequence to
+        finish or the KV cache full. `admit` has just taken every queued sequence that fits; one still waiting
+        waits for a slot or for KV room, and slots and room only come free when a sequence finishes (decoding
+        only fills the cache), so no admission can come before the next finish."""
         pending = self.cum_prompt[np.arange(len(self.admitted)), self.admitted] - self.prefilled
-        if (pending > 0).any():
+        if (pending > 0).any() or (self.recompute > 0).any():
             return 1
-        running = admitted & (self.generated < self.target)
-        left = np.where(running, self.target - self.generated, np.iinfo(np.int64).max)
-        return int(max(1, left.min()))
+        running = self._running()
+        decoding = self._decoding(running)
+        left = np.where(decoding, self.target - self.generated, np.iinfo(np.int64).max)
+        batch = decoding.sum(axis=1)
+        room = kv_tokens - self._held(running)
+        fill = np.where(batch > 1, room // np.maximum(batch, 1), np.iinfo(np.int64).max)
+        return int(max(1, min(left.min(), fill.min())))
 
-    def step(self, budget: int, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def step(self, budget: int, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Advance `steps` engine steps (more than one only when nothing but decoding happens):
-        (decoding batch, mean decode context at the first step, prefill tokens, prefill context)."""
-        admitted = self.index < self.admitted[:, None]
-        ready = self.cum_prompt[:, 1:] <= self.prefilled[:, None]
-        decoding = admitted & ready & (self.generated < self.target)
+        (decoding batch, mean decode context at the first step, prompt tokens prefilled, their context,
+        recomputed tokens prefilled)."""
+        decoding = self._decoding(self._running())
         batch = decoding.sum(axis=1)
         context = np.where(batch > 0, ((self.prompt + self.generated) * decoding).sum(axis=1) / np.maximum(batch, 1),
                            0.0)
         pending = self.cum_prompt[np.arange(len(batch)), self.admitted] - self.prefilled
-        tokens = np.minimum(pending, np.maximum(budget - batch, 0))
+        room = np.maximum(budget - batch, 0)
+        again = np.minimum(self.recompute, room)
+        tokens = np.minimum(pending, room - again)
         prompt_ctx = self.prompt.mean(axis=1) / 2
         self.generated += decoding * steps
         self.prefilled += tokens
-        return batch, context, tokens, prompt_ctx
+        self.recompute -= again
+        return batch, context, tokens, prompt_ctx, again
 
     def finished(self) -> np.ndarray:
         return (self.generated >= self.target).all(axis=1)
@@ -163,7 +217,8 @@ def _simulate(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.random.Gene
     state = _Ranks(prompts, targets)
     group = per_inst if not fixed else 1
     clocks = np.zeros(instances)
-    parts = {k: np.zeros(instances) for k in ("forward", "comm", "launch", "host", "schedule", "sync", "prefill")}
+    parts = {k: np.zeros(instances) for k in ("forward", "comm", "launch", "host", "schedule", "sync", "prefill",
+                                                "recompute")}
     steps = np.zeros(instances, dtype=np.int64)
     span_start = np.zeros(instances)
     span_batch = np.zeros(instances)
@@ -174,20 +229,23 @@ def _simulate(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.random.Gene
         done_inst = done_rank.reshape(instances, group).all(axis=1)
         if done_inst.all():
             break
-        state.admit(ro.max_num_seqs, kv_tokens)
-        k = state.window()
-        batch, context, tokens, prompt_ctx = state.step(ro.max_num_batched_tokens, k)
+        state.admit(ro.max_num_seqs, kv_tokens, state.preempt(kv_tokens))
+        k = state.window(kv_tokens)
+        batch, context, tokens, prompt_ctx, again = state.step(ro.max_num_batched_tokens, k)
         # contexts grow by one token per step inside the window: evaluate every step of it at once
         ctx = context[:, None] + np.arange(k)[None, :]
         step = rc.decode_step(batch[:, None], ctx)
-        # most windows prefill nothing: skip the cost model there (it would return exact zeros)
+        # most windows prefill nothing: skip the cost model there (it would return exact zeros); a resumed
+        # sequence's tokens are prefilled again at about half the running sequences' mean context
         prefill = rc.prefill_compute_s(tokens, prompt_ctx)[:, None] if tokens.any() else np.zeros((len(tokens), 1))
-        rank_time = np.broadcast_to(step.total + prefill, (len(batch), k))
+        recompute = (rc.prefill_compute_s(again, context / 2)[:, None] if again.any()
+                     else np.zeros((len(again), 1)))
+        rank_time = np.broadcast_to(step.total + prefill + recompute, (len(batch), k))
         per_step = rank_time.reshape(instances, group, k)
         inst_time = per_step.max(axis=1).sum(axis=1) * ~done_inst
         slowest = per_step.sum(axis=2).argmax(axis=1) + np.arange(instances) * group
         for name, value in (("forward", step.forward_s), ("comm", step.comm_s), ("host", step.host_s),
-                            ("schedule", step.schedule_s), ("prefill", prefill)):
+                            ("schedule", step.schedule_s), ("prefill", prefill), ("recompute", recompute)):
             parts[name] += np.broadcast_to(value, rank_time.shape)[slowest].sum(axis=1) * ~done_inst
         for name, value in (("launch", step.launch_s), ("sync", step.sync_s)):
             parts[name] += value * k * ~done_inst
@@ -213,7 +271,7 @@ def _simulate(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.random.Gene
     polled = rc.polled(float(clocks[worst]))
     components["poll_wait"] = polled - float(clocks[worst])
     return RolloutOutcome(seconds=polled + fixed_s, steps=int(steps[worst]),
-                          components_s=components,
+                          components_s=components, preemptions=round(float(state.preemptions.sum()) * scale),
                           represented=represented, instance_seconds=[float(c) for c in clocks], note=note)
 
 

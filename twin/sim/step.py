@@ -278,7 +278,9 @@ class StepSimulation:
         last = self.records[-1]
         notes = [f"simulated {n} step(s): step time min {min(steps_s):.2f} s, max {max(steps_s):.2f} s",
                  f"rollout: {last.rollout.steps} engine steps on the slowest instance; "
-                 + ", ".join(f"{k} {v:.1f} s" for k, v in last.rollout.components_s.items())]
+                 + ", ".join(f"{k} {v:.1f} s" for k, v in last.rollout.components_s.items())
+                 + (f"; {last.rollout.preemptions} sequences preempted for KV room (recomputed)"
+                    if last.rollout.preemptions else "")]
         for name, run in last.pipelines.items():
             if name.split()[0] not in UPDATE_MOMENTS or name.endswith(" 0.0"):  # an update's first mini-batch
                 notes.append(f"{name}: pipeline bubble {run.bubble_fraction * 100:.1f} %")

@@ -32,10 +32,34 @@ def test_fixed_lengths_take_waves_of_max_num_seqs():
 
 
 def test_a_small_kv_cache_limits_concurrency():
-    sc = load_scenario(SCENARIOS / "c1-dsr1-a3-128.yaml")
+    sc = load_scenario(SCENARIOS / "c1-dsr1-a3-128.yaml")  # 64 sequences of 75 + 3040 tokens per replica
     full = _rollout(sc)
-    tight = _rollout(sc, kv_tokens=16 * (75 + 3040))  # room for 16 whole sequences
-    assert tight.steps >= 4 * 3040 and tight.seconds > 2 * full.seconds
+    kv = 16 * (75 + 3040)  # room for 16 whole sequences
+    tight = _rollout(sc, kv_tokens=kv)
+    # a sequence holds its KV as it grows: 64 sequences hold 64 x (75 x 3040 + 3040^2 / 2) token-steps, which a
+    # cache of `kv` tokens can hold in no fewer than that over kv steps (6,230), and no more than four waves of
+    # 16 whole sequences take (admission reserving the whole length) plus what preemption recomputes
+    held = 64 * (75 * 3040 + 3040 ** 2 / 2)
+    assert held / kv < tight.steps < 4 * 3040
+    assert tight.preemptions > 0 and tight.components_s["recompute"] > 0
+    assert tight.seconds > 1.5 * full.seconds and full.preemptions == 0
+
+
+def test_a_full_kv_cache_preempts_the_latest_admitted_sequence_and_recomputes_it():
+    """Two sequences of a 10-token prompt and 10 tokens to generate in a cache of 30 tokens, derived by hand:
+    both admitted (20 tokens), prefilled in one step; they decode 5 steps until they hold 30; the next step
+    does not fit, so the second is preempted (its 15 tokens given back); the first finishes in 5 steps; the
+    second resumes, prefills its 15 tokens again beside its next token, and finishes 4 steps later."""
+    ranks = rollout_sim._Ranks(np.array([[10, 10]]), np.array([[10, 10]]))
+    kv, windows, again = 30, [], 0
+    while not ranks.finished().all():
+        ranks.admit(2, kv, ranks.preempt(kv))
+        k = ranks.window(kv)
+        batch, _, _, _, recomputed = ranks.step(100, k)
+        windows.append((k, int(batch[0])))
+        again += int(recomputed[0])
+    assert windows == [(1, 0), (5, 2), (5, 1), (1, 1), (4, 1)]
+    assert int(ranks.preemptions[0]) == 1 and again == 15
 
 
 def test_lockstep_instances_run_until_their_longest_response():
@@ -117,7 +141,9 @@ def test_a_kv_cache_beyond_max_num_seqs_longest_sequences_changes_nothing():
 
     at_cap = simulated(cap)
     assert simulated(cap + 1) == at_cap and simulated(10 * cap) == at_cap
-    assert simulated(cap // 8)[0][1] > at_cap[0][1]  # below the cap the cache binds: more engine steps
+    # well below the cap the cache binds: sequences are preempted and the engine takes more steps (an eighth of
+    # the cap still holds these lengths as they grow)
+    assert simulated(cap // 8)[0] == at_cap[0] and simulated(cap // 16)[0][1] > at_cap[0][1]
 
 
 def test_a_rollout_simulated_again_is_replayed_exactly(monkeypatch):
