@@ -93,6 +93,10 @@ def _megatron(o: OverrideSet, train: TrainLayout, flavour: MegatronFlavour, role
     if train.moe_zero_memory != "none":
         _mindspeed_only(flavour, "moe_zero_memory")
         o.set(f"{tf}.moe_zero_memory", train.moe_zero_memory, add=True)
+        # MindSpeed refuses moe_zero_memory without its all-to-all overlap, which runs on the all-to-all dispatcher
+        # (features_manager/moe/moe_alltoall_overlap.py; cann-recipes-train's Qwen3-235B recipe sets the same)
+        o.set(f"{tf}.moe_alltoall_overlap_comm", True, add=True)
+        o.set(f"{tf}.moe_token_dispatcher_type", "alltoall", add=True)
 
 
 def _recompute(o: OverrideSet, train: TrainLayout, tf: str) -> None:

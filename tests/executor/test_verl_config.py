@@ -42,6 +42,8 @@ def test_grouped_gemm_experts_are_asked_of_mindspeed(make_plan, build, as_dict, 
     o = as_dict(build(make_plan(SCENARIOS / "c10-grpo-qwen3-235b-a3-128dies-32k.yaml"), tmp_path).overrides)
     assert o[f"+{TF}.moe_grouped_gemm"] == "true" and f"+{TF}.moe_tp_extend_ep" not in o
     assert o[f"+{TF}.moe_zero_memory"] == "level1"
+    # MindSpeed asks for its all-to-all overlap with zero memory, on the all-to-all dispatcher (the recipe sets both)
+    assert (o[f"+{TF}.moe_alltoall_overlap_comm"], o[f"+{TF}.moe_token_dispatcher_type"]) == ("true", "alltoall")
 
 
 def test_c1_rollout_batches_and_trainer(make_plan, build, as_dict, tmp_path: Path) -> None:

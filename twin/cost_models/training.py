@@ -302,50 +302,73 @@ class TrainCost:
         if kind == "backward":  # twice the forward, plus the recomputed forward
             recompute = {"none": 0.0, "selective": pf["selective_recompute_flops"], "full": 1.0}
             extra = recompute[lay.recompute.granularity]
-            fwd = fwd * (2.0 + extra) + self.zero_memory_recompute_s(stage, tokens)
+            fwd = fwd * (2.0 + extra)
             attn = attn * (2.0 + extra)
             passes = 2
-        intercept, slope = self._comm_coefficients(stage, passes)
-        comm = (intercept + slope * np.asarray(tokens, dtype=float) + self.cp_exposed_s(tokens, attn, passes)
+        (intercept, slope), (hidden_intercept, hidden_slope) = self._comm_coefficients(stage, passes)
+        tokens_f = np.asarray(tokens, dtype=float)
+        comm = (intercept + slope * tokens_f + self.cp_exposed_s(tokens, attn, passes)
                 + self.fsdp_exposed_s(stage, fwd, kind))
+        if kind == "backward":
+            fwd = fwd + self.zero_memory_exposed_s(stage, tokens, fwd, comm, hidden_intercept + hidden_slope * tokens_f)
         return PassTime(compute_s=fwd + pf["microbatch_overhead_ms"] * 1e-3, comm_s=comm)
 
-    def zero_memory_recompute_s(self, stage: int, tokens: ArrayLike) -> ArrayLike:
-        """MindSpeed moe_zero_memory recomputes in backward what its forward released: level0 the MoE layers'
-        memory-bound kernels (the experts' activation function among them), level1 also the dispatch of the
-        routed tokens (one more all-to-all per MoE layer)."""
+    def zero_memory_recompute_s(self, stage: int, tokens: ArrayLike) -> tuple[ArrayLike, ArrayLike]:
+        """(compute, communication) seconds that MindSpeed moe_zero_memory adds to a backward to recompute what
+        its forward released: level0 the MoE layers' memory-bound kernels (the experts' activation function among
+        them), level1 also the dispatch of the routed tokens (one more all-to-all per MoE layer)."""
         lay, sl = self.lay, self.stage_layers[stage]
         if lay.moe_zero_memory == "none" or sl.moe_layers == 0:
-            return 0.0
+            return 0.0, 0.0
         rows = np.asarray(tokens, dtype=float) / lay.cp
-        t = sl.moe_layers * self.ops.elementwise_seconds(rows, True, self.sp)
+        compute = sl.moe_layers * self.ops.elementwise_seconds(rows, True, self.sp)
+        comm = 0.0
         if lay.moe_zero_memory == "level1" and self.cfg.moe is not None and self.expert_ranks > 1:
             pairs = rows / self.sp * self.cfg.moe.experts_per_token
             per_byte = collective_time(self.cluster, self.pf, self._groups["ep"], "ep_dispatch", 1e9) / 1e9
-            t = t + sl.moe_layers * pairs * self.cfg.hidden_size * BF16 * self.imbalance(pairs) * per_byte
-        return t
+            comm = sl.moe_layers * pairs * self.cfg.hidden_size * BF16 * self.imbalance(pairs) * per_byte
+        return compute, comm
 
-    def _comm_coefficients(self, stage: int, passes: int) -> tuple[float, float]:
-        """A micro-batch's communication seconds as intercept + slope x tokens (linear in bytes moved)."""
+    def zero_memory_exposed_s(self, stage: int, tokens: ArrayLike, compute_s: ArrayLike, exposed_comm_s: ArrayLike,
+                              hidden_comm_s: ArrayLike) -> ArrayLike:
+        """What moe_zero_memory's recompute adds to a backward of `compute_s` seconds of compute beside
+        `exposed_comm_s` of communication it waits for and `hidden_comm_s` it hides. MindSpeed runs the recompute
+        under the backward's communication and the re-dispatch under its computation (megatron-moe-zero-memory.md:
+        "采用计算掩盖重通信和swap，将重计算与未掩盖通信进行隐藏"; it needs moe_alltoall_overlap_comm, whose
+        communication runs on its own stream): on two streams, the compute stream waits `exposed_comm_s`, which
+        the recomputed kernels fill first, and the communication stream idles for the compute that hides nothing,
+        which the re-dispatch fills first; only what overflows either lengthens the backward."""
+        recompute, redispatch = self.zero_memory_recompute_s(stage, tokens)
+        comm_idle = np.maximum(0.0, np.asarray(compute_s, dtype=float) - hidden_comm_s)
+        return np.maximum(0.0, recompute - exposed_comm_s) + np.maximum(0.0, redispatch - comm_idle)
+
+    def _comm_coefficients(self, stage: int, passes: int) -> tuple[tuple[float, float], tuple[float, float]]:
+        """A micro-batch's exposed and hidden communication seconds, each as intercept + slope x tokens (linear
+        in bytes moved)."""
         key = (self._signature(stage), passes)
         cache = self.pass_caches[1]
         if key not in cache:
             one, two = self._comm_total(stage, 1024.0, passes), self._comm_total(stage, 2048.0, passes)
-            slope = (two - one) / 1024.0
-            cache[key] = (one - slope * 1024.0, slope)
+            lines = []
+            for a, b in zip(one, two, strict=True):
+                slope = (b - a) / 1024.0
+                lines.append((a - slope * 1024.0, slope))
+            cache[key] = tuple(lines)
         return cache[key]
 
-    def _comm_total(self, stage: int, tokens: float, passes: int) -> float:
-        """TP/SP and EP traffic of all the stage's layers and the activation send: `passes` 1 for a forward,
-        2 for a backward (activation gradients and the recompute's traffic)."""
+    def _comm_total(self, stage: int, tokens: float, passes: int) -> tuple[float, float]:
+        """(exposed, hidden) seconds of the TP/SP and EP traffic of all the stage's layers and the activation
+        send: `passes` 1 for a forward, 2 for a backward (activation gradients and the recompute's traffic); the
+        layers' traffic is hidden behind compute in the profile's `train_comm_overlap` share."""
         lay, pf = self.lay, self.pf
         sl = self.stage_layers[stage]
         comm = sl.dense_layers * self._comm_per_layer(tokens, False, passes)
         comm += sl.moe_layers * self._comm_per_layer(tokens, True, passes)
-        comm *= 1 - pf["train_comm_overlap"]
+        hidden = comm * pf["train_comm_overlap"]
+        comm -= hidden
         if lay.engine == "megatron" and lay.pp > 1:
             comm += passes * self.p2p_s(tokens)
-        return comm
+        return comm, hidden
 
     def p2p_s(self, tokens: float) -> float:
         """Sending one micro-batch's activations to the next pipeline stage."""

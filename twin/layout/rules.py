@@ -91,9 +91,18 @@ def _train_moe_rules(lay: TrainLayout, cfg: ModelConfig, dp: int) -> list[Layout
             errs.append(LayoutError("EP needs an MoE model", f"EP{lay.ep} on dense {cfg.name}"))
         if lay.moe_grouped_gemm:
             errs.append(LayoutError("grouped GEMM needs an MoE model", f"moe_grouped_gemm on dense {cfg.name}"))
+        if lay.moe_zero_memory != "none":
+            errs.append(LayoutError("moe_zero_memory needs an MoE model", f"moe_zero_memory on dense {cfg.name}"))
         return errs
     experts = cfg.moe.num_experts
     part = lay.expert_partition
+    if lay.moe_zero_memory != "none" and (part == 1 or not lay.grouped_experts):
+        # MindSpeed refuses moe_zero_memory without moe_alltoall_overlap_comm, which asks for the all-to-all
+        # dispatcher over more than one expert rank and grouped GEMM (features_manager/moe/moe_alltoall_overlap.py;
+        # docs/features/megatron_moe/megatron-moe-alltoall-overlap-comm.md)
+        errs.append(LayoutError("moe_zero_memory needs MindSpeed's all-to-all overlap: EP > 1 and grouped GEMM",
+                                f"moe_zero_memory {lay.moe_zero_memory} with EP{part}"
+                                f"{'' if lay.grouped_experts else ' and no moe_grouped_gemm'}"))
     if experts % part:
         what = f"TP{lay.tp} x EP{lay.ep}" if lay.moe_tp_extend_ep else f"EP{lay.ep}"
         errs.append(LayoutError("experts divisible by EP", f"{experts} experts % {what} = {part} != 0"))

@@ -157,3 +157,28 @@ def test_fsdps_optimizer_step_reduces_no_gradients_again(recorded_collectives):
     tc = Evaluation(load_scenario(C8_32)).train_cost
     tc.optimizer_time()
     assert recorded_collectives == []
+
+
+C10_CP4 = Path(__file__).resolve().parents[3] / "scenarios" / "c10-train-qwen3-235b-a3-128dies-cp4.yaml"
+
+
+def test_zero_memory_recompute_hides_under_the_backwards_other_stream(monkeypatch):
+    """moe_zero_memory's recomputed kernels fill the compute stream's wait on exposed communication and its
+    re-dispatch the communication stream's idle compute; by hand, with 2 ms of recompute and 3 ms of re-dispatch:
+    - 10 ms of compute, 5 ms of exposed and 4 ms of hidden communication: both fit (idle comm 10 - 4 = 6 ms): 0;
+    - 1 ms exposed: 1 ms of the recompute overflows; hidden 8 ms leaves 2 ms idle: 1 ms of re-dispatch overflows."""
+    tc = Evaluation(load_scenario(C10_CP4)).train_cost
+    monkeypatch.setattr(type(tc), "zero_memory_recompute_s", lambda self, stage, tokens: (2e-3, 3e-3))
+    assert tc.zero_memory_exposed_s(0, 1024.0, 10e-3, 5e-3, 4e-3) == pytest.approx(0.0)
+    assert tc.zero_memory_exposed_s(0, 1024.0, 10e-3, 1e-3, 8e-3) == pytest.approx(2e-3)
+
+
+def test_zero_memory_level1_redispatches_the_routed_tokens(recorded_collectives):
+    # C10 CP4, stage 0: 23 MoE layers; 8192 tokens a micro-batch / CP4 = 2048 rows, / SP4 = 512 rows a rank, x top-8
+    # = 4096 token-expert pairs, each 4096 bf16 values, at the busiest rank's share; priced at 1 ms a GB
+    tc = Evaluation(load_scenario(C10_CP4)).train_cost
+    _, redispatch = tc.zero_memory_recompute_s(0, 8192.0)
+    [(op, nbytes)] = recorded_collectives
+    assert op == "ep_dispatch" and nbytes == 1e9
+    imbalance = float(tc.imbalance(4096.0))
+    assert redispatch == pytest.approx(23 * 4096 * 4096 * 2 * imbalance * 1e-12)

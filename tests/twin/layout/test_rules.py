@@ -54,6 +54,19 @@ def test_grouped_gemm_experts_need_an_moe_model_and_the_directed_reshard():
         "grouped GEMM needs an MoE model"]
 
 
+def test_zero_memory_needs_the_all_to_all_overlap_mindspeed_requires_with_it():
+    moe, kind = load_config("qwen3-235b-a22b"), cluster_kind("a2")
+    rule = "moe_zero_memory needs MindSpeed's all-to-all overlap: EP > 1 and grouped GEMM"
+    for train, errors in ((TrainLayout(tp=4, pp=8, ep=4, moe_grouped_gemm=True, moe_zero_memory="level1"), []),
+                          (TrainLayout(tp=4, pp=8, ep=4, moe_zero_memory="level0"), [rule]),
+                          (TrainLayout(tp=4, pp=32, moe_grouped_gemm=True, moe_zero_memory="level1"), [rule])):
+        layout = QWEN235.model_copy(update={"train": train})
+        assert [e.rule for e in check_layout(layout, moe, 128, kind, directed_reshard=True)] == errors, train
+    dense = Layout(train=TrainLayout(tp=4, pp=2, moe_zero_memory="level0"), rollout=RolloutLayout(tp=4, dp=4))
+    assert [e.rule for e in check_layout(dense, load_config("qwen3-32b"), 16, kind)] == [
+        "moe_zero_memory needs an MoE model"]
+
+
 def test_a_separate_rollout_is_checked_on_its_own_devices_and_the_trainer_on_the_rest():
     cfg, kind = load_config("qwen3-30b-a3b"), cluster_kind("h20")
     pair = Layout(train=TrainLayout(tp=2, ep=8, etp=1), rollout=RolloutLayout(tp=4, dp=4), placement="separate")
