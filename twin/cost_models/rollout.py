@@ -33,7 +33,7 @@ from twin.layout.ranks import rollout_group
 from twin.profile import Profile
 from twin.scenario import Scenario
 from twin.topology.routing import Cluster
-from twin.workload import length_quantile
+from twin.workload import length_quantile, length_std
 
 EOS_SYNCS_PER_STEP = 2  # cann-recipes-train: two DP end-of-sequence syncs per decode step (C2)
 
@@ -229,9 +229,13 @@ class RolloutCost:
         return float(self.prefill_compute_s(tokens, self.sc.workload.prompt_len.mean / 2)) + chunks * per_chunk
 
     def concurrency(self, per_replica: float, kv_tokens: int) -> float:
-        """Sequences a DP replica runs at once: max_num_seqs, bounded by its KV cache and by its work."""
+        """Sequences a DP replica runs at once: max_num_seqs, bounded by its KV cache and by its work. The cache
+        holds what each running sequence has so far (vLLM allocates as a sequence grows): over a response's life
+        half its length on average, and a sequence of length L runs for L steps, so the running sequences hold a
+        response half of E[L^2] / E[L] = mean + variance / mean, beside their prompts."""
         wl = self.sc.workload
-        seq_tokens = wl.prompt_len.mean + wl.response_len.mean
+        response = wl.response_len.mean + length_std(wl.response_len) ** 2 / wl.response_len.mean
+        seq_tokens = wl.prompt_len.mean + response / 2
         by_kv = kv_tokens / seq_tokens
         return max(1.0, min(self.ro.max_num_seqs, per_replica, by_kv))
 

@@ -77,6 +77,7 @@ class _Ranks:
         return (self.index < self.admitted[:, None]) & ~self.preempted & (self.generated < self.target)
 
     def _decoding(self, running: np.ndarray) -> np.ndarray:
+        """Running sequences whose prompts are prefilled."""
         return running & (self.cum_prompt[:, 1:] <= self.prefilled[:, None])
 
     def _held(self, running: np.ndarray) -> np.ndarray:
