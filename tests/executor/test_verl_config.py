@@ -46,6 +46,16 @@ def test_grouped_gemm_experts_are_asked_of_mindspeed(make_plan, build, as_dict, 
     assert (o[f"+{TF}.moe_alltoall_overlap_comm"], o[f"+{TF}.moe_token_dispatcher_type"]) == ("true", "alltoall")
 
 
+def test_zero_memory_with_tp_extend_ep_is_refused_before_launch(make_plan, build, tmp_path: Path) -> None:
+    # C1's layout (tp-extend-ep) with zero memory: MindSpeed releases disagree on the dispatcher it needs
+    scenario = yaml.safe_load((SCENARIOS / "c1-dsr1-a3-128.yaml").read_text())
+    scenario["layout"]["train"]["moe_zero_memory"] = "level1"
+    path = tmp_path / "c1-zero-memory.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    with pytest.raises(ExecutorError, match="moe_zero_memory with moe_tp_extend_ep"):
+        build(make_plan(path), tmp_path)
+
+
 def test_c1_rollout_batches_and_trainer(make_plan, build, as_dict, tmp_path: Path) -> None:
     o = as_dict(build(make_plan(), tmp_path).overrides)
     # plan: TP2 x DP128 over 256 dies, EP256 = one vLLM instance of 128 DP ranks

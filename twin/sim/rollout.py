@@ -87,7 +87,8 @@ class _Ranks:
     def preempt(self, kv_tokens: int) -> np.ndarray:
         """Where the next step's tokens do not fit, preempt the latest admitted running sequences until they do
         (one sequence always keeps running, as vLLM lets a sequence alone use the whole cache); which ranks
-        preempted."""
+        preempted. Latest in queue order: a resumed sequence keeps its place, where vLLM puts it at the end of its
+        running queue."""
         running = self._running()
         over = self._held(running) + self._decoding(running).sum(axis=1) - kv_tokens
         hit = np.zeros(len(over), dtype=bool)
