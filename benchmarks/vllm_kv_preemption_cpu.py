@@ -8,9 +8,8 @@ tokens (num_gpu_blocks_override). `--requests` prompts of 16 distinct tokens eac
 lognormal (ignore_eos), the lengths the twin's workloads draw. vLLM allocates blocks as sequences grow and, when a
 step's tokens do not fit, preempts the last running request (recompute); the script counts the engine steps that
 ran a batch, the preemptions and the tokens held by the preempted requests, which resumed requests prefill again.
-The twin's rollout simulation (twin/sim/rollout.py `_Ranks`, the same prompts, responses, max_num_seqs and token
-budget, a cache of blocks x 32 tokens) counts the same. What the twin does not model: vLLM rounds each request up
-to whole blocks (up to 31 tokens a running request), so the real cache holds a little less.
+The twin's rollout simulation (twin/sim/rollout.py `_Ranks`, the same prompts, responses, max_num_seqs, token
+budget and blocks) counts the same.
 """
 
 from __future__ import annotations
@@ -63,7 +62,7 @@ def twin_rollout(prompts: np.ndarray, targets: np.ndarray, kv_tokens: int, max_s
     """(engine steps, preemptions, tokens prefilled again) of the twin's rollout loop for one rank."""
     from twin.sim.rollout import _Ranks
 
-    ranks = _Ranks(prompts[None, :], targets[None, :])
+    ranks = _Ranks(prompts[None, :], targets[None, :], BLOCK)
     steps = again = 0
     while not ranks.finished().all():
         ranks.admit(max_seqs, kv_tokens, ranks.preempt(kv_tokens))

@@ -232,12 +232,18 @@ class RolloutCost:
         """Sequences a DP replica runs at once: max_num_seqs, bounded by its KV cache and by its work. The cache
         holds what each running sequence has so far (vLLM allocates as a sequence grows): over a response's life
         half its length on average, and a sequence of length L runs for L steps, so the running sequences hold a
-        response half of E[L^2] / E[L] = mean + variance / mean, beside their prompts."""
+        response half of E[L^2] / E[L] = mean + variance / mean, beside their prompts, and half a block each
+        more on average (whole blocks)."""
         wl = self.sc.workload
         response = wl.response_len.mean + length_std(wl.response_len) ** 2 / wl.response_len.mean
-        seq_tokens = wl.prompt_len.mean + response / 2
+        seq_tokens = wl.prompt_len.mean + response / 2 + (self.kv_block - 1) / 2
         by_kv = kv_tokens / seq_tokens
         return max(1.0, min(self.ro.max_num_seqs, per_replica, by_kv))
+
+    @property
+    def kv_block(self) -> int:
+        """Tokens of one block of the engine's KV cache on this device kind."""
+        return self.kind.device_spec.kv_block
 
     @property
     def sequences_per_replica(self) -> float:

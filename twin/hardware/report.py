@@ -37,6 +37,8 @@ def figure_rows(kind: ClusterKind) -> Iterator[Row]:
     if dev.allocator_gb is not None:
         yield _fig(f"{dev.name} allocator capacity", dev.allocator_gb, "GB, what a run can fill")
     yield _fig(f"{dev.name} HBM bandwidth", dev.hbm_bandwidth_gbs, "GB/s")
+    if dev.kv_block_tokens is not None:
+        yield _fig(f"{dev.name} KV-cache block", dev.kv_block_tokens, "tokens, the engine's allocation unit")
     roles = {kind.chip_tier: "chip", kind.node_tier: "node", kind.pod_tier: "pod", kind.scaleout_tier: "scale-out",
              "host": "host"}
     for t in kind.tiers:

@@ -43,6 +43,9 @@ class DeviceSpec(BaseModel):
     # hold; where no source gives it, the HBM figure stands for it
     allocator_gb: Figure | None = None
     hbm_bandwidth_gbs: Figure  # GB/s
+    # tokens of one block of the inference engine's paged KV cache on this device (vLLM holds each sequence in whole
+    # blocks); unset: one token
+    kv_block_tokens: Figure | None = None
     curves: dict[CurveName, Curve]
 
     @model_validator(mode="after")
@@ -51,6 +54,9 @@ class DeviceSpec(BaseModel):
             raise ValueError(f"hardware schema {self.schema_version} is not supported (reads {HARDWARE_SCHEMA})")
         if "bf16" not in self.peak_tflops:
             raise ValueError("peak_tflops needs a bf16 entry")
+        if self.kv_block_tokens is not None and (self.kv_block_tokens.value < 1
+                                                 or self.kv_block_tokens.value != int(self.kv_block_tokens.value)):
+            raise ValueError(f"kv_block_tokens {self.kv_block_tokens.value:g} is not a whole number of tokens >= 1")
         if self.allocator_gb is not None and self.allocator_gb.value > self.hbm_gb.value:
             raise ValueError(f"allocator capacity {self.allocator_gb.value:g} GB exceeds the HBM "
                              f"({self.hbm_gb.value:g} GB)")
@@ -70,6 +76,11 @@ class DeviceSpec(BaseModel):
         except KeyError:
             raise TwinError(f"device {self.name} has no peak for dtype {dtype!r}; known: "
                             f"{', '.join(self.peak_tflops)}") from None
+
+    @property
+    def kv_block(self) -> int:
+        """Tokens of one KV-cache block (1 where the file gives none)."""
+        return int(self.kv_block_tokens.value) if self.kv_block_tokens is not None else 1
 
     @property
     def capacity_gb(self) -> float:

@@ -3,21 +3,22 @@
 Every vLLM engine instance advances decode step by step on its own clock. Inside an instance with expert
 parallelism all DP ranks step in lockstep (the EP dispatch/combine and the end-of-sequence sync join them):
 the instance's step takes as long as its slowest rank's, and a rank that has finished still runs dummy
-steps until the whole instance is done. The KV cache is allocated as vLLM allocates it, as sequences grow:
-each step every running sequence needs room for one more token; where they do not all fit, the latest
+steps until the whole instance is done. The KV cache is allocated as vLLM allocates it, in whole blocks as
+sequences grow: each step every running sequence needs room for one more token; where they do not all fit, the latest
 admitted running sequence is preempted (its KV given back; it waits at the head of the queue and, resumed,
 prefills its prompt and what it had generated again: vLLM's recompute preemption), and a rank admits
 nothing in a step in which it preempted. Otherwise a rank resumes preempted sequences first, then admits
 queued ones while it has fewer than max_num_seqs running and KV room for their prompts. Prompts and
 recomputed tokens are prefilled first come first served in chunks of the step's token budget
 (max_num_batched_tokens minus one token per decoding sequence). The phase ends when the last instance ends.
-Events are admissions, prefill chunks, finishing sequences and a full KV cache; between two events only
+Events are admissions, prefill chunks, finishing sequences and a full KV cache (a sequence taking a block there
+is none for); between two events only
 decoding happens, and that window of steps is evaluated at once (contexts grow by one token per step).
 
 When every length is fixed, all ranks are identical and one rank stands for all of them (exact).
 
-Once the KV cache holds max_num_seqs sequences of the longest length it never binds, so the rollout is simulated
-with the KV cache capped there (exact). A rollout with the same inputs (the
+Once the KV cache holds max_num_seqs sequences of the longest length (in whole blocks) it never binds, so the rollout
+is simulated with the KV cache capped there (exact). A rollout with the same inputs (the
 planner's gpu_memory_utilization steps of one layout) is simulated once and replayed: its outcome, its spans
 and the random generator's state after it.
 """
@@ -59,7 +60,8 @@ class RolloutOutcome:
 class _Ranks:
     """Queue-ordered sequences of every simulated DP rank (rows) and their progress."""
 
-    def __init__(self, prompts: np.ndarray, targets: np.ndarray) -> None:
+    def __init__(self, prompts: np.ndarray, targets: np.ndarray, block: int = 1) -> None:
+        self.block = block  # tokens of one KV-cache block: a sequence holds its tokens in whole blocks
         self.prompt = prompts.astype(np.int64)
         self.target = targets.astype(np.int64)
         rows, per = prompts.shape
@@ -80,9 +82,14 @@ class _Ranks:
         """Running sequences whose prompts are prefilled."""
         return running & (self.cum_prompt[:, 1:] <= self.prefilled[:, None])
 
-    def _held(self, running: np.ndarray) -> np.ndarray:
-        """KV tokens each rank's running sequences hold."""
-        return ((self.prompt + self.generated) * running).sum(axis=1)
+    def _blocks(self, tokens: np.ndarray) -> np.ndarray:
+        """The KV tokens `tokens` tokens take in whole blocks."""
+        return -(-tokens // self.block) * self.block
+
+    def _held(self, running: np.ndarray, ahead: np.ndarray | int = 0) -> np.ndarray:
+        """KV tokens each rank's running sequences hold in whole blocks, `ahead` more tokens each (the next step's
+        token of the decoding ones)."""
+        return (self._blocks(self.prompt + self.generated + ahead) * running).sum(axis=1)
 
     def preempt(self, kv_tokens: int) -> np.ndarray:
         """Where the next step's tokens do not fit, preempt the latest admitted running sequences until they do
@@ -90,13 +97,14 @@ class _Ranks:
         preempted. Latest in queue order: a resumed sequence keeps its place, where vLLM puts it at the end of its
         running queue."""
         running = self._running()
-        over = self._held(running) + self._decoding(running).sum(axis=1) - kv_tokens
+        ahead = self._decoding(running).astype(np.int64)
+        over = self._held(running, ahead) - kv_tokens
         hit = np.zeros(len(over), dtype=bool)
         for r in np.nonzero(over > 0)[0]:
             for i in np.nonzero(running[r])[0][:0:-1]:
                 self.preempted[r, i] = True
                 self.preemptions[r] += 1
-                over[r] -= self.prompt[r, i] + self.generated[r, i] + 1
+                over[r] -= self._blocks(self.prompt[r, i] + self.generated[r, i] + ahead[r, i])
                 if over[r] <= 0:
                     break
             hit[r] = True
@@ -107,12 +115,12 @@ class _Ranks:
         just preempted)."""
         running = self._running()
         free = max_seqs - running.sum(axis=1)
-        room = kv_tokens - self._held(running) - self._decoding(running).sum(axis=1)
+        room = kv_tokens - self._held(running, self._decoding(running).astype(np.int64))
         open_ranks = (free > 0) & ~preempted_now & ((self.admitted < self.prompt.shape[1]) | self.preempted.any(axis=1))
         for r in np.nonzero(open_ranks)[0]:
             waiting = np.nonzero(self.preempted[r])[0]
             sizes = self.prompt[r, waiting] + self.generated[r, waiting]
-            fits = (np.cumsum(sizes + 1) <= room[r]) & (np.arange(1, len(waiting) + 1) <= free[r])
+            fits = (np.cumsum(self._blocks(sizes + 1)) <= room[r]) & (np.arange(1, len(waiting) + 1) <= free[r])
             resumed = int(np.argmin(fits)) if not fits.all() else len(fits)
             if resumed == 0 and len(waiting) and not running[r].any():
                 resumed = 1  # a sequence longer than the cache still runs alone
@@ -121,9 +129,9 @@ class _Ranks:
             if resumed < len(waiting):
                 continue  # the head of the queue waits for room: nothing behind it is admitted
             free_r = free[r] - resumed
-            room_r = room[r] - int((sizes + 1).sum())
+            room_r = room[r] - int(self._blocks(sizes + 1).sum())
             start = self.admitted[r]
-            fits = np.cumsum(self.prompt[r, start:start + max(free_r, 0)]) <= room_r
+            fits = np.cumsum(self._blocks(self.prompt[r, start:start + max(free_r, 0)])) <= room_r
             take = int(np.argmin(fits)) if not fits.all() else len(fits)
             if take == 0 and free_r > 0 and not running[r].any() and resumed == 0:
                 take = 1  # a prompt longer than the cache still runs alone
@@ -140,10 +148,25 @@ class _Ranks:
         running = self._running()
         decoding = self._decoding(running)
         left = np.where(decoding, self.target - self.generated, np.iinfo(np.int64).max)
-        batch = decoding.sum(axis=1)
-        room = kv_tokens - self._held(running)
-        fill = np.where(batch > 1, room // np.maximum(batch, 1), np.iinfo(np.int64).max)
-        return int(max(1, min(left.min(), fill.min())))
+        return int(max(1, min(left.min(), self._steps_until_full(running, decoding, kv_tokens))))
+
+    def _steps_until_full(self, running: np.ndarray, decoding: np.ndarray, kv_tokens: int) -> int:
+        """Decode steps the cache holds, every rank's decoding sequences growing one token a step (a rank with
+        one sequence runs on whatever it holds). A sequence of L tokens takes a new block at the step j >= 2 at
+        which L + j - 1 is a multiple of the block, then every `block` steps; the rank's free blocks last until
+        one more block than they hold is asked for."""
+        b, never = self.block, np.iinfo(np.int64).max
+        count = decoding.sum(axis=1)
+        shared = count > 1
+        if not shared.any():
+            return never
+        free = (kv_tokens - self._held(running, decoding.astype(np.int64))) // b
+        # each decoding sequence's first new block, in ascending order (the others last)
+        first = np.sort(np.where(decoding, 2 + (-1 - self.prompt - self.generated) % b, never), axis=1)
+        n = np.maximum(count, 1)
+        period, nth = free // n, free % n
+        steps = np.take_along_axis(first, nth[:, None], axis=1)[:, 0] + period * b - 1
+        return int(steps[shared].min())
 
     def step(self, budget: int, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Advance `steps` engine steps (more than one only when nothing but decoding happens):
@@ -171,7 +194,7 @@ def simulate_rollout(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.rand
                      t0: float) -> RolloutOutcome:
     """Run the rollout of one step and record its spans from time `t0` (replayed where the same rollout was
     simulated before: the module docstring)."""
-    kv = min(kv_tokens, rc.ro.max_num_seqs * sc.workload.max_seq_len)
+    kv = min(kv_tokens, rc.ro.max_num_seqs * -(-sc.workload.max_seq_len // rc.kv_block) * rc.kv_block)
     named = (rc.inv, rc.sc, rc.pf, rc.cluster.kind, sc)
     layout = rc.ro.model_copy(update={"gpu_memory_utilization": 0.0}).model_dump_json()
     key = (*map(id, named), rc.cluster.devices, layout, kv, repr(rng.bit_generator.state))
@@ -216,7 +239,7 @@ def _simulate(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.random.Gene
         short = ranks_total * per_rank - responses
         targets[-short:, -1] = 0
         prompts[-short:, -1] = 0
-    state = _Ranks(prompts, targets)
+    state = _Ranks(prompts, targets, rc.kv_block)
     group = per_inst if not fixed else 1
     clocks = np.zeros(instances)
     parts = {k: np.zeros(instances) for k in ("forward", "comm", "launch", "host", "schedule", "sync", "prefill",

@@ -114,14 +114,16 @@ def test_longest_of_n_lognormal_responses_and_its_cap():
 
 
 def test_the_kv_cache_bounds_concurrency_by_what_growing_sequences_hold():
-    """vLLM allocates as sequences grow: a running sequence holds its prompt and, averaged over the steps it runs,
-    half of E[L^2] / E[L] of its response. C8's lengths: prompt mean 150; responses lognormal mean 2500, sigma 0.8:
-    E[L^2] / E[L] = 2500 x exp(0.64) = 4741.9, so 150 + 2370.9 = 2520.9 tokens a sequence; a cache of 10 x 2520.9
-    tokens runs 10 at once (max_num_seqs and the replica's work allow more)."""
+    """vLLM allocates as sequences grow, in whole blocks: a running sequence holds its prompt and, averaged over the
+    steps it runs, half of E[L^2] / E[L] of its response, and half a block less a token more. C8's lengths: prompt
+    mean 150; responses lognormal mean 2500, sigma 0.8: E[L^2] / E[L] = 2500 x exp(0.64) = 4741.9; H20's vLLM blocks
+    of 16 tokens: 150 + 2370.9 + 7.5 = 2528.4 tokens a sequence; a cache of 10 x 2528.4 tokens runs 10 at once
+    (max_num_seqs and the replica's work allow more)."""
     sc = load_scenario(SCENARIOS / "c8-dapo-qwen25-math-7b-h20-128.yaml")
     assert (sc.workload.prompt_len.mean, sc.workload.response_len.mean, sc.workload.response_len.sigma) == (
         150, 2500, 0.8)
     rc = Evaluation(sc).rollout_cost
-    held = 150 + 2500 * np.exp(0.64) / 2
+    assert rc.kv_block == 16
+    held = 150 + 2500 * np.exp(0.64) / 2 + 7.5
     assert rc.concurrency(1000.0, round(10 * held)) == pytest.approx(10.0, rel=1e-4)
     assert rc.concurrency(4.0, round(10 * held)) == 4.0  # the replica's work bounds it first

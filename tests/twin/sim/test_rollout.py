@@ -45,21 +45,27 @@ def test_a_small_kv_cache_limits_concurrency():
     assert tight.seconds > 1.5 * full.seconds and full.preemptions == 0
 
 
+def _drive(ranks, kv: int, max_seqs: int = 2, budget: int = 100) -> tuple[list[tuple[int, int]], int]:
+    """Run one rank's rollout loop as the simulation does: its (window, decoding batch) pairs and the tokens it
+    prefilled again."""
+    windows, again = [], 0
+    while not ranks.finished().all():
+        ranks.admit(max_seqs, kv, ranks.preempt(kv))
+        k = ranks.window(kv)
+        batch, _, _, _, recomputed = ranks.step(budget, k)
+        windows.append((k, int(batch[0])))
+        again += int(recomputed[0])
+    return windows, again
+
+
 def test_a_full_kv_cache_preempts_the_latest_admitted_sequence_and_recomputes_it():
     """Two sequences of a 10-token prompt and 10 tokens to generate in a cache of 30 tokens, derived by hand:
     both admitted (20 tokens), prefilled in one step; they decode 5 steps until they hold 30; the next step
     does not fit, so the second is preempted (its 15 tokens given back); the first finishes in 5 steps; the
     second resumes, prefills its 15 tokens again beside its next token, and finishes 4 steps later."""
     ranks = rollout_sim._Ranks(np.array([[10, 10]]), np.array([[10, 10]]))
-    kv, windows, again = 30, [], 0
-    while not ranks.finished().all():
-        ranks.admit(2, kv, ranks.preempt(kv))
-        k = ranks.window(kv)
-        batch, _, _, _, recomputed = ranks.step(100, k)
-        windows.append((k, int(batch[0])))
-        again += int(recomputed[0])
-    assert windows == [(1, 0), (5, 2), (5, 1), (1, 1), (4, 1)]
-    assert int(ranks.preemptions[0]) == 1 and again == 15
+    assert _drive(ranks, kv=30) == ([(1, 0), (5, 2), (5, 1), (1, 1), (4, 1)], 15)
+    assert int(ranks.preemptions[0]) == 1
 
 
 def test_lockstep_instances_run_until_their_longest_response():
@@ -141,9 +147,9 @@ def test_a_kv_cache_beyond_max_num_seqs_longest_sequences_changes_nothing():
 
     at_cap = simulated(cap)
     assert simulated(cap + 1) == at_cap and simulated(10 * cap) == at_cap
-    # well below the cap the cache binds: sequences are preempted and the engine takes more steps (an eighth of
+    # well below the cap the cache binds: sequences are preempted and the engine takes more steps (a quarter of
     # the cap still holds these lengths as they grow)
-    assert simulated(cap // 8)[0] == at_cap[0] and simulated(cap // 16)[0][1] > at_cap[0][1]
+    assert simulated(cap // 4)[0] == at_cap[0] and simulated(cap // 16)[0][1] > at_cap[0][1]
 
 
 def test_a_rollout_simulated_again_is_replayed_exactly(monkeypatch):
@@ -160,3 +166,14 @@ def test_a_rollout_simulated_again_is_replayed_exactly(monkeypatch):
         (s.lane, s.name, s.start_s + 100.0, s.dur_s) for s in spans]
     other = _traced(ev, kv, 6, 0.0)[0]  # other draws: simulated anew
     assert len(rollout_sim._SIMULATED) == 2 and other.seconds != again.seconds
+
+
+def test_sequences_hold_whole_kv_blocks():
+    """The two sequences of the hand-derived case above in blocks of 8 tokens and a cache of 4 blocks (32 tokens):
+    10-token prompts take 2 blocks each (all 4), prefilled in one step; the next token of each fits the 16 tokens
+    they hold (6 steps to 16 tokens), and the 17th needs a block there is none for: the window is 6 steps, then the
+    second is preempted (its 2 blocks given back), the first runs alone to its 20 tokens, and
+    the second, resumed with 16 tokens to prefill again, finishes its last 4 tokens."""
+    ranks = rollout_sim._Ranks(np.array([[10, 10]]), np.array([[10, 10]]), block=8)
+    assert _drive(ranks, kv=32) == ([(1, 0), (6, 2), (4, 1), (1, 1), (3, 1)], 16)
+    assert int(ranks.preemptions[0]) == 1
