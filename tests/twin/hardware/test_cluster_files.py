@@ -121,6 +121,10 @@ def test_validation_of_the_structure(tmp_path):
     with pytest.raises(TwinError, match="field 'device': unknown device '910x'"):
         load_cluster_file(write(tmp_path / "b.yaml", raw))
     raw = user_a2()
+    raw["device"]["kv_block_tokens"] = {"value": 12.5, "confidence": "L", "source": "a typo"}
+    with pytest.raises(TwinError, match=r"kv_block_tokens 12\.5 is not a whole number of tokens >= 1"):
+        load_cluster_file(write(tmp_path / "blk.yaml", raw))
+    raw = user_a2()
     del raw["device"]["curves"]["attention"]
     with pytest.raises(TwinError, match="curves attention missing"):
         load_cluster_file(write(tmp_path / "c.yaml", raw))
