@@ -65,9 +65,7 @@ def twin_rollout(prompts: np.ndarray, targets: np.ndarray, kv_tokens: int, max_s
     ranks = _Ranks(prompts[None, :], targets[None, :], BLOCK)
     steps = again = 0
     while not ranks.finished().all():
-        ranks.admit(max_seqs, kv_tokens, ranks.preempt(kv_tokens))
-        k = ranks.window(kv_tokens)
-        *_, recomputed = ranks.step(budget, k)
+        k, *_, recomputed = ranks.advance(max_seqs, kv_tokens, budget)
         steps += k
         again += int(recomputed[0])
     return steps, int(ranks.preemptions[0]), again

@@ -29,6 +29,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from twin.cost_models.rollout import RolloutCost
 from twin.layout.models import RolloutLayout
@@ -57,6 +58,11 @@ class RolloutOutcome:
     preemptions: int = 0  # sequences preempted for KV room, all ranks (scaled like the steps)
 
 
+def whole_blocks(tokens: ArrayLike, block: int) -> ArrayLike:
+    """The KV tokens `tokens` tokens take in whole blocks of `block` tokens."""
+    return -(-tokens // block) * block
+
+
 class _Ranks:
     """Queue-ordered sequences of every simulated DP rank (rows) and their progress."""
 
@@ -82,9 +88,8 @@ class _Ranks:
         """Running sequences whose prompts are prefilled."""
         return running & (self.cum_prompt[:, 1:] <= self.prefilled[:, None])
 
-    def _blocks(self, tokens: np.ndarray) -> np.ndarray:
-        """The KV tokens `tokens` tokens take in whole blocks."""
-        return -(-tokens // self.block) * self.block
+    def _blocks(self, tokens: ArrayLike) -> ArrayLike:
+        return whole_blocks(tokens, self.block)
 
     def _held(self, running: np.ndarray, ahead: np.ndarray | int = 0) -> np.ndarray:
         """KV tokens each rank's running sequences hold in whole blocks, `ahead` more tokens each (the next step's
@@ -186,6 +191,14 @@ class _Ranks:
         self.recompute -= again
         return batch, context, tokens, prompt_ctx, again
 
+    def advance(self, max_seqs: int, kv_tokens: int, budget: int
+                ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """One window of the engine loop: preempt, admit, and advance to the next event; (its steps, then what
+        `step` returns)."""
+        self.admit(max_seqs, kv_tokens, self.preempt(kv_tokens))
+        k = self.window(kv_tokens)
+        return k, *self.step(budget, k)
+
     def finished(self) -> np.ndarray:
         return (self.generated >= self.target).all(axis=1)
 
@@ -194,7 +207,7 @@ def simulate_rollout(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.rand
                      t0: float) -> RolloutOutcome:
     """Run the rollout of one step and record its spans from time `t0` (replayed where the same rollout was
     simulated before: the module docstring)."""
-    kv = min(kv_tokens, rc.ro.max_num_seqs * -(-sc.workload.max_seq_len // rc.kv_block) * rc.kv_block)
+    kv = min(kv_tokens, rc.ro.max_num_seqs * whole_blocks(sc.workload.max_seq_len, rc.kv_block))
     named = (rc.inv, rc.sc, rc.pf, rc.cluster.kind, sc)
     layout = rc.ro.model_copy(update={"gpu_memory_utilization": 0.0}).model_dump_json()
     key = (*map(id, named), rc.cluster.devices, layout, kv, repr(rng.bit_generator.state))
@@ -254,9 +267,8 @@ def _simulate(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.random.Gene
         done_inst = done_rank.reshape(instances, group).all(axis=1)
         if done_inst.all():
             break
-        state.admit(ro.max_num_seqs, kv_tokens, state.preempt(kv_tokens))
-        k = state.window(kv_tokens)
-        batch, context, tokens, prompt_ctx, again = state.step(ro.max_num_batched_tokens, k)
+        k, batch, context, tokens, prompt_ctx, again = state.advance(ro.max_num_seqs, kv_tokens,
+                                                                     ro.max_num_batched_tokens)
         # contexts grow by one token per step inside the window: evaluate every step of it at once
         ctx = context[:, None] + np.arange(k)[None, :]
         step = rc.decode_step(batch[:, None], ctx)

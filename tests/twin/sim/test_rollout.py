@@ -50,9 +50,7 @@ def _drive(ranks, kv: int, max_seqs: int = 2, budget: int = 100) -> tuple[list[t
     prefilled again."""
     windows, again = [], 0
     while not ranks.finished().all():
-        ranks.admit(max_seqs, kv, ranks.preempt(kv))
-        k = ranks.window(kv)
-        batch, _, _, _, recomputed = ranks.step(budget, k)
+        k, batch, _, _, _, recomputed = ranks.advance(max_seqs, kv, budget)
         windows.append((k, int(batch[0])))
         again += int(recomputed[0])
     return windows, again
