@@ -116,7 +116,7 @@ def test_mape_by_hand(a3_report):
     rows = report["rows"]
     # held out, step and tokens/s: the C5 throughputs, C10's GRPO step and tokens/s and DAPO step;
     # |predicted / measured - 1| averaged; held-out stages: C10's, of which the GRPO run's skipped
-    # old-policy pass (measured 0) counts in seconds, not in the MAPE (C7 is a fitting case of a3-fit-15)
+    # old-policy pass (measured 0) counts in seconds, not in the MAPE (C7 is a fitting case of a3-fit-16)
     held = [r for r in rows if r["group"] == "held_out"]
     e2e = [r for r in held if not r["quantity"].startswith("stage:")]
     by_hand = fmean(abs(r["predicted"] / r["measured"] - 1) for r in e2e)
@@ -153,7 +153,7 @@ def test_ablations_are_the_ratio_rows_judged_against_the_bar(a3_report):
     assert ablations[("c10-rollout-qwen3-235b-a3-128dies-tp1", "stage:rollout")]["meets_bar"]
     assert ablations[("c10-train-qwen3-235b-a3-128dies-cp8", "stage:update")]["meets_bar"]
     eager = ablations[("c2-dsr1-a3-128-eager-gloo", "rollout_tps_per_card")]
-    assert eager["same_direction"] and eager["meets_bar"]  # the fitted eager ladder, +8.5 % on a3-fit-15
+    assert eager["same_direction"] and eager["meets_bar"]  # the fitted eager ladder, +8.5 % on a3-fit-16
 
 
 def test_an_ablation_on_the_wrong_side_of_one_misses_the_bar_however_close():

@@ -146,18 +146,35 @@ class TrainCost:
                                 np.asarray(pairs_per_rank, dtype=float) * ranks / moe.experts_per_token,
                                 self.pf["expert_load_cv"], self.sc.workload.expert_routing)
 
-    def _comm_per_layer(self, tokens: float, moe: bool, passes: int) -> float:
-        """TP/SP and EP communication of one layer for `tokens` tokens of a micro-batch (CP's ring exchange
-        overlaps attention: see `cp_exposed_s`)."""
+    def layer_comm_s(self, tokens: float, moe: bool, kind: PassKind) -> float:
+        """TP/SP and EP communication of one layer for `tokens` tokens of a micro-batch in one pass (CP's ring
+        exchange overlaps attention: see `cp_exposed_s`). A backward runs each forward collective's conjugate
+        (an all-gather's gradient is a reduce-scatter, a dispatch's a combine: the same bytes) and, with sequence
+        parallelism, gathers the input of each column-parallel linear once more for its weight gradient (Megatron
+        keeps the input sharded: LinearWithGradAccumulationAndAsyncCommunication.backward); a full recompute
+        runs the forward's collectives again."""
+        forward = self._layer_comm(tokens, moe, backward=False)
+        if kind != "backward":
+            return forward
+        return self._layer_comm(tokens, moe, backward=True) + forward * self.recompute_passes
+
+    @property
+    def recompute_passes(self) -> float:
+        """Forward passes a backward runs again: 1 with full recompute; selective recompute reruns the core
+        attention alone, which communicates nothing."""
+        return 1.0 if self.lay.recompute.granularity == "full" else 0.0
+
+    def _layer_comm(self, tokens: float, moe: bool, backward: bool) -> float:
         lay, h = self.lay, self.cfg.hidden_size
         if lay.engine == "fsdp":
-            return self.ulysses_per_layer_s(tokens) * passes
+            return self.ulysses_per_layer_s(tokens)
         act = tokens / lay.cp * h * BF16
         t = 0.0
         if lay.tp > 1:
             tp_group = self._groups["tp"]
-            if lay.sequence_parallel:
-                t += 2 * (collective_time(self.cluster, self.pf, tp_group, "all_gather", act)
+            if lay.sequence_parallel:  # per half (attention, MLP): all-gather in, reduce-scatter out
+                gather = collective_time(self.cluster, self.pf, tp_group, "all_gather", act)
+                t += 2 * ((2 if backward else 1) * gather
                           + collective_time(self.cluster, self.pf, tp_group, "reduce_scatter", act))
             else:
                 t += 2 * collective_time(self.cluster, self.pf, tp_group, "all_reduce", act)
@@ -170,7 +187,7 @@ class TrainCost:
             ep = self._groups["ep"]
             t += (collective_time(self.cluster, self.pf, ep, "ep_dispatch", send)
                   + collective_time(self.cluster, self.pf, ep, "ep_combine", send))
-        return t * passes
+        return t
 
     def ulysses_per_layer_s(self, tokens: float) -> float:
         """verl's Ulysses sequence parallelism (an FSDP layout's `cp`) in one layer's forward: all-to-alls of the
@@ -233,9 +250,9 @@ class TrainCost:
         first = self.fsdp_unit_s(sl.moe_layers > 0 and sl.dense_layers == 0, "forward")
         return exposed + first
 
-    def cp_exposed_s(self, tokens: ArrayLike, attention_s: ArrayLike, passes: int) -> ArrayLike:
-        """CP's ring exchange beyond what the attention of the blocks already held hides (a ring step's
-        transfer overlaps the previous block's attention). FSDP's `cp` is Ulysses: no ring (see
+    def cp_exposed_s(self, tokens: ArrayLike, attention_s: ArrayLike, rings: float) -> ArrayLike:
+        """CP's ring exchange, `rings` times round, beyond what the pass's attention (`attention_s`) hides (a ring
+        step's transfer overlaps the previous block's attention). FSDP's `cp` is Ulysses: no ring (see
         `ulysses_per_layer_s`)."""
         lay = self.lay
         if lay.cp <= 1 or lay.engine == "fsdp":
@@ -245,7 +262,7 @@ class TrainCost:
         comm = cp_exchange_bytes(self.cfg, lay, 1.0) * tokens * lay.cp / (lay.cp - 1) * per_byte
         layers = self.stage_layers[0].layers
         hidden = np.asarray(attention_s, dtype=float) * (lay.cp - 1) / lay.cp
-        return passes * np.maximum(0.0, comm * layers - hidden)
+        return np.maximum(0.0, rings * comm * layers - hidden)
 
     def _forward_compute(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike) -> tuple[ArrayLike, ArrayLike]:
         """(all operators, attention alone) seconds of one forward of a micro-batch through one stage."""
@@ -298,16 +315,16 @@ class TrainCost:
     def _microbatch_time(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike, kind: PassKind) -> PassTime:
         lay, pf = self.lay, self.pf
         fwd, attn = self._forward_compute(stage, tokens, tokens_sq)
-        passes = 1
+        rings = 1.0  # CP ring exchanges: a forward passes the keys and values round
         if kind == "backward":  # twice the forward, plus the recomputed forward
             recompute = {"none": 0.0, "selective": pf["selective_recompute_flops"], "full": 1.0}
             extra = recompute[lay.recompute.granularity]
             fwd = fwd * (2.0 + extra)
             attn = attn * (2.0 + extra)
-            passes = 2
-        (intercept, slope), (hidden_intercept, hidden_slope) = self._comm_coefficients(stage, passes)
+            rings = 2.0 + self.recompute_passes  # the backward passes keys and values and their gradients round
+        (intercept, slope), (hidden_intercept, hidden_slope) = self._comm_coefficients(stage, kind)
         tokens_f = np.asarray(tokens, dtype=float)
-        comm = (intercept + slope * tokens_f + self.cp_exposed_s(tokens, attn, passes)
+        comm = (intercept + slope * tokens_f + self.cp_exposed_s(tokens, attn, rings)
                 + self.fsdp_exposed_s(stage, fwd, kind))
         if kind == "backward":
             fwd = fwd + self.zero_memory_exposed_s(stage, tokens, fwd, comm, hidden_intercept + hidden_slope * tokens_f)
@@ -342,13 +359,14 @@ class TrainCost:
         comm_idle = np.maximum(0.0, np.asarray(compute_s, dtype=float) - hidden_comm_s)
         return np.maximum(0.0, recompute - exposed_comm_s) + np.maximum(0.0, redispatch - comm_idle)
 
-    def _comm_coefficients(self, stage: int, passes: int) -> tuple[tuple[float, float], tuple[float, float]]:
-        """A micro-batch's exposed and hidden communication seconds, each as intercept + slope x tokens (linear
-        in bytes moved)."""
-        key = (self._signature(stage), passes)
+    def _comm_coefficients(self, stage: int, kind: PassKind) -> tuple[tuple[float, float], tuple[float, float]]:
+        """A micro-batch's exposed and hidden communication seconds in a pass of `kind`, each as intercept + slope
+        x tokens (linear in bytes moved)."""
+        backward = kind == "backward"
+        key = (self._signature(stage), backward)
         cache = self.pass_caches[1]
         if key not in cache:
-            one, two = self._comm_total(stage, 1024.0, passes), self._comm_total(stage, 2048.0, passes)
+            one, two = self._comm_total(stage, 1024.0, kind), self._comm_total(stage, 2048.0, kind)
             lines = []
             for a, b in zip(one, two, strict=True):
                 slope = (b - a) / 1024.0
@@ -356,18 +374,18 @@ class TrainCost:
             cache[key] = tuple(lines)
         return cache[key]
 
-    def _comm_total(self, stage: int, tokens: float, passes: int) -> tuple[float, float]:
-        """(exposed, hidden) seconds of the TP/SP and EP traffic of all the stage's layers and the activation
-        send: `passes` 1 for a forward, 2 for a backward (activation gradients and the recompute's traffic); the
-        layers' traffic is hidden behind compute in the profile's `train_comm_overlap` share."""
+    def _comm_total(self, stage: int, tokens: float, kind: PassKind) -> tuple[float, float]:
+        """(exposed, hidden) seconds of the TP/SP and EP traffic of all the stage's layers in a pass of `kind`
+        and its one send to the next stage (activations forward, their gradients backward); the layers' traffic
+        is hidden behind compute in the profile's `train_comm_overlap` share."""
         lay, pf = self.lay, self.pf
         sl = self.stage_layers[stage]
-        comm = sl.dense_layers * self._comm_per_layer(tokens, False, passes)
-        comm += sl.moe_layers * self._comm_per_layer(tokens, True, passes)
+        comm = sl.dense_layers * self.layer_comm_s(tokens, False, kind)
+        comm += sl.moe_layers * self.layer_comm_s(tokens, True, kind)
         hidden = comm * pf["train_comm_overlap"]
         comm -= hidden
         if lay.engine == "megatron" and lay.pp > 1:
-            comm += passes * self.p2p_s(tokens)
+            comm += self.p2p_s(tokens)
         return comm, hidden
 
     def p2p_s(self, tokens: float) -> float:

@@ -182,3 +182,23 @@ def test_zero_memory_level1_redispatches_the_routed_tokens(recorded_collectives)
     assert op == "ep_dispatch" and nbytes == 1e9
     imbalance = float(tc.imbalance(4096.0))
     assert redispatch == pytest.approx(23 * 4096 * 4096 * 2 * imbalance * 1e-12)
+
+
+C1 = Path(__file__).resolve().parents[3] / "scenarios" / "c1-dsr1-a3-128.yaml"
+
+
+def test_a_backward_runs_the_forwards_collectives_conjugated_and_again_only_under_full_recompute(recorded_collectives):
+    """Per layer, each collective costing 1 ms. C10's CP4 layout (TP4 with sequence parallelism, EP32, no recompute),
+    a MoE layer: forward, per half an all-gather in and a reduce-scatter out, then dispatch and combine: 6 ms;
+    backward, the conjugates (a reduce-scatter and an all-gather a half, combine and dispatch) plus one more
+    all-gather a half for the weight gradient of each column-parallel linear: 8 ms, nothing recomputed. C1's
+    (TP4 SP with tp-extend-ep: the TP traffic halved, the MLP's being the all-to-all; full recompute): a MoE layer
+    2 + 2 = 4 ms forward, 3 + 2 = 5 ms backward plus the recomputed forward, 9 ms; a dense layer 4 ms, 6 + 4 = 10 ms."""
+    c10 = Evaluation(load_scenario(C10_CP4)).train_cost
+    assert c10.layer_comm_s(1024.0, True, "forward") == pytest.approx(6e-3)
+    assert c10.layer_comm_s(1024.0, True, "log_prob") == pytest.approx(6e-3)
+    assert c10.layer_comm_s(1024.0, True, "backward") == pytest.approx(8e-3)
+    c1 = Evaluation(load_scenario(C1)).train_cost
+    assert c1.layer_comm_s(1024.0, True, "forward") == pytest.approx(4e-3)
+    assert c1.layer_comm_s(1024.0, True, "backward") == pytest.approx(9e-3)
+    assert c1.layer_comm_s(1024.0, False, "backward") == pytest.approx(10e-3)
