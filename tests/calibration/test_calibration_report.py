@@ -54,10 +54,12 @@ def test_fitted_and_held_out_cases(a3_report):
                         "c10-grpo-qwen3-235b-a3-128dies-32k",
                         "c10-dapo-qwen3-235b-a3-128dies-34k", "c10-rollout-qwen3-235b-a3-128dies-tp4",
                         "c10-rollout-qwen3-235b-a3-128dies-tp1", "c10-train-qwen3-235b-a3-128dies-cp4",
-                        "c10-train-qwen3-235b-a3-128dies-cp8"}
+                        "c10-train-qwen3-235b-a3-128dies-cp8", "c10-rollout-qwen3-235b-a3-128dies-bs192",
+                        "c10-rollout-qwen3-235b-a3-128dies-bs256"}
     assert not held_out & set(report["fitted_cases"])
     skipped = report["skipped"]
     assert "reference only" in skipped["c2-dsr1-a3-128-graph-basic"]
+    assert "reference only" in skipped["c10-rollout-qwen3-235b-a3-128dies-bs128"]
     assert "no stage, step or tokens/s value" in skipped["c4-dsr1-reshard-8dies"]
     assert skipped["c5-qwen25-32b-a2-16npus"] == "cluster kind a2, the profile's is a3"
 
@@ -127,11 +129,11 @@ def test_mape_by_hand(a3_report):
         [(c10("dapo", "34k"), f"stage:{s}") for s in ("advantage", "reward", "rollout", "update")]
         + [(c10("grpo", "32k"), f"stage:{s}") for s in ("advantage", "old_log_prob", "ref", "reward", "rollout",
                                                          "update")]
-        + [(c10("rollout", tp), "stage:rollout") for tp in ("tp1", "tp4")]
+        + [(c10("rollout", tp), "stage:rollout") for tp in ("tp1", "tp4", "bs192", "bs256")]
         + [(c10("train", cp), "stage:update") for cp in ("cp4", "cp8")])
     counted = [r for r in stage_rows if r["measured"]]
     stage_mape = fmean(abs(r["predicted"] / r["measured"] - 1) for r in counted)
-    assert report["mape"]["held_out"]["stages"] == {"value": pytest.approx(stage_mape), "rows": 13, "in_seconds": 1}
+    assert report["mape"]["held_out"]["stages"] == {"value": pytest.approx(stage_mape), "rows": 15, "in_seconds": 1}
     # fitted stages: every stage row but the one measured as 0
     stages = [r for r in rows if r["group"] == "fitted" and r["quantity"].startswith("stage:") and r["measured"]]
     fitted = report["mape"]["fitted"]["stages"]
@@ -152,6 +154,8 @@ def test_ablations_are_the_ratio_rows_judged_against_the_bar(a3_report):
         assert a["meets_bar"] == (a["same_direction"] and abs(row["error"]) <= 0.25)
     assert ablations[("c10-rollout-qwen3-235b-a3-128dies-tp1", "stage:rollout")]["meets_bar"]
     assert ablations[("c10-train-qwen3-235b-a3-128dies-cp8", "stage:update")]["meets_bar"]
+    for bs in ("bs192", "bs256"):  # the rollout batch ablation (C10 section 2.3.3)
+        assert ablations[(f"c10-rollout-qwen3-235b-a3-128dies-{bs}", "stage:rollout")]["meets_bar"]
     eager = ablations[("c2-dsr1-a3-128-eager-gloo", "rollout_tps_per_card")]
     assert eager["same_direction"] and eager["meets_bar"]  # the fitted eager ladder, +8.5 % on a3-fit-16
 
