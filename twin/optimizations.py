@@ -127,6 +127,7 @@ class ExecutorSupport(BaseModel):
     train_engines: tuple[Literal["megatron", "fsdp"], ...] | None = None
     rollout_tp_max: int | None = None
     megatron_model_types: tuple[str, ...] | None = None  # the model types whose Megatron shards it reads; None: any
+    rollout_graph_shapes: tuple[Literal["multi", "single"], ...] | None = None  # the captured shapes it builds
     where: str  # the executor code that enforces the limit at run time
 
 
@@ -143,6 +144,12 @@ EXECUTOR_SUPPORT: dict[str, ExecutorSupport] = {
         train_engines=("fsdp", "megatron"), rollout_tp_max=None,
         megatron_model_types=("qwen2", "qwen3", "llama", "qwen3_moe", "deepseek_v3"),
         where="executor/npu_opt/directed_reshard_backend.py (DirectedCheckpointEngine)"),
+    # executor/npu_opt/graph_mode.py turns enforce_eager off: vLLM-Ascend captures its ACL graphs at vLLM's capture
+    # sizes, several of them; a single shape at max_num_seqs (TorchAir GE compiled once, as published runs had it)
+    # is a layout the twin prices for those runs, not one the executor builds
+    "graph_mode": ExecutorSupport(
+        rollout_graph_shapes=("multi",),
+        where="executor/npu_opt/registry.py (apply_all: graph_mode captures at vLLM's capture sizes)"),
 }
 
 
@@ -159,6 +166,10 @@ def executor_refusals(opt_id: str, layout: Layout, config: ModelConfig) -> list[
     if support.rollout_tp_max is not None and layout.rollout.tp > support.rollout_tp_max:
         reasons.append(f"it feeds rollout TP <= {support.rollout_tp_max} only, the layout's rollout has "
                        f"TP{layout.rollout.tp}")
+    shapes = support.rollout_graph_shapes
+    if shapes is not None and layout.rollout.graph_mode and layout.rollout.graph_shapes not in shapes:
+        reasons.append(f"it captures decode graphs at several batch sizes (vLLM's capture sizes), the layout's "
+                       f"rollout has a {layout.rollout.graph_shapes} shape")
     types = support.megatron_model_types
     if train.engine == "megatron" and types is not None and config.model_type not in types:
         reasons.append(f"its Megatron reader traces mbridge's bridges of {', '.join(types)} models only, not "

@@ -51,7 +51,18 @@ def test_directed_reshard_runs_from_megatron_whatever_the_vocabulary_multiple() 
 
 
 def test_optimizations_without_limits_are_never_refused() -> None:
+    assert executor_refusals("hccl_eos_sync", _layout("megatron", 2), MLA) == []
+
+
+def test_graph_mode_builds_several_captured_shapes_and_refuses_a_single_one() -> None:
+    """The executor's graph mode is vLLM-Ascend's ACL graphs at vLLM's capture sizes; a layout with one graph at
+    max_num_seqs (TorchAir GE compiled once, as C10's graph table ran) is the twin's to price, not the executor's to
+    build; an eager layout has no graphs to refuse."""
     assert executor_refusals("graph_mode", _layout("megatron", 2), MLA) == []
+    single = Layout(train=TrainLayout(engine="megatron"), rollout=RolloutLayout(tp=2, dp=2, graph_shapes="single"))
+    assert executor_refusals("graph_mode", single, MLA) == [
+        "it captures decode graphs at several batch sizes (vLLM's capture sizes), the layout's rollout has a single "
+        "shape", f"enforced in {EXECUTOR_SUPPORT['graph_mode'].where}"]
 
 
 def test_a_plan_marks_an_enabled_optimization_its_layout_cannot_run() -> None:

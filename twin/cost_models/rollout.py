@@ -113,31 +113,55 @@ class RolloutCost:
 
     def decode_step(self, batch: ArrayLike, context: ArrayLike) -> DecodeStep:
         """One decode step of a DP replica running `batch` sequences with mean context `context` (scalars
-        or numpy arrays)."""
+        or numpy arrays). A single captured graph shape runs every step at max_num_seqs: its padded slots go
+        through the GEMMs, the routing and the expert dispatch, and hold no KV cache."""
         ro, cfg, pf = self.ro, self.cfg, self.pf
         batch = np.asarray(batch, dtype=float)
         context = np.asarray(context, dtype=float)
+        rows = np.maximum(batch, float(ro.graph_batch))  # the tokens the device runs
         dense_b, expert_b, dense_f, expert_f = self._weights
-        touched, imbalance = self._expert_load(batch)
+        touched, imbalance = self._expert_load(rows)
         kv_read = batch * context * self.mem.kv_bytes_per_token
         nbytes = dense_b + expert_b * np.minimum(1.0, touched * imbalance) + kv_read
         mem_s = memory_seconds(self.kind, pf, nbytes, self._read_kernels)
         attn = decode_attention_flops_per_ctx_layer(cfg) * cfg.num_layers / ro.tp * batch * context
-        gemm = dense_f * batch + expert_f * batch / ro.tp * imbalance
-        gemm_eff = efficiency(self.kind, pf, "gemm", np.maximum(2.0 * batch * self._mean_gemm_numel, 1.0))
+        gemm = dense_f * rows + expert_f * rows / ro.tp * imbalance
+        gemm_eff = efficiency(self.kind, pf, "gemm", np.maximum(2.0 * rows * self._mean_gemm_numel, 1.0))
         attn_eff = efficiency(self.kind, pf, "attention", np.maximum(context, 1.0))
         compute_s = gemm / (self.peak * gemm_eff) + attn / (self.peak * attn_eff)
         intercept, slope = self._comm_coefficients
         # idle ranks still join the collectives
-        comm = intercept + slope * np.maximum(batch, 1.0) * imbalance + self.engine_all_reduce_extra_s
-        launch = 0.0 if ro.graph_mode else (self.ops_per_step * pf["eager_op_launch_us"]
-                                            + self.cfg.num_layers * pf["eager_layer_host_us"]) * 1e-6
+        comm = intercept + slope * np.maximum(rows, 1.0) * imbalance + self.engine_all_reduce_extra_s
+        launch = 0.0 if ro.graph_mode else self.eager_dispatch_s
         host = self.host_per_step_s + batch * pf["vllm_host_us_per_seq"] * 1e-6
         schedule = pf["vllm_schedule_ms"] * 1e-3 + batch * pf["vllm_schedule_us_per_seq"] * 1e-6
         sync = 0.0
         if self.dp_per_instance > 1:
             sync = EOS_SYNCS_PER_STEP * pf[f"eos_sync_ms_{self.eos_backend}"] * 1e-3
         return DecodeStep(np.maximum(mem_s, compute_s), comm, launch, host, schedule, sync)
+
+    @cached_property
+    def eager_dispatch_s(self) -> float:
+        """Host seconds an eager step takes to dispatch its kernels (`eager_op_launch_us` each, and each layer's
+        `eager_layer_host_us` beside them)."""
+        return (self.ops_per_step * self.pf["eager_op_launch_us"]
+                + self.cfg.num_layers * self.pf["eager_layer_host_us"]) * 1e-6
+
+    @cached_property
+    def eager_fallback_s(self) -> float:
+        """What a step costs more in graph mode when it runs the eager model: vLLM-Ascend replays its captured
+        graph only on steps without prefill, and reduces the prefill flag over the engine's DP ranks first, so a
+        step in which any of them prefills runs eagerly on all of them (vllm_ascend/worker/model_runner_v1.py:
+        `_get_forward_metadata_across_dp`, then `torchair_graph_enabled and not with_prefill`): the kernels'
+        dispatch and eager mode's pre/post-processing beyond graph mode's. 0 in eager mode, where every step pays
+        them, and on vLLM's CUDA kinds, whose piecewise graphs run mixed prefill and decode steps (vLLM's default
+        cudagraph_mode FULL_AND_PIECEWISE): their eager remainder, attention, is not counted. vLLM-Ascend's
+        piecewise ACL graphs would do the same; the full eager step charged is TorchAir's and FULL_DECODE_ONLY's,
+        the graphs of the published A3 runs."""
+        if not self.ro.graph_mode or self.kind.rollout_engine != "vllm-ascend":
+            return 0.0
+        pf = self.pf
+        return self.eager_dispatch_s + (pf["decode_host_ms_eager"] - pf["decode_host_ms_graph"]) * 1e-3
 
     @property
     def host_per_step_s(self) -> float:
@@ -225,7 +249,8 @@ class RolloutCost:
         """Prefill of `tokens` prompt tokens on one DP replica, in chunks of the token budget."""
         ro, pf = self.ro, self.pf
         chunks = max(1.0, tokens / ro.max_num_batched_tokens)
-        per_chunk = pf["vllm_schedule_ms"] * 1e-3 + self.host_per_step_s + self.engine_all_reduce_extra_s
+        per_chunk = (pf["vllm_schedule_ms"] * 1e-3 + self.host_per_step_s + self.engine_all_reduce_extra_s
+                     + self.eager_fallback_s)
         return float(self.prefill_compute_s(tokens, self.sc.workload.prompt_len.mean / 2)) + chunks * per_chunk
 
     def concurrency(self, per_replica: float, kv_tokens: int) -> float:

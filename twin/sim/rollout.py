@@ -256,7 +256,7 @@ def _simulate(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.random.Gene
     group = per_inst if not fixed else 1
     clocks = np.zeros(instances)
     parts = {k: np.zeros(instances) for k in ("forward", "comm", "launch", "host", "schedule", "sync", "prefill",
-                                                "recompute")}
+                                                "recompute", "eager_fallback")}
     steps = np.zeros(instances, dtype=np.int64)
     span_start = np.zeros(instances)
     span_batch = np.zeros(instances)
@@ -277,12 +277,16 @@ def _simulate(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.random.Gene
         prefill = rc.prefill_compute_s(tokens, prompt_ctx)[:, None] if tokens.any() else np.zeros((len(tokens), 1))
         recompute = (rc.prefill_compute_s(again, context / 2)[:, None] if again.any()
                      else np.zeros((len(again), 1)))
-        rank_time = np.broadcast_to(step.total + prefill + recompute, (len(batch), k))
+        # a step in which a rank of the engine prefills runs the eager model on all of them (graph mode)
+        prefilling = ((tokens > 0) | (again > 0)).reshape(instances, group).any(axis=1)
+        fallback = np.repeat(prefilling * rc.eager_fallback_s, group)[:, None]
+        rank_time = np.broadcast_to(step.total + prefill + recompute + fallback, (len(batch), k))
         per_step = rank_time.reshape(instances, group, k)
         inst_time = per_step.max(axis=1).sum(axis=1) * ~done_inst
         slowest = per_step.sum(axis=2).argmax(axis=1) + np.arange(instances) * group
         for name, value in (("forward", step.forward_s), ("comm", step.comm_s), ("host", step.host_s),
-                            ("schedule", step.schedule_s), ("prefill", prefill), ("recompute", recompute)):
+                            ("schedule", step.schedule_s), ("prefill", prefill), ("recompute", recompute),
+                            ("eager_fallback", fallback)):
             parts[name] += np.broadcast_to(value, rank_time.shape)[slowest].sum(axis=1) * ~done_inst
         for name, value in (("launch", step.launch_s), ("sync", step.sync_s)):
             parts[name] += value * k * ~done_inst

@@ -127,3 +127,37 @@ def test_the_kv_cache_bounds_concurrency_by_what_growing_sequences_hold():
     held = 150 + 2500 * np.exp(0.64) / 2 + 7.5
     assert rc.concurrency(1000.0, round(10 * held)) == pytest.approx(10.0, rel=1e-4)
     assert rc.concurrency(4.0, round(10 * held)) == 4.0  # the replica's work bounds it first
+
+
+def test_a_single_captured_shape_runs_every_step_at_max_num_seqs():
+    """TorchAir GE compiled once (C10's graph table, max_num_seqs 64): 8 running sequences run the graph of 64, their
+    56 empty slots going through the GEMMs, the routing and the dispatch; the KV cache read and the host's work are
+    the 8 sequences' own. With no context (no KV) the device time is the 64-sequence step's, exactly."""
+    sc = load_scenario(SCENARIOS / "c10-rollout-qwen3-235b-a3-128dies-ge-single-64.yaml")
+    single = Evaluation(sc).rollout_cost
+    assert single.ro.graph_batch == 64
+    multi = Evaluation(sc.model_copy(update={"layout": sc.layout.model_copy(update={
+        "rollout": sc.layout.rollout.model_copy(update={"graph_shapes": "multi"})})})).rollout_cost
+    assert multi.ro.graph_batch == 0
+    padded, full, alone = single.decode_step(8.0, 0.0), multi.decode_step(64.0, 0.0), multi.decode_step(8.0, 0.0)
+    assert (padded.forward_s, padded.comm_s) == (full.forward_s, full.comm_s)
+    assert (padded.host_s, padded.schedule_s) == (alone.host_s, alone.schedule_s)
+    assert padded.forward_s > alone.forward_s and padded.comm_s > alone.comm_s
+    # with context the padded slots read no KV: the step is the 64-sequence one less 56 sequences' KV reads
+    kv = single.decode_step(8.0, 4000.0).forward_s
+    assert kv < multi.decode_step(64.0, 4000.0).forward_s
+
+
+def test_a_graph_step_with_a_prefill_runs_eagerly():
+    """vLLM-Ascend replays its decode graph only on steps without prefill: such a step pays the eager dispatch
+    (kernels x eager_op_launch_us + layers x eager_layer_host_us) and eager mode's host work beyond graph mode's;
+    nothing in eager mode (every step pays it already) nor on vLLM's CUDA kinds (piecewise graphs run mixed
+    steps)."""
+    ev = Evaluation(load_scenario(SCENARIOS / "c10-grpo-qwen3-235b-a3-128dies-32k.yaml"))
+    rc, pf = ev.rollout_cost, ev.profile
+    assert rc.eager_fallback_s == pytest.approx(
+        (rc.ops_per_step * pf["eager_op_launch_us"] + 94 * pf["eager_layer_host_us"]) * 1e-6
+        + (pf["decode_host_ms_eager"] - pf["decode_host_ms_graph"]) * 1e-3, rel=1e-12)
+    assert Evaluation(load_scenario(SCENARIOS / "c2-dsr1-a3-128-eager-gloo.yaml")).rollout_cost.eager_fallback_s == 0
+    gpu = Evaluation(load_scenario(SCENARIOS / "c8-dapo-qwen25-math-7b-h20-32.yaml")).rollout_cost
+    assert gpu.ro.graph_mode and gpu.eager_fallback_s == 0

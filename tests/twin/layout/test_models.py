@@ -1,7 +1,10 @@
 """The layout models' own derivations."""
 
+import pytest
+from pydantic import ValidationError
+
 from twin.layout import TrainLayout
-from twin.layout.models import VERL_CRITIC_TOKENS
+from twin.layout.models import VERL_CRITIC_TOKENS, RolloutLayout
 
 
 def test_a_critic_packs_by_tokens_at_the_layouts_budgets_else_at_verls_defaults():
@@ -16,3 +19,11 @@ def test_a_critic_packs_by_tokens_at_the_layouts_budgets_else_at_verls_defaults(
     assert (split.dynamic_batch_tokens, split.token_budget(forward_only=True)) == (3072, 9216)
     assert split.model_copy(update={"dynamic_batch_tokens": None, "log_prob_dynamic_batch_tokens": None}) == \
         TrainLayout(engine="fsdp")  # nothing else changes
+
+
+def test_a_single_captured_shape_needs_graph_mode() -> None:
+    with pytest.raises(ValidationError, match="graph_shapes 'single' describes captured decode graphs"):
+        RolloutLayout(graph_mode=False, graph_shapes="single")
+    assert RolloutLayout(graph_mode=False).graph_batch == 0
+    assert RolloutLayout(max_num_seqs=48, graph_shapes="single").graph_batch == 48
+

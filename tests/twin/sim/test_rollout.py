@@ -175,3 +175,18 @@ def test_sequences_hold_whole_kv_blocks():
     ranks = rollout_sim._Ranks(np.array([[10, 10]]), np.array([[10, 10]]), block=8)
     assert _drive(ranks, kv=32) == ([(1, 0), (6, 2), (4, 1), (1, 1), (3, 1)], 16)
     assert int(ranks.preemptions[0]) == 1
+
+
+def test_the_one_prefill_step_of_a_rollout_that_admits_everything_at_once_runs_eagerly():
+    """C10's TP4 ablation: 32 sequences a DP rank, max_num_seqs 32, their prompts inside one step's token budget:
+    one step prefills, on every rank at once, and that step alone runs the eager model."""
+    sc = load_scenario(SCENARIOS / "c10-rollout-qwen3-235b-a3-128dies-tp4.yaml")
+    out = _rollout(sc)
+    rc = Evaluation(sc).rollout_cost
+    assert rc.eager_fallback_s > 0.1
+    assert out.components_s["eager_fallback"] == pytest.approx(rc.eager_fallback_s, rel=1e-9)
+    # with a slot fewer than its sequences, every rank admits its last sequence when its first finishes: a second
+    # eager step (the ranks' first finishes fall on different steps: more than one more)
+    fewer = sc.model_copy(update={"layout": sc.layout.model_copy(update={
+        "rollout": sc.layout.rollout.model_copy(update={"max_num_seqs": 31})})})
+    assert _rollout(fewer).components_s["eager_fallback"] >= 2 * rc.eager_fallback_s
