@@ -167,7 +167,7 @@ def executor_refusals(opt_id: str, layout: Layout, config: ModelConfig) -> list[
         reasons.append(f"it feeds rollout TP <= {support.rollout_tp_max} only, the layout's rollout has "
                        f"TP{layout.rollout.tp}")
     shapes = support.rollout_graph_shapes
-    if shapes is not None and layout.rollout.graph_mode and layout.rollout.graph_shapes not in shapes:
+    if shapes is not None and layout.rollout.graph_shapes not in shapes:  # a single shape needs graph mode
         reasons.append(f"it captures decode graphs at several batch sizes (vLLM's capture sizes), the layout's "
                        f"rollout has a {layout.rollout.graph_shapes} shape")
     types = support.megatron_model_types

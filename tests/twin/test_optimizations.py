@@ -57,7 +57,7 @@ def test_optimizations_without_limits_are_never_refused() -> None:
 def test_graph_mode_builds_several_captured_shapes_and_refuses_a_single_one() -> None:
     """The executor's graph mode is vLLM-Ascend's ACL graphs at vLLM's capture sizes; a layout with one graph at
     max_num_seqs (TorchAir GE compiled once, as C10's graph table ran) is the twin's to price, not the executor's to
-    build; an eager layout has no graphs to refuse."""
+    build."""
     assert executor_refusals("graph_mode", _layout("megatron", 2), MLA) == []
     single = Layout(train=TrainLayout(engine="megatron"), rollout=RolloutLayout(tp=2, dp=2, graph_shapes="single"))
     assert executor_refusals("graph_mode", single, MLA) == [

@@ -26,4 +26,3 @@ def test_a_single_captured_shape_needs_graph_mode() -> None:
         RolloutLayout(graph_mode=False, graph_shapes="single")
     assert RolloutLayout(graph_mode=False).graph_batch == 0
     assert RolloutLayout(max_num_seqs=48, graph_shapes="single").graph_batch == 48
-
