@@ -92,14 +92,14 @@ def _megatron(o: OverrideSet, train: TrainLayout, flavour: MegatronFlavour, role
         _cpu_optimizer(o, flavour, role.optimizer)
     if train.moe_zero_memory != "none":
         _mindspeed_only(flavour, "moe_zero_memory")
-        o.set(f"{tf}.moe_zero_memory", train.moe_zero_memory, add=True)
-        # MindSpeed refuses moe_zero_memory without its all-to-all overlap, which runs on the all-to-all dispatcher
-        # (features_manager/moe/moe_alltoall_overlap.py; cann-recipes-train's Qwen3-235B recipe sets the same)
         if train.moe_tp_extend_ep:
             raise ExecutorError("moe_zero_memory with moe_tp_extend_ep: MindSpeed's all-to-all overlap, which zero "
                                 "memory needs, asks for the alltoall dispatcher in some releases and alltoall_seq "
                                 "with tp-extend-ep in others, and no published run shows which works; use "
                                 "moe_grouped_gemm with expert TP 1 (as cann-recipes-train's Qwen3-235B recipe)")
+        o.set(f"{tf}.moe_zero_memory", train.moe_zero_memory, add=True)
+        # MindSpeed refuses moe_zero_memory without its all-to-all overlap, which runs on the all-to-all dispatcher
+        # (features_manager/moe/moe_alltoall_overlap.py; cann-recipes-train's Qwen3-235B recipe sets the same)
         o.set(f"{tf}.moe_alltoall_overlap_comm", True, add=True)
         o.set(f"{tf}.moe_token_dispatcher_type", "alltoall", add=True)
 

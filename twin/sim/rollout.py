@@ -1,26 +1,26 @@
 """The rollout phase, step by step: continuous batching per DP replica, chunked prefill, sampled lengths.
 
-Every vLLM engine instance advances decode step by step on its own clock. Inside an instance with expert
-parallelism all DP ranks step in lockstep (the EP dispatch/combine and the end-of-sequence sync join them):
-the instance's step takes as long as its slowest rank's, and a rank that has finished still runs dummy
-steps until the whole instance is done. The KV cache is allocated as vLLM allocates it, in whole blocks as
-sequences grow: each step every running sequence needs room for one more token; where they do not all fit, the latest
-admitted running sequence is preempted (its KV given back; it waits at the head of the queue and, resumed,
-prefills its prompt and what it had generated again: vLLM's recompute preemption), and a rank admits
-nothing in a step in which it preempted. Otherwise a rank resumes preempted sequences first, then admits
-queued ones while it has fewer than max_num_seqs running and KV room for their prompts. Prompts and
-recomputed tokens are prefilled first come first served in chunks of the step's token budget
-(max_num_batched_tokens minus one token per decoding sequence). The phase ends when the last instance ends.
-Events are admissions, prefill chunks, finishing sequences and a full KV cache (a sequence taking a block there
-is none for); between two events only
-decoding happens, and that window of steps is evaluated at once (contexts grow by one token per step).
+Every vLLM engine instance advances decode step by step on its own clock. Inside an instance with expert parallelism
+all DP ranks step in lockstep (the EP dispatch/combine and the end-of-sequence sync join them): the instance's step
+takes as long as its slowest rank's, and a rank that has finished still runs dummy steps until the whole instance is
+done. The KV cache is allocated as vLLM allocates it, in whole blocks as sequences grow: each step every running
+sequence needs room for one more token; where they do not all fit, the latest admitted running sequence is preempted
+(its KV given back; it waits at the head of the queue and, resumed, prefills its prompt and what it had generated
+again: vLLM's recompute preemption), and a rank admits nothing in a step in which it preempted. Otherwise a rank
+resumes preempted sequences first, then admits queued ones while it has fewer than max_num_seqs running and KV room
+for their prompts. Prompts and recomputed tokens are prefilled first come first served in chunks of the step's token
+budget (max_num_batched_tokens minus one token per decoding sequence). The phase ends when the last instance ends.
+Events are admissions, prefill chunks, finishing sequences and a full KV cache (a sequence taking a block there is
+none for); between two events only decoding happens, and that window of steps is evaluated at once (contexts grow by
+one token per step). In graph mode a step in which any rank of an instance prefills runs the eager model on all of
+them (RolloutCost.eager_fallback_s).
 
 When every length is fixed, all ranks are identical and one rank stands for all of them (exact).
 
-Once the KV cache holds max_num_seqs sequences of the longest length (in whole blocks) it never binds, so the rollout
-is simulated with the KV cache capped there (exact). A rollout with the same inputs (the
-planner's gpu_memory_utilization steps of one layout) is simulated once and replayed: its outcome, its spans
-and the random generator's state after it.
+Once the KV cache holds max_num_seqs sequences of the longest length (in whole blocks) it never binds, so the
+rollout is simulated with the KV cache capped there (exact). A rollout with the same inputs (the planner's
+gpu_memory_utilization steps of one layout) is simulated once and replayed: its outcome, its spans and the random
+generator's state after it.
 """
 
 from __future__ import annotations
@@ -278,8 +278,10 @@ def _simulate(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.random.Gene
         recompute = (rc.prefill_compute_s(again, context / 2)[:, None] if again.any()
                      else np.zeros((len(again), 1)))
         # a step in which a rank of the engine prefills runs the eager model on all of them (graph mode)
-        prefilling = ((tokens > 0) | (again > 0)).reshape(instances, group).any(axis=1)
-        fallback = np.repeat(prefilling * rc.eager_fallback_s, group)[:, None]
+        fallback = np.zeros((len(batch), 1))
+        if rc.eager_fallback_s and (tokens.any() or again.any()):
+            prefilling = ((tokens > 0) | (again > 0)).reshape(instances, group).any(axis=1)
+            fallback = np.repeat(prefilling * rc.eager_fallback_s, group)[:, None]
         rank_time = np.broadcast_to(step.total + prefill + recompute + fallback, (len(batch), k))
         per_step = rank_time.reshape(instances, group, k)
         inst_time = per_step.max(axis=1).sum(axis=1) * ~done_inst
