@@ -23,6 +23,7 @@ from twin.catalog.config import ModelConfig
 from twin.catalog.inventory import Inventory
 from twin.cost_models.comm import collective_time
 from twin.cost_models.efficiency import efficiency, memory_seconds, peak_flops
+from twin.cost_models.graph_shapes import capture_sizes, graph_rows
 from twin.cost_models.host_sharing import shared_host_rollout
 from twin.cost_models.imbalance import expert_imbalance
 from twin.cost_models.memory import BF16, RolloutMemory
@@ -111,14 +112,17 @@ class RolloutCost:
                                      self.pf["expert_load_cv"], self.sc.workload.expert_routing)
         return touched, imbalance
 
-    def decode_step(self, batch: ArrayLike, context: ArrayLike) -> DecodeStep:
+    def decode_step(self, batch: ArrayLike, context: ArrayLike, engine_batch: ArrayLike | None = None) -> DecodeStep:
         """One decode step of a DP replica running `batch` sequences with mean context `context` (scalars
-        or numpy arrays). A single captured graph shape runs every step at max_num_seqs: its padded slots go
-        through the GEMMs, the routing and the expert dispatch, and hold no KV cache."""
+        or numpy arrays), beside DP ranks of its engine running at most `engine_batch` (default: `batch`). In
+        graph mode the step runs the smallest captured graph that holds the engine's largest batch
+        (twin.cost_models.graph_shapes): its padded slots go through the GEMMs, the routing and the expert
+        dispatch, and hold no KV cache."""
         ro, cfg, pf = self.ro, self.cfg, self.pf
         batch = np.asarray(batch, dtype=float)
         context = np.asarray(context, dtype=float)
-        rows = np.maximum(batch, float(ro.graph_batch))  # the tokens the device runs
+        # the tokens the device runs, its padded slots routed and dispatched like its sequences
+        rows = graph_rows(self._capture_sizes, batch if engine_batch is None else engine_batch)
         dense_b, expert_b, dense_f, expert_f = self._weights
         touched, imbalance = self._expert_load(rows)
         kv_read = batch * context * self.mem.kv_bytes_per_token
@@ -139,6 +143,10 @@ class RolloutCost:
         if self.dp_per_instance > 1:
             sync = EOS_SYNCS_PER_STEP * pf[f"eos_sync_ms_{self.eos_backend}"] * 1e-3
         return DecodeStep(np.maximum(mem_s, compute_s), comm, launch, host, schedule, sync)
+
+    @cached_property
+    def _capture_sizes(self) -> np.ndarray:
+        return capture_sizes(self.ro, self.kind.rollout_engine)
 
     @cached_property
     def eager_dispatch_s(self) -> float:

@@ -163,9 +163,10 @@ class RolloutLayout(BaseModel):
     max_num_batched_tokens: int = Field(default=8192, ge=1)
     gpu_memory_utilization: float = Field(default=0.8, gt=0, le=1)
     graph_mode: bool = True
-    # the batch sizes the captured decode graphs were built for: "multi", several (vLLM's ACL graph capture sizes;
-    # TorchAir GE's multi-shape compilation): a step runs the smallest that holds its sequences; "single", one at
+    # the batch sizes the captured decode graphs were built for: "multi", several (vLLM's capture sizes; TorchAir
+    # GE's multi-shape compilation): a step runs the smallest that holds its sequences; "single", one at
     # max_num_seqs (TorchAir GE compiled once): every step runs at max_num_seqs, its empty slots padded
+    # (twin.cost_models.graph_shapes)
     graph_shapes: Literal["multi", "single"] = "multi"
     enable_chunked_prefill: bool = True
     # the MoE's shared experts whole on every rank instead of split over TP; the engine decides it
@@ -181,12 +182,6 @@ class RolloutLayout(BaseModel):
     @property
     def devices(self) -> int:
         return self.tp * self.dp
-
-    @property
-    def graph_batch(self) -> int:
-        """Sequences every decode step runs on the device whatever the running ones: max_num_seqs with a single
-        captured shape, else none beyond the running ones (0)."""
-        return self.max_num_seqs if self.graph_mode and self.graph_shapes == "single" else 0
 
     @property
     def instance_size(self) -> int:

@@ -271,7 +271,9 @@ def _simulate(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.random.Gene
                                                                      ro.max_num_batched_tokens)
         # contexts grow by one token per step inside the window: evaluate every step of it at once
         ctx = context[:, None] + np.arange(k)[None, :]
-        step = rc.decode_step(batch[:, None], ctx)
+        # every DP rank of an engine runs the captured graph of its busiest rank's batch
+        engine_batch = np.repeat(batch.reshape(instances, group).max(axis=1), group)
+        step = rc.decode_step(batch[:, None], ctx, engine_batch[:, None])
         # most windows prefill nothing: skip the cost model there (it would return exact zeros); a resumed
         # sequence's tokens are prefilled again at about half the running sequences' mean context
         prefill = rc.prefill_compute_s(tokens, prompt_ctx)[:, None] if tokens.any() else np.zeros((len(tokens), 1))

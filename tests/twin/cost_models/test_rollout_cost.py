@@ -135,10 +135,10 @@ def test_a_single_captured_shape_runs_every_step_at_max_num_seqs():
     the 8 sequences' own. With no context (no KV) the device time is the 64-sequence step's, exactly."""
     sc = load_scenario(SCENARIOS / "c10-rollout-qwen3-235b-a3-128dies-ge-single-64.yaml")
     single = Evaluation(sc).rollout_cost
-    assert single.ro.graph_batch == 64
     multi = Evaluation(sc.model_copy(update={"layout": sc.layout.model_copy(update={
         "rollout": sc.layout.rollout.model_copy(update={"graph_shapes": "multi"})})})).rollout_cost
-    assert multi.ro.graph_batch == 0
+    # the recipes' gears below max_num_seqs 64: 8 sequences fill the graph of 8
+    assert list(multi._capture_sizes) == [4, 8, 16, 32, 48, 64] and list(single._capture_sizes) == [64]
     padded, full, alone = single.decode_step(8.0, 0.0), multi.decode_step(64.0, 0.0), multi.decode_step(8.0, 0.0)
     assert (padded.forward_s, padded.comm_s) == (full.forward_s, full.comm_s)
     assert (padded.host_s, padded.schedule_s) == (alone.host_s, alone.schedule_s)
@@ -146,6 +146,19 @@ def test_a_single_captured_shape_runs_every_step_at_max_num_seqs():
     # with context the padded slots read no KV: the step is the 64-sequence one less 56 sequences' KV reads
     kv = single.decode_step(8.0, 4000.0).forward_s
     assert kv < multi.decode_step(64.0, 4000.0).forward_s
+
+
+def test_every_dp_rank_runs_the_graph_of_the_engines_busiest_rank():
+    """C10's GRPO rollout (TorchAir, the recipes' gears 4 ... 128 and 256, one engine of 32 DP ranks): a rank with 3
+    sequences beside one with 20 runs the graph of 32, as a rank of 32 sequences does on the device, with its own
+    3 sequences' host work; alone it runs the graph of 4. No context: no KV read to tell the two apart."""
+    rc = Evaluation(load_scenario(SCENARIOS / "c10-grpo-qwen3-235b-a3-128dies-32k.yaml")).rollout_cost
+    assert list(rc._capture_sizes) == [4, 8, 16, 32, 48, 64, 128, 256]
+    beside, full, alone = rc.decode_step(3.0, 0.0, 20.0), rc.decode_step(32.0, 0.0), rc.decode_step(3.0, 0.0)
+    assert (beside.forward_s, beside.comm_s) == (full.forward_s, full.comm_s)
+    assert (beside.host_s, beside.schedule_s) == (alone.host_s, alone.schedule_s)
+    assert (alone.forward_s, alone.comm_s) == (rc.decode_step(4.0, 0.0).forward_s, rc.decode_step(4.0, 0.0).comm_s)
+    assert beside.comm_s > alone.comm_s
 
 
 def test_a_graph_step_with_a_prefill_runs_eagerly():

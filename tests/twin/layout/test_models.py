@@ -24,5 +24,3 @@ def test_a_critic_packs_by_tokens_at_the_layouts_budgets_else_at_verls_defaults(
 def test_a_single_captured_shape_needs_graph_mode() -> None:
     with pytest.raises(ValidationError, match="graph_shapes 'single' describes captured decode graphs"):
         RolloutLayout(graph_mode=False, graph_shapes="single")
-    assert RolloutLayout(graph_mode=False).graph_batch == 0
-    assert RolloutLayout(max_num_seqs=48, graph_shapes="single").graph_batch == 48
