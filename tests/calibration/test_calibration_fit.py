@@ -310,17 +310,18 @@ def test_case_fit_refuses_what_one_case_cannot_identify_and_bound_hits(tmp_path)
         "fewer than 3 of the 7 distinct measured numbers by 0.01 or more of its own relative change")
     assert "s1 = " in knob.stdout and not (tmp_path / "x.yaml").exists()
     hit = _cli("fit", "--cases", c1, "--kind", "a3", "--outer", "1", "-o", "c1.yaml", cwd=tmp_path)
-    assert hit.returncode == 2 and "on a bound (a model error): ub_efficiency_scale" in hit.stderr
+    hits = "memory_efficiency_scale, ub_efficiency_scale"
+    assert hit.returncode == 2 and f"on a bound (a model error): {hits};" in hit.stderr
     assert not (tmp_path / "c1.yaml").exists()
-    ok = _cli("fit", "--cases", c1, "--kind", "a3", "--outer", "1", "--accept-bound-hits", "ub_efficiency_scale",
+    ok = _cli("fit", "--cases", c1, "--kind", "a3", "--outer", "1", "--accept-bound-hits", hits.replace(" ", ""),
               "-o", "c1.yaml", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     profile = yaml.safe_load((tmp_path / "c1.yaml").read_text())
     assert profile["parent"] == "a3-reference-1" and profile["provenance"]["cases"] == ["c1-dsr1-a3-128"]
     fit = profile["provenance"]["fit"]
-    freed = ["memory_efficiency_scale", "ub_efficiency_scale"]
-    assert fit["freed"] == freed and fit["bound_hits_accepted"] == ["ub_efficiency_scale"]
-    assert fit["distinct_targets"] == 7 and fit["identifiable"] == 2
+    freed = ["gemm_efficiency_scale", "memory_efficiency_scale", "ub_efficiency_scale"]
+    assert fit["freed"] == freed and fit["bound_hits_accepted"] == ["memory_efficiency_scale", "ub_efficiency_scale"]
+    assert fit["distinct_targets"] == 7 and fit["identifiable"] == 3
     assert [n for n, p in profile["params"].items() if p["fitted"]] == freed
 
 

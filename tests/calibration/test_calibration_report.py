@@ -121,7 +121,7 @@ def test_mape_by_hand(a3_report):
     rows = report["rows"]
     # held out, step and tokens/s: the C5 throughputs, C10's GRPO step and tokens/s and DAPO step;
     # |predicted / measured - 1| averaged; held-out stages: C10's, of which the GRPO run's skipped
-    # old-policy pass (measured 0) counts in seconds, not in the MAPE (C7 is a fitting case of a3-fit-18)
+    # old-policy pass (measured 0) counts in seconds, not in the MAPE (C7 is a fitting case of a3-fit-19)
     held = [r for r in rows if r["group"] == "held_out"]
     e2e = [r for r in held if not r["quantity"].startswith("stage:")]
     by_hand = fmean(abs(r["predicted"] / r["measured"] - 1) for r in e2e)
@@ -160,11 +160,13 @@ def test_ablations_are_the_ratio_rows_judged_against_the_bar(a3_report):
     assert ablations[("c10-train-qwen3-235b-a3-128dies-cp8", "stage:update")]["meets_bar"]
     for bs in ("bs192", "bs256"):  # the rollout batch ablation (C10 section 2.3.3)
         assert ablations[(f"c10-rollout-qwen3-235b-a3-128dies-{bs}", "stage:rollout")]["meets_bar"]
-    # several captured graph shapes against one (C10 section 2.2.2): -22.0 % on a3-fit-18, met since a step runs the
-    # smallest captured size that holds the engine's busiest rank (-26.7 % when it ran its own batch unpadded)
-    assert ablations[("c10-rollout-qwen3-235b-a3-128dies-ge-multi-256", "stage:rollout")]["meets_bar"]
+    # C10's graph table (section 2.2.2) against one shape at 256: several shapes (met since a step runs the smallest
+    # captured size that holds the engine's busiest rank), one shape at 64 and at 48 (met since a decode step's GEMMs
+    # and attention run one after the other, the A3 GEMM's compute after its weight read): -17.4, -14.3, -18.7 %
+    for row in ("multi-256", "single-64", "single-48"):
+        assert ablations[(f"c10-rollout-qwen3-235b-a3-128dies-ge-{row}", "stage:rollout")]["meets_bar"]
     eager = ablations[("c2-dsr1-a3-128-eager-gloo", "rollout_tps_per_card")]
-    assert eager["same_direction"] and eager["meets_bar"]  # the fitted eager ladder, +8.5 % on a3-fit-18
+    assert eager["same_direction"] and eager["meets_bar"]  # the fitted eager ladder, +10.1 % on a3-fit-19
 
 
 def test_an_ablation_on_the_wrong_side_of_one_misses_the_bar_however_close():

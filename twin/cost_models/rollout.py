@@ -1,7 +1,9 @@
 """Time of vLLM generation: one decode step of one DP replica, prefill chunks, and the analytical rollout.
 
-A decode step reads the device's weights (every local expert that receives a token) and the KV cache of
-its running sequences once, computes at the roofline's pace, runs the TP collectives and the EP
+A decode step runs its GEMMs, then its attention: the GEMMs read the device's weights (every local expert that
+receives a token) and compute, as long as the slower of the two or their sum where the device does not overlap
+them (its `gemm_load_serial`); the attention reads the KV cache of its running sequences, as long as that read or
+its compute, the slower. It runs the TP collectives and the EP
 dispatch/combine of every MoE layer on the topology, and pays the host-side costs the recipes measured:
 pre/post-processing, vLLM scheduling, and the DP end-of-sequence synchronisation (two per step, on gloo
 or HCCL) when several DP ranks share one engine instance. The host's pre/post-processing and the scheduler
@@ -53,7 +55,7 @@ class AgentLoopRound:
 class DecodeStep:
     """Seconds of one decode step of one DP replica, by component."""
 
-    forward_s: ArrayLike  # device time: roofline of weights + KV reads and compute
+    forward_s: ArrayLike  # device time: the GEMMs (weight reads, compute), then the attention (KV reads, compute)
     comm_s: ArrayLike  # TP collectives and EP dispatch/combine
     launch_s: float  # eager operator launches on the host (0 in graph mode)
     host_s: ArrayLike  # pre/post-processing: a part per step and a part per running sequence
@@ -126,13 +128,18 @@ class RolloutCost:
         dense_b, expert_b, dense_f, expert_f = self._weights
         touched, imbalance = self._expert_load(rows)
         kv_read = batch * context * self.mem.kv_bytes_per_token
-        nbytes = dense_b + expert_b * np.minimum(1.0, touched * imbalance) + kv_read
-        mem_s = memory_seconds(self.kind, pf, nbytes, self._read_kernels)
+        weights = dense_b + expert_b * np.minimum(1.0, touched * imbalance)
+        weights_s = memory_seconds(self.kind, pf, weights, self._weight_kernels)
+        kv_s = memory_seconds(self.kind, pf, kv_read, self.cfg.num_layers)
         attn = decode_attention_flops_per_ctx_layer(cfg) * cfg.num_layers / ro.tp * batch * context
         gemm = dense_f * rows + expert_f * rows / ro.tp * imbalance
         gemm_eff = efficiency(self.kind, pf, "gemm", np.maximum(2.0 * rows * self._mean_gemm_numel, 1.0))
         attn_eff = efficiency(self.kind, pf, "attention", np.maximum(context, 1.0))
-        compute_s = gemm / (self.peak * gemm_eff) + attn / (self.peak * attn_eff)
+        gemm_s = gemm / (self.peak * gemm_eff)
+        # the GEMMs and the attention run one after the other; a GEMM's compute runs under its weight read but for
+        # the device's serial share (`gemm_load_serial`), the attention's under its KV read
+        serial = self.kind.device_spec.gemm_serial * np.minimum(weights_s, gemm_s)
+        device_s = np.maximum(weights_s, gemm_s) + serial + np.maximum(kv_s, attn / (self.peak * attn_eff))
         intercept, slope = self._comm_coefficients
         # idle ranks still join the collectives
         comm = intercept + slope * np.maximum(rows, 1.0) * imbalance + self.engine_all_reduce_extra_s
@@ -142,7 +149,7 @@ class RolloutCost:
         sync = 0.0
         if self.dp_per_instance > 1:
             sync = EOS_SYNCS_PER_STEP * pf[f"eos_sync_ms_{self.eos_backend}"] * 1e-3
-        return DecodeStep(np.maximum(mem_s, compute_s), comm, launch, host, schedule, sync)
+        return DecodeStep(device_s, comm, launch, host, schedule, sync)
 
     @cached_property
     def _capture_sizes(self) -> np.ndarray:
@@ -195,11 +202,10 @@ class RolloutCost:
         return self.tp_all_reduces_per_step * self.pf["vllm_tp_collective_ms"] * 1e-3
 
     @cached_property
-    def _read_kernels(self) -> int:
-        """Kernels a decode step's weight and KV reads split into: one per weight matrix and one attention
-        kernel per layer."""
+    def _weight_kernels(self) -> int:
+        """Kernels a decode step's weight reads split into: one per weight matrix."""
         table = tensor_table(self.inv)
-        return int((table.matrix & ~table.embedding).sum()) + self.cfg.num_layers
+        return int((table.matrix & ~table.embedding).sum())
 
     @cached_property
     def _mean_gemm_numel(self) -> float:

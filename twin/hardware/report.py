@@ -39,6 +39,9 @@ def figure_rows(kind: ClusterKind) -> Iterator[Row]:
     yield _fig(f"{dev.name} HBM bandwidth", dev.hbm_bandwidth_gbs, "GB/s")
     if dev.kv_block_tokens is not None:
         yield _fig(f"{dev.name} KV-cache block", dev.kv_block_tokens, "tokens, the engine's allocation unit")
+    if dev.gemm_load_serial is not None:
+        yield _fig(f"{dev.name} decode GEMM serial share", dev.gemm_load_serial,
+                   "of its weight read and compute that do not overlap")
     roles = {kind.chip_tier: "chip", kind.node_tier: "node", kind.pod_tier: "pod", kind.scaleout_tier: "scale-out",
              "host": "host"}
     for t in kind.tiers:

@@ -46,6 +46,9 @@ class DeviceSpec(BaseModel):
     # tokens of one block of the inference engine's paged KV cache on this device (vLLM holds each sequence in whole
     # blocks); unset: one token
     kv_block_tokens: Figure | None = None
+    # the share of the shorter of a decode GEMM's weight read and its compute that runs after the longer instead of
+    # under it (1: one after the other; unset: none, a roofline)
+    gemm_load_serial: Figure | None = None
     curves: dict[CurveName, Curve]
 
     @model_validator(mode="after")
@@ -57,6 +60,8 @@ class DeviceSpec(BaseModel):
         if self.kv_block_tokens is not None and (self.kv_block_tokens.value < 1
                                                  or self.kv_block_tokens.value != int(self.kv_block_tokens.value)):
             raise ValueError(f"kv_block_tokens {self.kv_block_tokens.value:g} is not a whole number of tokens >= 1")
+        if self.gemm_load_serial is not None and self.gemm_load_serial.value > 1:
+            raise ValueError(f"gemm_load_serial {self.gemm_load_serial.value:g} is not a share of at most 1")
         if self.allocator_gb is not None and self.allocator_gb.value > self.hbm_gb.value:
             raise ValueError(f"allocator capacity {self.allocator_gb.value:g} GB exceeds the HBM "
                              f"({self.hbm_gb.value:g} GB)")
@@ -81,6 +86,12 @@ class DeviceSpec(BaseModel):
     def kv_block(self) -> int:
         """Tokens of one KV-cache block (1 where the file gives none)."""
         return int(self.kv_block_tokens.value) if self.kv_block_tokens is not None else 1
+
+    @property
+    def gemm_serial(self) -> float:
+        """Share of the shorter of a decode GEMM's weight read and compute that runs after the longer (0 where the
+        file gives none: a roofline)."""
+        return self.gemm_load_serial.value if self.gemm_load_serial is not None else 0.0
 
     @property
     def capacity_gb(self) -> float:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from twin.catalog.registry import load_model
+from twin.cost_models.efficiency import memory_seconds
 from twin.cost_models.rollout import eager_layer_kernels, response_tail
 from twin.evaluate import Evaluation
 from twin.profile import reference_profile
@@ -159,6 +160,19 @@ def test_every_dp_rank_runs_the_graph_of_the_engines_busiest_rank():
     assert (beside.host_s, beside.schedule_s) == (alone.host_s, alone.schedule_s)
     assert (alone.forward_s, alone.comm_s) == (rc.decode_step(4.0, 0.0).forward_s, rc.decode_step(4.0, 0.0).comm_s)
     assert beside.comm_s > alone.comm_s
+
+
+def test_a_decode_steps_attention_runs_after_its_gemms():
+    """C10's GRPO engine at 256 sequences: going from no context to 2,000 tokens each adds the whole KV read (256 x
+    2,000 tokens x the cache's bytes a token, over one attention kernel a layer), not hidden under the GEMMs, which
+    run before it; on the A3 die a GEMM's compute follows its weight read (gemm_load_serial 1), so the step's GEMM
+    part is their sum."""
+    ev = Evaluation(load_scenario(SCENARIOS / "c10-grpo-qwen3-235b-a3-128dies-32k.yaml"))
+    rc = ev.rollout_cost
+    kv = memory_seconds(ev.kind, ev.profile, 256 * 2000 * rc.mem.kv_bytes_per_token, 94)
+    step, bare = rc.decode_step(256.0, 2000.0), rc.decode_step(256.0, 0.0)
+    assert step.forward_s - bare.forward_s == pytest.approx(float(kv), rel=1e-9)
+    assert bare.forward_s > rc.decode_step(4.0, 0.0).forward_s  # the GEMMs' compute grows with the rows
 
 
 def test_a_graph_step_with_a_prefill_runs_eagerly():

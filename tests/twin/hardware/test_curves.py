@@ -87,3 +87,27 @@ def test_shipped_a3_ep_curves():
     assert ub.efficiency(7.34e6, peers=31, collective="ep_dispatch") == pytest.approx(0.245)
     # EP128 beyond the last peers curve: clamped to it
     assert ub.efficiency(4.698e8, peers=500, collective="ep_combine") == pytest.approx(81 / 196, abs=1e-3)
+
+
+def test_a3_decode_gemm_is_its_weight_read_then_its_compute():
+    """The C10 document's profiled decode MatMul on a 910C die ([M, 2048] x [4096, 2048], section 2.2.1): 15, 19, 23
+    and 32 us at M = 4, 32, 128 and 256. The die's curves give a weight read of 16.8 MB at the memory curve and a
+    compute at the GEMM curve; their sum lands within 25 % of every measurement, their maximum (a roofline) misses
+    M = 128 and 256 by a third and a half: the file's gemm_load_serial 1 says the sum."""
+    d = DEVICES["a3-die"]
+    assert d.gemm_serial == 1.0 and DEVICES["h20"].gemm_serial == 0.0  # unset: a roofline
+    weights = 4096 * 2048 * 2
+    read = weights / (d.hbm_bandwidth_bytes_s * d.efficiency("memory", weights))
+    for m, measured_us in ((4, 15), (32, 19), (128, 23), (256, 32)):
+        flops = 2 * m * 2048 * 4096
+        compute = flops / (d.peak_flops() * d.efficiency("gemm", flops))
+        assert (read + compute) * 1e6 == pytest.approx(measured_us, rel=0.25)
+        if m >= 128:
+            assert max(read, compute) * 1e6 < 0.7 * measured_us
+
+
+def test_a_serial_share_is_at_most_one():
+    raw = DEVICES["a3-die"].model_dump(by_alias=True)
+    raw["gemm_load_serial"] = {"value": 1.5, **SRC}
+    with pytest.raises(ValueError, match=r"gemm_load_serial 1\.5 is not a share of at most 1"):
+        type(DEVICES["a3-die"]).model_validate(raw)
