@@ -123,8 +123,10 @@ class RolloutCost:
         ro, cfg, pf = self.ro, self.cfg, self.pf
         batch = np.asarray(batch, dtype=float)
         context = np.asarray(context, dtype=float)
-        # the tokens the device runs, its padded slots routed and dispatched like its sequences
-        rows = graph_rows(self._capture_sizes, batch if engine_batch is None else engine_batch)
+        # the tokens the device runs, its padded slots routed and dispatched like its sequences (an eager step runs
+        # its own)
+        busiest = batch if engine_batch is None or not ro.graph_mode else engine_batch
+        rows = graph_rows(self._capture_sizes, busiest)
         dense_b, expert_b, dense_f, expert_f = self._weights
         touched, imbalance = self._expert_load(rows)
         kv_read = batch * context * self.mem.kv_bytes_per_token

@@ -160,13 +160,16 @@ def test_every_dp_rank_runs_the_graph_of_the_engines_busiest_rank():
     assert (beside.host_s, beside.schedule_s) == (alone.host_s, alone.schedule_s)
     assert (alone.forward_s, alone.comm_s) == (rc.decode_step(4.0, 0.0).forward_s, rc.decode_step(4.0, 0.0).comm_s)
     assert beside.comm_s > alone.comm_s
+    # an eager step runs its own sequences, whatever its engine's busiest rank holds
+    eager = Evaluation(load_scenario(SCENARIOS / "c5-dapo-qwen3-30b-a3b-a3-16dies.yaml")).rollout_cost
+    assert not eager.ro.graph_mode and eager.dp_per_instance == 8
+    assert eager.decode_step(3.0, 0.0, 20.0).comm_s == eager.decode_step(3.0, 0.0).comm_s
 
 
 def test_a_decode_steps_attention_runs_after_its_gemms():
     """C10's GRPO engine at 256 sequences: going from no context to 2,000 tokens each adds the whole KV read (256 x
     2,000 tokens x the cache's bytes a token, over one attention kernel a layer), not hidden under the GEMMs, which
-    run before it; on the A3 die a GEMM's compute follows its weight read (gemm_load_serial 1), so the step's GEMM
-    part is their sum."""
+    run before it."""
     ev = Evaluation(load_scenario(SCENARIOS / "c10-grpo-qwen3-235b-a3-128dies-32k.yaml"))
     rc = ev.rollout_cost
     kv = memory_seconds(ev.kind, ev.profile, 256 * 2000 * rc.mem.kv_bytes_per_token, 94)
