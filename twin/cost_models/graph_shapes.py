@@ -25,7 +25,7 @@ from twin.layout.models import RolloutLayout
 
 RECIPE_GEARS = (4, 8, 16, 32, 48, 64, 128)  # rollout_optimize/config.py graph_batch_sizes, below max_num_seqs
 VLLM_SMALL_SIZES = (1, 2, 4)
-VLLM_STEPS = ((8, 8), (256, 16))  # (from, stride) of vLLM's default capture list
+VLLM_FINE_STRIDE, VLLM_COARSE_FROM, VLLM_COARSE_STRIDE = 8, 256, 16  # multiples of 8 below 256, of 16 from it
 VLLM_MAX_CAPTURE = 512
 
 
@@ -38,10 +38,9 @@ def capture_sizes(ro: RolloutLayout, engine: RolloutEngine) -> np.ndarray:
     if engine == "vllm-ascend":
         return np.array([float(g) for g in RECIPE_GEARS if g < ro.max_num_seqs] + [float(ro.max_num_seqs)])
     top = min(2 * ro.max_num_seqs, VLLM_MAX_CAPTURE)
-    sizes = [s for s in VLLM_SMALL_SIZES if s <= top]
-    for (start, stride), (end, _) in zip(VLLM_STEPS, (*VLLM_STEPS[1:], (top + 1, 0)), strict=True):
-        sizes += range(start, min(end, top + 1), stride)
-    return np.array(sizes, dtype=float)
+    fine = range(VLLM_FINE_STRIDE, min(top + 1, VLLM_COARSE_FROM), VLLM_FINE_STRIDE)
+    coarse = range(VLLM_COARSE_FROM, top + 1, VLLM_COARSE_STRIDE)
+    return np.array([s for s in VLLM_SMALL_SIZES if s <= top] + [*fine, *coarse], dtype=float)
 
 
 def graph_rows(sizes: np.ndarray, batch: ArrayLike) -> ArrayLike:

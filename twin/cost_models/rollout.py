@@ -126,7 +126,7 @@ class RolloutCost:
         # the tokens the device runs, its padded slots routed and dispatched like its sequences (an eager step runs
         # its own)
         busiest = batch if engine_batch is None or not ro.graph_mode else engine_batch
-        rows = graph_rows(self._capture_sizes, busiest)
+        rows = graph_rows(self.graph_sizes, busiest)
         dense_b, expert_b, dense_f, expert_f = self._weights
         touched, imbalance = self._expert_load(rows)
         kv_read = batch * context * self.mem.kv_bytes_per_token
@@ -154,7 +154,8 @@ class RolloutCost:
         return DecodeStep(device_s, comm, launch, host, schedule, sync)
 
     @cached_property
-    def _capture_sizes(self) -> np.ndarray:
+    def graph_sizes(self) -> np.ndarray:
+        """The batch sizes this engine captured decode graphs for (none in eager mode)."""
         return capture_sizes(self.ro, self.kind.rollout_engine)
 
     @cached_property

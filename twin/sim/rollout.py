@@ -272,8 +272,7 @@ def _simulate(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.random.Gene
         # contexts grow by one token per step inside the window: evaluate every step of it at once
         ctx = context[:, None] + np.arange(k)[None, :]
         # every DP rank of an engine runs the captured graph of its busiest rank's batch
-        engine_batch = np.repeat(batch.reshape(instances, group).max(axis=1), group)
-        step = rc.decode_step(batch[:, None], ctx, engine_batch[:, None])
+        step = rc.decode_step(batch[:, None], ctx, _engine_wide(batch, group)[:, None])
         # most windows prefill nothing: skip the cost model there (it would return exact zeros); a resumed
         # sequence's tokens are prefilled again at about half the running sequences' mean context
         prefill = rc.prefill_compute_s(tokens, prompt_ctx)[:, None] if tokens.any() else np.zeros((len(tokens), 1))
@@ -282,8 +281,7 @@ def _simulate(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.random.Gene
         # a step in which a rank of the engine prefills runs the eager model on all of them (graph mode)
         fallback = np.zeros((len(batch), 1))
         if rc.eager_fallback_s and (tokens.any() or again.any()):
-            prefilling = ((tokens > 0) | (again > 0)).reshape(instances, group).any(axis=1)
-            fallback = np.repeat(prefilling * rc.eager_fallback_s, group)[:, None]
+            fallback = _engine_wide((tokens > 0) | (again > 0), group)[:, None] * rc.eager_fallback_s
         rank_time = np.broadcast_to(step.total + prefill + recompute + fallback, (len(batch), k))
         per_step = rank_time.reshape(instances, group, k)
         inst_time = per_step.max(axis=1).sum(axis=1) * ~done_inst
@@ -318,6 +316,11 @@ def _simulate(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.random.Gene
     return RolloutOutcome(seconds=polled + fixed_s, steps=int(steps[worst]),
                           components_s=components, preemptions=round(float(state.preemptions.sum()) * scale),
                           represented=represented, instance_seconds=[float(c) for c in clocks], note=note)
+
+
+def _engine_wide(per_rank: np.ndarray, group: int) -> np.ndarray:
+    """Each rank's value replaced by the largest over the `group` consecutive ranks of its engine."""
+    return np.repeat(per_rank.reshape(-1, group).max(axis=1), group)
 
 
 def _lanes(ro: RolloutLayout, fixed: bool, instances: int) -> list[tuple[str, list[int]]]:

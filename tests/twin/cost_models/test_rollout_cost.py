@@ -139,7 +139,7 @@ def test_a_single_captured_shape_runs_every_step_at_max_num_seqs():
     multi = Evaluation(sc.model_copy(update={"layout": sc.layout.model_copy(update={
         "rollout": sc.layout.rollout.model_copy(update={"graph_shapes": "multi"})})})).rollout_cost
     # the recipes' gears below max_num_seqs 64: 8 sequences fill the graph of 8
-    assert list(multi._capture_sizes) == [4, 8, 16, 32, 48, 64] and list(single._capture_sizes) == [64]
+    assert list(multi.graph_sizes) == [4, 8, 16, 32, 48, 64] and list(single.graph_sizes) == [64]
     padded, full, alone = single.decode_step(8.0, 0.0), multi.decode_step(64.0, 0.0), multi.decode_step(8.0, 0.0)
     assert (padded.forward_s, padded.comm_s) == (full.forward_s, full.comm_s)
     assert (padded.host_s, padded.schedule_s) == (alone.host_s, alone.schedule_s)
@@ -154,7 +154,7 @@ def test_every_dp_rank_runs_the_graph_of_the_engines_busiest_rank():
     sequences beside one with 20 runs the graph of 32, as a rank of 32 sequences does on the device, with its own
     3 sequences' host work; alone it runs the graph of 4. No context: no KV read to tell the two apart."""
     rc = Evaluation(load_scenario(SCENARIOS / "c10-grpo-qwen3-235b-a3-128dies-32k.yaml")).rollout_cost
-    assert list(rc._capture_sizes) == [4, 8, 16, 32, 48, 64, 128, 256]
+    assert list(rc.graph_sizes) == [4, 8, 16, 32, 48, 64, 128, 256]
     beside, full, alone = rc.decode_step(3.0, 0.0, 20.0), rc.decode_step(32.0, 0.0), rc.decode_step(3.0, 0.0)
     assert (beside.forward_s, beside.comm_s) == (full.forward_s, full.comm_s)
     assert (beside.host_s, beside.schedule_s) == (alone.host_s, alone.schedule_s)
