@@ -105,6 +105,42 @@ def test_scheduler_time_has_a_part_per_step_and_a_part_per_running_sequence():
     assert steps.host_s == pytest.approx([2e-3, 2e-3], rel=1e-12)
 
 
+# cann-recipes-train docs/llm_rl/qwen3_235B_32k_longseq_rl_train_optimization.md section 2.3.1: DeepSeek-V3's decode
+# step (TPOT, ms) on A3 as the batch falls from 64 to 1, with graphs captured at every size and at 64 alone
+TPOT_SEQUENCES = (64, 32, 16, 8, 4, 2, 1)
+TPOT_MULTI_SHAPE = (76, 67, 61, 57, 55, 54, 54)
+TPOT_ONE_SHAPE = (76, 74, 72, 72, 71, 71, 71)
+
+
+# Not yet: the published ladder wants an Ascend step's host work to be the step's (its per-sequence part at the x86
+# host's 9.4 + 6.3 us, the rest of C2's 20 ms at 64 sequences a fixed part). Tried 2026-12-07 (a3-fit-20 on that
+# split): this test passes (one shape within 1.0 %, several shapes within 7.8 %), C10's DAPO step -13.8 -> -5.1 %, the
+# judge step MAPE 33.3 -> 28.5 %, but C10's TP4 rollout +38.8 -> +66.1 % and the A2 fit refuses it (rollout_fixed_s
+# on its bound 0, C6's PPO step still +26 %): the newer ACL-graph runs at 4-32 sequences a replica take no 19 ms a
+# step. The host's work depends on the engine's graph path, which the twin does not model yet.
+HOST_SPLIT_GAP = pytest.mark.xfail(strict=True, reason="C1's decode ladder at a3-fit-19: x0.796 at one sequence "
+                                                       "with one shape (published x0.934), x0.53 with several "
+                                                       "(x0.71): the host's per-sequence share is the x86 one")
+
+
+@HOST_SPLIT_GAP
+def test_a_deepseek_decode_step_falls_with_its_batch_as_measured():
+    """C1's rollout (DeepSeek-R1, the recipe's engine) at its mean context, the step at each batch over the step at
+    64, against the published DeepSeek-V3 ladder: with one captured shape every step runs 64 rows and only the KV
+    reads and the host's per-sequence work fall (measured x0.934 at one sequence); with a shape at every size the
+    padded rows, their dispatch and compute fall too (x0.71). The bar: within 2 % of the first ladder, 10 % of the
+    second."""
+    sc = load_scenario(SCENARIOS / "c1-dsr1-a3-128.yaml")
+    rc = Evaluation(sc).rollout_cost
+    context = sc.workload.prompt_len.mean + sc.workload.response_len.mean / 2
+    multi = [float(rc.decode_step(float(b), context).total) for b in TPOT_SEQUENCES]
+    one = [float(rc.decode_step(float(b), context, 64.0).total) for b in TPOT_SEQUENCES]
+    for twin, measured, tolerance in ((one, TPOT_ONE_SHAPE, 0.02), (multi, TPOT_MULTI_SHAPE, 0.10)):
+        ratios = np.array(twin) / twin[0]
+        published = np.array(measured) / measured[0]
+        assert np.all(np.abs(ratios / published - 1) <= tolerance), (ratios.round(3), published.round(3))
+
+
 def test_longest_of_n_lognormal_responses_and_its_cap():
     """C8's responses: lognormal, mean 2500, sigma 0.8 (mu = ln 2500 - 0.32 = 7.50405), at most 28672. The expected
     longest of N is the 1 - 1/(N + 1) quantile: N = 64 gives z = 2.16004, exp(7.50405 + 0.8 x 2.16004) = 10,220
