@@ -7,10 +7,11 @@ times a step: (generate(1 + k tokens) - generate(1 token)) / k, best of the repe
 the host work of one layer's eager forward on this backend (vLLM's module walk, the torch operator calls, the CPU
 attention backend's per-layer work), printed beside the kernels the twin counts for that layer on the GPU/NPU paths
 (twin.cost_models.rollout.eager_layer_kernels). The dense and the MoE layer together split a layer's host work into
-a part per layer, whatever its kernels (vLLM's module walk and Python), and a part per counted kernel: the GPU
-profiles take the first as `eager_layer_host_us` (the same Python runs on a GPU host; the CPU runs each operator
-inline and its attention and MoE paths are not the GPU's, so the per-kernel part, `eager_op_launch_us`, is the GPU
-fit's). On an Ascend kind the per-kernel term carries both (its profiles say why).
+a part per layer, whatever its kernels (vLLM's module walk and Python), and a part per counted kernel; a DeepSeek-V3
+layer (multi-latent attention, grouped routing over 256 experts) checks the split, its figure against the split's for
+its counted kernels. The GPU profiles take the first as `eager_layer_host_us` (the same Python runs on a GPU host; the
+CPU runs each operator inline and its attention and MoE paths are not the GPU's, so the per-kernel part,
+`eager_op_launch_us`, is the GPU fit's). On an Ascend kind the per-kernel term carries both (its profiles say why).
 """
 
 from __future__ import annotations
@@ -31,6 +32,16 @@ KINDS: dict[str, dict[str, Any]] = {
     "moe": {**TINY, "model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "intermediate_size": 128,
             "moe_intermediate_size": 32, "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": True,
             "decoder_sparse_step": 1, "mlp_only_layers": []},
+    # DeepSeek-V3's layer at tiny widths: multi-latent attention with a compressed query, 256 routed experts (top 8 of
+    # 8 groups, 4 kept, sigmoid scores with a correction bias) and a shared expert; every layer MoE
+    "deepseek": {**TINY, "model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"],
+                 "intermediate_size": 128, "moe_intermediate_size": 32, "n_routed_experts": 256,
+                 "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4, "n_shared_experts": 1,
+                 "first_k_dense_replace": 0, "moe_layer_freq": 1, "norm_topk_prob": True,
+                 "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "topk_method": "noaux_tc",
+                 "q_lora_rank": 32, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                 "v_head_dim": 128, "rope_theta": 10000.0,
+                 "torch_dtype": "bfloat16"},  # the CPU MLA backend packs its absorbed weights in 16 bits only
 }
 PROMPT = 32
 STEPS = 64
@@ -43,8 +54,8 @@ def step_seconds(config: dict[str, Any], batches: list[int], repeats: int) -> di
 
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "config.json").write_text(json.dumps(config))
-        llm = LLM(model=tmp, load_format="dummy", skip_tokenizer_init=True, dtype="float32", max_model_len=256,
-                  max_num_seqs=max(batches), enable_prefix_caching=False, enforce_eager=True, seed=0,
+        llm = LLM(model=tmp, load_format="dummy", skip_tokenizer_init=True, dtype=config["torch_dtype"],
+                  max_model_len=256, max_num_seqs=max(batches), enable_prefix_caching=False, enforce_eager=True, seed=0,
                   kv_cache_memory_bytes=2**28)
         try:
             out = {}
@@ -92,8 +103,13 @@ def main() -> None:
         layers[kind] = (kernels, sum(per_layer.values()) / len(per_layer))
     (k1, t1), (k2, t2) = layers["dense"], layers["moe"]
     per_kernel = (t2 - t1) / (k2 - k1)
-    print(f"a layer's eager host work, mean over the batches: {(t1 - k1 * per_kernel) * 1e6:.0f} us a layer "
+    per_layer_host = t1 - k1 * per_kernel
+    print(f"a layer's eager host work, mean over the batches: {per_layer_host * 1e6:.0f} us a layer "
           f"(eager_layer_host_us) + {per_kernel * 1e6:.1f} us a counted kernel")
+    for kind, (kernels, seconds) in layers.items():
+        if kind not in ("dense", "moe"):
+            print(f"{kind}: that split says {(per_layer_host + kernels * per_kernel) * 1e6:.0f} us a layer of "
+                  f"{kernels} counted kernels; measured {seconds * 1e6:.0f} us")
 
 
 if __name__ == "__main__":
