@@ -174,6 +174,10 @@ def simulate_cmd(
                                                                   "discrete-event simulation")] = False,
     profile: Annotated[str | None, typer.Option(help="Calibration profile YAML (default: the scenario's, "
                                                     "else the cluster kind's embedded one)")] = None,
+    length_spread: Annotated[bool, typer.Option("--length-spread",
+                                                help="Also simulate the responses' lognormal spread (sigma) 0.1 "
+                                                     "narrower and wider and say how far the rollout and the step "
+                                                     "move: sources rarely publish more than the mean length")] = False,
 ) -> None:
     """Predict step time, stage times, per-device memory and reshard traffic of one scenario."""
     from twin.evaluate import Evaluation
@@ -188,8 +192,8 @@ def simulate_cmd(
     scenario, base = load_case(case)
     ev = Evaluation(scenario, load_profile(profile) if profile else None, base_dir=base)
     if analytical:
-        if trace or plot:
-            raise TwinError("--trace and --plot need the simulation; drop --analytical")
+        if trace or plot or length_spread:
+            raise TwinError("--trace, --plot and --length-spread need the simulation; drop --analytical")
         result = ev.analytical()
     else:
         from twin.sim.step import simulate
@@ -197,6 +201,11 @@ def simulate_cmd(
         with working(f"simulating {steps} step(s) of {scenario.name}"):
             result, sim = simulate(ev, steps=steps, seed=seed)
         result = result.model_copy(update={"reshard": ev.reshard_result(alternatives=True)})
+        if length_spread:
+            from twin.sensitivity import spread_note
+
+            with working(f"simulating {scenario.name} with its responses' spread narrower and wider"):
+                result = result.model_copy(update={"notes": [*result.notes, spread_note(ev, result, steps, seed)]})
         if trace:
             sim.trace.write(trace)
         if plot:

@@ -54,6 +54,7 @@ class Evaluation:
         layout = layout or scenario.layout
         if layout is None:
             raise TwinError(f"scenario {scenario.name} has no layout; use `twin plan --scenario` to search one")
+        self.base_dir = base_dir
         self.kind = cluster_kind(scenario.cluster.kind, base_dir)
         self.inv: Inventory = load_model(scenario.model)
         self.layout = layout = as_engine_builds(layout, self.inv.config, self.kind.rollout_engine)
@@ -73,7 +74,15 @@ class Evaluation:
     def with_profile(self, profile: Profile) -> Evaluation:
         """The same scenario and layout under another profile, sharing what does not depend on it
         (topology, placement, reshard transfer lists)."""
-        other = Evaluation(self.sc, profile, self.layout)
+        return self._sibling(self.sc, profile)
+
+    def with_lengths(self, scenario: Scenario) -> Evaluation:
+        """`scenario`, this one with other token lengths, under the same layout and profile, sharing what lengths do
+        not change (topology, placement, reshard transfer lists)."""
+        return self._sibling(scenario, self.profile)
+
+    def _sibling(self, scenario: Scenario, profile: Profile) -> Evaluation:
+        other = Evaluation(scenario, profile, self.layout, self.base_dir)
         other.__dict__.update(cluster=self.cluster, placement=self.placement,
                               _reshard=self.__dict__.setdefault("_reshard", {}))
         return other

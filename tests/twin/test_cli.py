@@ -60,6 +60,19 @@ def test_simulate_every_scenario(path):
         assert result["fits"], result["memory_peak_gb"]  # a published run ran: the twin must not call it unfit
 
 
+def test_simulate_varies_the_length_spread_on_request():
+    """`--length-spread` adds one note (the rollout and step at sigma 0.4 and 0.6 around Moonlight's 0.5); the closed
+    form, which does not simulate the lengths, refuses it in one line."""
+    path = ROOT / "scenarios" / "c6-dapo-moonlight-16b-a2-8-megatron.yaml"
+    out = twin("simulate", str(path), "--length-spread", "--json")
+    assert out.returncode == 0, out.stderr
+    notes = [n for n in json.loads(out.stdout)["notes"] if n.startswith("length spread:")]
+    assert len(notes) == 1 and "sigma 0.4: rollout" in notes[0] and "sigma 0.6: rollout" in notes[0]
+    refused = twin("simulate", str(path), "--length-spread", "--analytical")
+    assert refused.returncode != 0 and refused.stdout == ""
+    assert refused.stderr.strip().count("\n") == 0 and "--length-spread" in refused.stderr
+
+
 @pytest.mark.parametrize("path", SEPARATE, ids=[p.stem for p in SEPARATE])
 def test_a_disaggregated_scenario_predicts_its_weight_sync_and_refuses_a_step(path):
     out = twin("weight-sync", str(path), "--json")
