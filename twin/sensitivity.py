@@ -20,9 +20,7 @@ SIGMA_STEP = 0.1  # the spreads simulated: the scenario's sigma this much narrow
 
 def with_sigma(sc: Scenario, sigma: float) -> Scenario | None:
     """`sc` with lognormal responses of spread `sigma` (same mean and cap); None where no such distribution keeps
-    the declared mean under the cap (the scenario's own check)."""
-    if sigma <= 0:
-        return None
+    the declared mean under the cap (the scenario's own check) or `sigma` is not a spread."""
     try:
         dist = LengthDist.model_validate(sc.workload.response_len.model_dump() | {"sigma": sigma})
     except ValidationError:
@@ -40,6 +38,8 @@ def spread_note(ev: Evaluation, base: SimulationResult, steps: int, seed: int | 
         return f"length spread: the responses are {dist.dist}, no spread to vary"
     parts = []
     for sigma in (dist.sigma - SIGMA_STEP, dist.sigma + SIGMA_STEP):
+        if sigma <= 0:
+            continue  # no narrower lognormal
         varied = with_sigma(ev.sc, sigma)
         if varied is None:
             parts.append(f"sigma {sigma:.2g}: does not keep the mean under the cap")
