@@ -1,11 +1,13 @@
-"""Length distributions (twin/workload.py): the longest of a batch, the TPS numerator it gives."""
+"""Length distributions (twin/workload.py): the longest of a batch, the TPS numerator it gives, and the spread a
+published gear table makes likeliest."""
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from twin.scenario import LengthDist, load_scenario
-from twin.workload import expected_longest, tokens_per_step_of_longest
+from twin.workload import expected_longest, sample_lengths, tokens_per_step_of_longest
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -26,3 +28,32 @@ def test_mindspeed_rls_longest_lengths_count_every_response():
     wl = load_scenario(SCENARIOS / "c5-dsr1-a3-384dies.yaml").workload
     assert tokens_per_step_of_longest(wl) == 12_288 * (256 + 2048)
     assert wl.tokens_per_step == 12_288 * (256 + 840)  # the mean response read off the R1-Zero run's plot
+
+
+# cann-recipes-train docs/llm_rl/qwen3_235B_32k_longseq_rl_train_optimization.md section 2.2.1: one MatMul of a
+# profiled long-sequence rollout (deepscaler, 256 sequences on each of 32 DP ranks, a graph for each gear) ran the
+# gear of 128 rows at 8K tokens decoded, 32 at 16K, 4 at 24K: the busiest rank (which sets every rank's gear) then
+# held 65-128, 17-32 and 1-4 sequences
+GEAR_BRACKETS = {8192: (65, 128), 16384: (17, 32), 24576: (1, 4)}
+
+
+def _table_likelihood(dist: LengthDist, draws: int = 400) -> float:
+    """Share of seeded draws of 32 x 256 responses, as the simulation draws them, whose busiest rank falls in every
+    bracket of the table."""
+    hits = 0
+    for seed in range(draws):
+        lengths = sample_lengths(dist, 32 * 256, np.random.default_rng(seed)).reshape(32, 256)
+        hits += all(lo <= (lengths > at).sum(axis=1).max() <= hi for at, (lo, hi) in GEAR_BRACKETS.items())
+    return hits / draws
+
+
+def test_c10s_response_spread_is_the_one_its_gear_table_makes_likeliest():
+    """C10's deepscaler scenarios draw responses lognormal around the published mean with sigma 0.54: the table holds
+    in about a quarter of the draws there (0.24 in 1,000 draws from 0.53 to 0.55, its peak), in under a tenth 0.05
+    either side, and in 0.9 % at sigma 0.6 (what the scenarios assumed before)."""
+    dist = load_scenario(SCENARIOS / "c10-grpo-qwen3-235b-a3-128dies-32k.yaml").workload.response_len
+    assert (dist.dist, dist.sigma) == ("lognormal", 0.54)
+    likeliest = _table_likelihood(dist)
+    assert likeliest >= 0.2
+    for sigma in (0.49, 0.59):
+        assert _table_likelihood(dist.model_copy(update={"sigma": sigma})) < likeliest / 2
