@@ -49,8 +49,8 @@ def _table_likelihood(dist: LengthDist, draws: int = 400) -> float:
 
 def test_c10s_response_spread_is_the_one_its_gear_table_makes_likeliest():
     """C10's deepscaler scenarios draw responses lognormal around the published mean with sigma 0.54: the table holds
-    in about a quarter of the draws there (0.24 in 1,000 draws from 0.53 to 0.55, its peak), in under a tenth 0.05
-    either side, and in 0.9 % at sigma 0.6 (what the scenarios assumed before)."""
+    in about a quarter of the draws there (0.23-0.24 of 1,000 draws from 0.53 to 0.55, its peak), in under a tenth
+    0.05 either side, and in 0.9 % at sigma 0.6 (what the scenarios assumed before)."""
     dist = load_scenario(SCENARIOS / "c10-grpo-qwen3-235b-a3-128dies-32k.yaml").workload.response_len
     assert (dist.dist, dist.sigma) == ("lognormal", 0.54)
     likeliest = _table_likelihood(dist)

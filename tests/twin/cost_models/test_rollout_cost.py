@@ -114,10 +114,10 @@ TPOT_ONE_SHAPE = (76, 74, 72, 72, 71, 71, 71)
 
 # Not yet: the published ladder wants an Ascend step's host work to be the step's (its per-sequence part at the x86
 # host's 9.4 + 6.3 us, the rest of C2's 20 ms at 64 sequences a fixed part). Tried 2026-12-06 (a3-fit-20 on that
-# split): this test passes (one shape within 1.0 %, several shapes within 7.8 %), C10's DAPO step -13.8 -> -5.1 %, the
-# judge step MAPE 33.3 -> 28.5 %, but C10's TP4 rollout +38.8 -> +66.1 % and the A2 fit refuses it (rollout_fixed_s
-# on its bound 0, C6's PPO step still +26 %): the newer ACL-graph runs at 4-32 sequences a replica take no 19 ms a
-# step. The host's work depends on the engine's graph path, which the twin does not model yet.
+# split, C10 at sigma 0.6): this test passes (one shape within 1.0 %, several shapes within 7.8 %), C10's DAPO step
+# -13.8 -> -5.1 %, the judge step MAPE 33.3 -> 28.5 %, but C10's TP4 rollout +38.8 -> +66.1 % and the A2 fit refuses
+# it (rollout_fixed_s on its bound 0, C6's PPO step still +26 %): the newer ACL-graph runs at 4-32 sequences a replica
+# take no 19 ms a step. The host's work depends on the engine's graph path, which the twin does not model yet.
 HOST_SPLIT_GAP = pytest.mark.xfail(strict=True, reason="C1's decode ladder at a3-fit-19: x0.796 at one sequence "
                                                        "with one shape (published x0.934), x0.53 with several "
                                                        "(x0.71): the host's per-sequence share is the x86 one")
