@@ -6,6 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from twin.cost_models.graph_shapes import graph_rows
+from twin.evaluate import Evaluation
 from twin.scenario import LengthDist, load_scenario
 from twin.workload import expected_longest, sample_lengths, tokens_per_step_of_longest
 
@@ -31,27 +33,33 @@ def test_mindspeed_rls_longest_lengths_count_every_response():
 
 
 # cann-recipes-train docs/llm_rl/qwen3_235B_32k_longseq_rl_train_optimization.md section 2.2.1: one MatMul of a
-# profiled long-sequence rollout (deepscaler, 256 sequences on each of 32 DP ranks, a graph for each gear) ran the
-# gear of 128 rows at 8K tokens decoded, 32 at 16K, 4 at 24K: the busiest rank (which sets every rank's gear) then
-# held 65-128, 17-32 and 1-4 sequences
-GEAR_BRACKETS = {8192: (65, 128), 16384: (17, 32), 24576: (1, 4)}
+# profiled long-sequence rollout (deepscaler, the GRPO run's engine: each DP rank's sequences at once, a graph for each
+# gear) ran the graph of 128 rows at 8K tokens decoded, 32 at 16K, 4 at 24K; the busiest rank sets every rank's gear
+PUBLISHED_GEARS = {8192: 128, 16384: 32, 24576: 4}
+C10_GRPO = SCENARIOS / "c10-grpo-qwen3-235b-a3-128dies-32k.yaml"
 
 
 def _table_likelihood(dist: LengthDist, draws: int = 400) -> float:
-    """Share of seeded draws of 32 x 256 responses, as the simulation draws them, whose busiest rank falls in every
-    bracket of the table."""
+    """Share of seeded draws of the GRPO run's responses, as the simulation draws them (its DP ranks' sequences at
+    once), in which the busiest rank, still decoding, runs the published gear at every length of the table."""
+    rc = Evaluation(load_scenario(C10_GRPO)).rollout_cost
+    ranks = rc.ro.dp
+    per_rank = rc.responses_per_round // ranks
     hits = 0
     for seed in range(draws):
-        lengths = sample_lengths(dist, 32 * 256, np.random.default_rng(seed)).reshape(32, 256)
-        hits += all(lo <= (lengths > at).sum(axis=1).max() <= hi for at, (lo, hi) in GEAR_BRACKETS.items())
+        lengths = sample_lengths(dist, ranks * per_rank, np.random.default_rng(seed)).reshape(ranks, per_rank)
+        busiest = {at: (lengths > at).sum(axis=1).max() for at in PUBLISHED_GEARS}
+        hits += all(busiest[at] >= 1 and graph_rows(rc.graph_sizes, busiest[at]) == gear
+                    for at, gear in PUBLISHED_GEARS.items())
     return hits / draws
 
 
 def test_c10s_response_spread_is_the_one_its_gear_table_makes_likeliest():
-    """C10's deepscaler scenarios draw responses lognormal around the published mean with sigma 0.54: the table holds
-    in about a quarter of the draws there (0.23-0.24 of 1,000 draws from 0.53 to 0.55, its peak), in under a tenth
-    0.05 either side, and in 0.9 % at sigma 0.6 (what the scenarios assumed before)."""
-    dist = load_scenario(SCENARIOS / "c10-grpo-qwen3-235b-a3-128dies-32k.yaml").workload.response_len
+    """C10's deepscaler scenarios draw responses lognormal around the published mean with sigma 0.54 (32 DP ranks of
+    256 sequences in the GRPO run): the table holds in about a quarter of the draws there (0.23-0.24 of 1,000 draws
+    from 0.53 to 0.55, its peak), in under a tenth 0.05 either side, and in 0.9 % at sigma 0.6 (what the scenarios
+    assumed before)."""
+    dist = load_scenario(C10_GRPO).workload.response_len
     assert (dist.dist, dist.sigma) == ("lognormal", 0.54)
     likeliest = _table_likelihood(dist)
     assert likeliest >= 0.2
