@@ -20,8 +20,9 @@ from twin.cost_models.reshard import RESHARD_METHODS, ReshardMethod, ReshardStat
 from twin.cost_models.rollout import RolloutCost
 from twin.cost_models.scheduling import Call, collect_seconds, dispatch_seconds, driver_seconds
 from twin.cost_models.stages import train_stage_seconds
+from twin.cost_models.timers import as_timed
 from twin.cost_models.training import TrainCost
-from twin.cost_models.transition import offload_time, reshard_parts, reshard_time
+from twin.cost_models.transition import offload_moments, reshard_parts, reshard_time
 from twin.disaggregated import refuse_separate
 from twin.errors import TwinError
 from twin.layout.engine import as_engine_builds
@@ -131,6 +132,7 @@ class Evaluation:
         pf = self.profile
         driver = driver_seconds(self.sc, pf)
         train = train_stage_seconds(self.sc, pf, self.train_cost)
+        moments = offload_moments(self.train_memory, self.rollout_memory, self.sc, self.cluster, pf)
         stages = {
             "rollout": self.rollout_cost.analytical_seconds(self.memory_report.kv_tokens),
             "reward": driver["reward"],
@@ -138,9 +140,10 @@ class Evaluation:
             "advantage": driver["advantage"],
             "reshard": reshard_time(self.reshard(), self.cluster, pf, self.rollout_memory,
                                     self.train_memory, self.sc),
-            "offload": offload_time(self.train_memory, self.rollout_memory, self.sc, self.cluster, pf),
+            "offload": sum(moments.values()),
         }
-        return {name: stages[name] for name in STAGES if name in stages}  # in the order a step runs them
+        ordered = {name: stages[name] for name in STAGES if name in stages}  # in the order a step runs them
+        return as_timed(ordered, moments, self.sc.software)
 
     def reshard_parts(self) -> dict[str, float]:
         """The chosen reshard's time by part, seconds (twin.cost_models.transition.reshard_parts)."""

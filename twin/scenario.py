@@ -201,6 +201,14 @@ class Software(BaseModel):
         return self._verl_at_least(VERL_SYNCS_THROUGH_SERVER)
 
     @property
+    def timed_by_verl(self) -> bool:
+        """The stage times are the named verl's own timers (its `timing_s/*` metrics), which hold every transition
+        inside the call that makes it (twin.cost_models.timers); a scenario that names no verl, or MindSpeed-RL,
+        keeps the twin's split, the offloads and the sync as stages of their own (the recipes' published breakdowns,
+        C1-C3: "offload and other", "reshard")."""
+        return self.framework == "verl" and self.verl is not None
+
+    @property
     def puts_inputs_once(self) -> bool:
         """verl >= 0.6 puts each data-parallel chunk of a worker-group call's inputs into Ray's object store once,
         on threads (decorator.py dispatch_nd_compute: #2893, 3e2bceb1a, every trainer on it; parallel_put: #3495,

@@ -261,9 +261,3 @@ def rollout_offload_moments(rm: RolloutMemory, scenario: Scenario, cluster: Clus
         + profile["worker_call_s"],
         "before_reshard": host_copy_time(cluster, profile, rollout_w) + wake_call,
     }
-
-
-def offload_time(tm: TrainMemory, rm: RolloutMemory, scenario: Scenario, cluster: Cluster,
-                 profile: Profile) -> float:
-    """Host<->device traffic and cache releases around the phases ('offload and other' in the recipes)."""
-    return sum(offload_moments(tm, rm, scenario, cluster, profile).values())

@@ -27,6 +27,7 @@ import simpy
 
 from twin.cost_models.host_pages import returned_page_seconds
 from twin.cost_models.scheduling import driver_seconds, framework_seconds
+from twin.cost_models.timers import as_timed, timed_note
 from twin.cost_models.training import TrainCost
 from twin.cost_models.transition import offload_moments, reshard_time
 from twin.evaluate import Evaluation
@@ -44,6 +45,7 @@ class StepRecord:
     stages_s: dict[str, float]
     rollout: RolloutOutcome
     pipelines: dict[str, PipelineRun] = field(default_factory=dict)
+    split: dict[str, float] = field(default_factory=dict)  # the twin's split of stages_s, where verl's timers differ
 
 
 # the weights each forward-only pass loads before it and offloads after it: (trace label, offload moment)
@@ -215,7 +217,7 @@ class StepSimulation:
         stages["offload"] += yield from self._timed(drv, "transition", "actor weights offload",
                                                     moments["after_reshard"])
         self.trace.span(drv, "step", f"step {k}", t_step, env.now - t_step)
-        self.records.append(StepRecord(stages, outcome, pipelines))
+        self.records.append(StepRecord(as_timed(stages, moments, sc.software), outcome, pipelines, split=stages))
 
     def _update(self, name: str, tc: TrainCost, prompts: np.ndarray, responses: np.ndarray, pages: dict[str, float],
                 pipelines: dict[str, PipelineRun]) -> Generator[simpy.Event, object, float]:
@@ -285,6 +287,8 @@ class StepSimulation:
             if name.split()[0] not in UPDATE_MOMENTS or name.endswith(" 0.0"):  # an update's first mini-batch
                 notes.append(f"{name}: pipeline bubble {run.bubble_fraction * 100:.1f} %")
         notes += [last.rollout.note] if last.rollout.note else []
+        if timed := timed_note(last.split, last.stages_s, self.sc.software):
+            notes.append(timed)
         if self.weight > 1:
             notes.append(sampled_note("training passes", self.sc.workload.responses, self.drawn))
         return self.ev.result(stages, "simulation", notes=notes, alternatives=alternatives,

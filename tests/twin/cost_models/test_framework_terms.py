@@ -73,7 +73,7 @@ def test_the_engine_steps_beside_the_agent_loop_on_the_hosts_cores():
     assert shared.slowdown > 1.0 and 0.0 < parts["engine_tail"] < 0.5
     busy = shared.seconds + parts["engine_tail"]
     poll = profile["rollout_poll_s"]  # 2 s
-    assert run.stages_s["rollout"] == pytest.approx(busy + poll / 2 + parts["rl_scheduling"], rel=1e-12)
+    assert run.split["rollout"] == pytest.approx(busy + poll / 2 + parts["rl_scheduling"], rel=1e-12)
     idle = _stages(_cpu({**TERMS, "agent_loop_busy_cores": 0.0, "host_cores": 64.0})).rollout.components_s
     assert idle["host_sharing"] == 0.0  # cores to spare: the path as it ran alone
 

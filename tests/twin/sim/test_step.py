@@ -17,7 +17,7 @@ SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 C1_GAP = pytest.mark.xfail(strict=True, reason="a3-fit-19: C1 step +0.2 %, update +3.4 %, ref -7.9 %, reshard -1.0 % "
                                               "(the export loop, verl's hand-over and vLLM's load of 45k entries), "
                                               "but the offload is short (-35 %) and the reward -10 %")
-# C8's 7B rows are judge cases of the gpu profile (gpu-fit-17, which frees the dense GEMM scale and the eager
+# C8's 7B rows are judge cases of the gpu profile (gpu-fit-18, which frees the dense GEMM scale and the eager
 # rollout's host time per kernel; these rows decode in graph mode): the ablation is their ratio.
 
 
