@@ -45,10 +45,12 @@ def test_fitted_and_held_out_cases(a3_report):
     report, _ = a3_report
     groups = {r["case"]: r["group"] for r in report["rows"]}
     assert {c for c, g in groups.items() if g == "fitted"} <= set(report["fitted_cases"])
-    # C3-d2d's update and ref set the Ray dispatch terms: a fitted case (the profile's provenance names it)
-    assert all(g == "fitted" for c, g in groups.items() if c.startswith(("c1-", "c2-", "c3-")))
+    # C3-d2d's update and ref set the Ray dispatch terms: a fitted case (the profile's provenance names it); C2's
+    # eager point, whose ladder step changed three things at once, is judged (since a3-fit-21)
+    eager = "c2-dsr1-a3-128-eager-gloo"
+    assert all(g == "fitted" for c, g in groups.items() if c.startswith(("c1-", "c2-", "c3-")) and c != eager)
     held_out = {c for c, g in groups.items() if g == "held_out"}
-    assert held_out == {"c5-qwen25-32b-a3-16dies", "c5-qwen25-7b-a3-16dies", "c5-qwen3-8b-a3-16dies",
+    assert held_out == {eager, "c5-qwen25-32b-a3-16dies", "c5-qwen25-7b-a3-16dies", "c5-qwen3-8b-a3-16dies",
                         "c5-dsr1-a3-384dies", "c5-dapo-qwen3-30b-a3b-a3-16dies", "c5-dapo-qwen3-32b-a3-16dies",
                         "c5-dapo-qwen25-32b-a3-64dies", "c5-dapo-qwen25-32b-a3-64dies-pp4",
                         "c10-grpo-qwen3-235b-a3-128dies-32k",
@@ -119,13 +121,14 @@ def test_rows_match_the_scenarios_and_an_independent_simulation(a3_report):
 def test_mape_by_hand(a3_report):
     report, _ = a3_report
     rows = report["rows"]
-    # held out, step and tokens/s: the C5 throughputs, C10's GRPO step and tokens/s and DAPO step;
-    # |predicted / measured - 1| averaged; held-out stages: C10's, of which the GRPO run's skipped
-    # old-policy pass (measured 0) counts in seconds, not in the MAPE (C7 is a fitting case of a3-fit-19)
+    # held out, step and tokens/s: the C5 throughputs, C10's GRPO step and tokens/s and DAPO step, C2's eager ladder
+    # (a ratio: a judge case since a3-fit-21); |predicted / measured - 1| averaged; held-out stages: C10's, of which
+    # the GRPO run's skipped old-policy pass (measured 0) counts in seconds, not in the MAPE (C7's source's two eager
+    # runs are fitting cases of a3-fit-21)
     held = [r for r in rows if r["group"] == "held_out"]
     e2e = [r for r in held if not r["quantity"].startswith("stage:")]
     by_hand = fmean(abs(r["predicted"] / r["measured"] - 1) for r in e2e)
-    assert report["mape"]["held_out"]["end_to_end"] == {"value": pytest.approx(by_hand), "rows": 11, "in_seconds": 0}
+    assert report["mape"]["held_out"]["end_to_end"] == {"value": pytest.approx(by_hand), "rows": 12, "in_seconds": 0}
     stage_rows = [r for r in held if r["quantity"].startswith("stage:")]
     c10 = "c10-{}-qwen3-235b-a3-128dies-{}".format
     assert sorted((r["case"], r["quantity"]) for r in stage_rows) == sorted(
@@ -161,12 +164,23 @@ def test_ablations_are_the_ratio_rows_judged_against_the_bar(a3_report):
     for bs in ("bs192", "bs256"):  # the rollout batch ablation (C10 section 2.3.3)
         assert ablations[(f"c10-rollout-qwen3-235b-a3-128dies-{bs}", "stage:rollout")]["meets_bar"]
     # C10's graph table (section 2.2.2) against one shape at 256: several shapes (met since a step runs the smallest
-    # captured size that holds the engine's busiest rank), one shape at 64 and at 48 (met since a decode step's GEMMs
-    # and attention run one after the other, the A3 GEMM's compute after its weight read): -17.4, -14.3, -18.7 %
-    for row in ("multi-256", "single-64", "single-48"):
+    # captured size that holds the engine's busiest rank), one shape at 48 (met since a decode step's GEMMs and
+    # attention run one after the other, the A3 GEMM's compute after its weight read): -18.5, -23.4 % on a3-fit-21
+    for row in ("multi-256", "single-48"):
         assert ablations[(f"c10-rollout-qwen3-235b-a3-128dies-ge-{row}", "stage:rollout")]["meets_bar"]
+    # C2's eager ladder, a judge case since a3-fit-21: the twin takes graph mode's share of 162 -> 419 tokens/s per
+    # card, not AIV's or vLLM V1's (the same step of the ladder), so it predicts too little of the gain (+42.8 %)
     eager = ablations[("c2-dsr1-a3-128-eager-gloo", "rollout_tps_per_card")]
-    assert eager["same_direction"] and eager["meets_bar"]  # the fitted eager ladder, +10.1 % on a3-fit-19
+    assert eager["same_direction"] and not eager["meets_bar"]
+
+
+@pytest.mark.xfail(strict=True, reason="a3-fit-21: one graph shape of 64 with continuous batching predicted x0.961 "
+                   "of one shape of 256 where it ran x1.19 (C10 2.2.2): at the eager host cost C7's source gives, the "
+                   "eager steps a prefill forces no longer make up what continuous batching costs in graph mode")
+def test_a_single_graph_shape_of_64_is_slower_than_one_of_256_as_measured(a3_report):
+    report, _ = a3_report
+    ablations = {(a["case"], a["quantity"]): a for a in report["ablations"]}
+    assert ablations[("c10-rollout-qwen3-235b-a3-128dies-ge-single-64", "stage:rollout")]["meets_bar"]
 
 
 def test_an_ablation_on_the_wrong_side_of_one_misses_the_bar_however_close():
