@@ -36,20 +36,18 @@ def sync_timer(software: Software) -> str:
 
 
 def as_timed(stages: Mapping[str, float], moments: Mapping[str, float], software: Software) -> dict[str, float]:
-    """`stages` (the twin's split: `offload` the sum of `moments` that the step made, `reshard` the sync) as the run's
-    timers report them: unchanged unless verl times the run, else each moment's seconds moved from `offload` into
-    its call's timer and the sync into `sync_timer`'s."""
+    """`stages` (the twin's split: `offload` the sum of `moments`, the offload moments the step made, and `reshard`
+    the sync) as the run's timers report them: unchanged unless verl times the run, else each moment's seconds in
+    its call's timer, none left in `offload`, and the sync in `sync_timer`'s."""
     out = dict(stages)
     if not software.timed_by_verl:
         return out
     sync = sync_timer(software)
     for moment, seconds in moments.items():
-        timer = MOMENT_TIMERS[moment]
-        if seconds and (timer in out or timer == SYNC):
-            timer = sync if timer == SYNC else timer
-            out[timer] += seconds
-            out["offload"] -= seconds
-    out["offload"] = max(0.0, out["offload"])  # rounding: every moment the step made has been moved
+        if seconds:
+            timer = MOMENT_TIMERS[moment]
+            out[sync if timer == SYNC else timer] += seconds
+    out["offload"] = 0.0  # verl has no offload timer: every moment is in the timer of the call that made it
     if sync != "reshard":
         out[sync] += out["reshard"]
         out["reshard"] = 0.0

@@ -141,6 +141,14 @@ class StepSimulation:
         yield self.env.timeout(seconds)
         return seconds
 
+    def _transition(self, label: str, moment: str, moments: dict[str, float], charged: dict[str, float]
+                    ) -> Generator[simpy.Event, object, float]:
+        """One offload moment of the step on the driver's lane, recorded in `charged` (twin.cost_models.timers puts
+        it in the stage whose timer holds it)."""
+        seconds = yield from self._timed("driver", "transition", label, moments[moment])
+        charged[moment] = charged.get(moment, 0.0) + seconds
+        return seconds
+
     def _returned_pages(self, name: str, pages: dict[str, float]) -> Generator[simpy.Event, object, float]:
         """The trainer ranks first-touching host-returned pages before pass `name` (twin.cost_models.host_pages)."""
         seconds = pages.get(name, 0.0)
@@ -158,6 +166,7 @@ class StepSimulation:
         critic = ev.train_cost.value_model
         stages = dict.fromkeys((s for s in STAGES if critic is not None or s not in CRITIC_STAGES), 0.0)
         moments = offload_moments(ev.train_memory, ev.rollout_memory, sc, ev.cluster, pf)
+        charged: dict[str, float] = {}  # the moments this step made, by moment
         mem = ev.memory_report.phases
         driver = driver_seconds(sc, pf)
         pages = returned_page_seconds(sc, pf, ev.train_memory)
@@ -171,8 +180,8 @@ class StepSimulation:
         rollout_s = self._with_agent_loop(outcome) * wl.gen_rounds  # DAPO: further rounds of the same kind
         yield env.timeout(rollout_s)
         stages["rollout"] = rollout_s
-        stages["offload"] += yield from self._timed(drv, "transition", "offload rollout weights, free KV cache",
-                                                    moments["after_rollout"])
+        stages["offload"] += yield from self._transition("offload rollout weights, free KV cache", "after_rollout",
+                                                         moments, charged)
         stages["reward"] = yield from self._timed(drv, "reward", "reward (math_verify)", driver["reward"])
         pipelines: dict[str, PipelineRun] = {}
         self.trace.mark_memory(env.now, "log_prob", mem["log_prob"])
@@ -187,7 +196,7 @@ class StepSimulation:
                 continue
             (onload, onload_key), (offload, offload_key) = PASS_MOMENTS[name]
             if moments[onload_key]:
-                stages["offload"] += yield from self._timed(drv, "transition", onload, moments[onload_key])
+                stages["offload"] += yield from self._transition(onload, onload_key, moments, charged)
             skew = ev.dispatch_s(name)
             yield from self._timed(drv, "dispatch", f"{name} task dispatch", skew)
             touch = yield from self._returned_pages(name, pages)
@@ -198,7 +207,7 @@ class StepSimulation:
                 yield from self._timed(drv, "driver", f"{name} outputs collected", collect)
             stages[name] = skew + touch + run.seconds + collect
             if moments[offload_key]:
-                stages["offload"] += yield from self._timed(drv, "transition", offload, moments[offload_key])
+                stages["offload"] += yield from self._transition(offload, offload_key, moments, charged)
         stages["advantage"] = yield from self._timed(drv, "advantage", "advantage", driver["advantage"])
         self.trace.mark_memory(env.now, "update", mem["update"])
         updates = (("update_critic", critic), ("update", ev.train_cost))
@@ -206,18 +215,16 @@ class StepSimulation:
             if tc is None:
                 continue
             (onload, onload_key), (offload, offload_key) = UPDATE_MOMENTS[name]
-            stages["offload"] += yield from self._timed(drv, "transition", onload, moments[onload_key])
+            stages["offload"] += yield from self._transition(onload, onload_key, moments, charged)
             stages[name] = yield from self._update(name, tc, prompts, responses, pages, pipelines)
-            stages["offload"] += yield from self._timed(drv, "transition", offload, moments[offload_key])
+            stages["offload"] += yield from self._transition(offload, offload_key, moments, charged)
         self.trace.mark_memory(env.now, "transition", mem["transition"])
-        stages["offload"] += yield from self._timed(drv, "transition", "rollout weights onload",
-                                                    moments["before_reshard"])
+        stages["offload"] += yield from self._transition("rollout weights onload", "before_reshard", moments, charged)
         reshard = reshard_time(ev.reshard(), ev.cluster, pf, ev.rollout_memory, ev.train_memory, sc)
         stages["reshard"] = yield from self._timed("reshard", "comm", f"reshard ({ev.method})", reshard)
-        stages["offload"] += yield from self._timed(drv, "transition", "actor weights offload",
-                                                    moments["after_reshard"])
+        stages["offload"] += yield from self._transition("actor weights offload", "after_reshard", moments, charged)
         self.trace.span(drv, "step", f"step {k}", t_step, env.now - t_step)
-        self.records.append(StepRecord(as_timed(stages, moments, sc.software), outcome, pipelines, split=stages))
+        self.records.append(StepRecord(as_timed(stages, charged, sc.software), outcome, pipelines, split=stages))
 
     def _update(self, name: str, tc: TrainCost, prompts: np.ndarray, responses: np.ndarray, pages: dict[str, float],
                 pipelines: dict[str, PipelineRun]) -> Generator[simpy.Event, object, float]:

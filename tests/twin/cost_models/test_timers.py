@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from twin.cost_models.timers import as_timed, timed_note
-from twin.cost_models.transition import OFFLOAD_MOMENTS
+from twin.cost_models.transition import OFFLOAD_MOMENTS, offload_moments, reshard_time
 from twin.evaluate import Evaluation
 from twin.scenario import Software, load_scenario
 from twin.sim.step import StepSimulation
@@ -42,13 +42,19 @@ def test_verl_from_0_8_times_the_sync_in_update_weights():
 
 
 def test_the_simulated_and_closed_form_steps_keep_their_length():
-    """DeepSeek-V3 on 96 H20 names verl 0.5: its rollout holds the sync, the step is the split's sum."""
+    """DeepSeek-V3 on 96 H20 names verl 0.5: its gen holds the rollout, its sleep, the sync and the offloads around
+    the sync; the step is the split's sum."""
     sc = load_scenario(Path(__file__).resolve().parents[3] / "scenarios" / "c8-grpo-dsv3-h20-96.yaml")
-    record = StepSimulation(Evaluation(sc)).run(1)[0]
+    ev = Evaluation(sc)
+    moments = offload_moments(ev.train_memory, ev.rollout_memory, sc, ev.cluster, ev.profile)
+    in_gen = moments["after_rollout"] + moments["before_reshard"] + moments["after_reshard"]
+    record = StepSimulation(ev).run(1)[0]
     split, timed = record.split, record.stages_s
     assert timed["reshard"] == 0.0 and timed["offload"] == 0.0 and split["reshard"] > 10.0
-    assert timed["rollout"] > split["rollout"] + split["reshard"]
+    assert timed["rollout"] == pytest.approx(split["rollout"] + split["reshard"] + in_gen, rel=1e-12)
     assert sum(timed.values()) == pytest.approx(sum(split.values()), rel=1e-12)
-    closed = Evaluation(sc).stage_times()
+    closed = ev.stage_times()
+    reshard = reshard_time(ev.reshard(), ev.cluster, ev.profile, ev.rollout_memory, ev.train_memory, sc)
+    rollout = ev.rollout_cost.analytical_seconds(ev.memory_report.kv_tokens)
     assert closed["reshard"] == 0.0 and closed["offload"] == 0.0
-    assert closed["rollout"] > split["reshard"]
+    assert closed["rollout"] == pytest.approx(rollout + reshard + in_gen, rel=1e-12)
