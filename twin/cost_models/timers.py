@@ -17,16 +17,19 @@ from collections.abc import Mapping
 from twin.scenario import Software
 
 SYNC = "the weight sync's timer"
-# each offload moment (twin.cost_models.transition.OFFLOAD_MOMENTS) by the verl timer that holds it
-MOMENT_TIMERS = {
-    "after_rollout": "rollout",
-    "log_prob_onload": "old_log_prob", "log_prob_offload": "old_log_prob",
-    "ref_onload": "ref", "ref_offload": "ref",
-    "values_onload": "values", "values_offload": "values",
-    "before_update_critic": "update_critic", "after_update_critic": "update_critic",
-    "before_update": "update", "after_update": "update",
-    "before_reshard": SYNC, "after_reshard": SYNC,
+# the offload moments (twin.cost_models.transition.OFFLOAD_MOMENTS) each trainer call makes: (on entering, on leaving)
+CALL_MOMENTS = {
+    "old_log_prob": ("log_prob_onload", "log_prob_offload"),
+    "ref": ("ref_onload", "ref_offload"),
+    "values": ("values_onload", "values_offload"),
+    "update_critic": ("before_update_critic", "after_update_critic"),
+    "update": ("before_update", "after_update"),
 }
+# every offload moment by the verl timer that holds it
+MOMENT_TIMERS = {"after_rollout": "rollout", "before_reshard": SYNC, "after_reshard": SYNC,
+                 **{moment: call for call, moments in CALL_MOMENTS.items() for moment in moments}}
+# the verl timer of each stage a moment can move into
+VERL_TIMERS = {"rollout": "gen", "reshard": "update_weights"}
 
 
 def sync_timer(software: Software) -> str:
@@ -59,8 +62,6 @@ def timed_note(stages: Mapping[str, float], timed: Mapping[str, float], software
     moved = {k: timed[k] - stages[k] for k in timed if k not in ("offload", "reshard") and timed[k] - stages[k] > 1e-9}
     if not moved:
         return None
-    sync = sync_timer(software)
     held = ", ".join(f"{k} +{v:.2f} s" for k, v in moved.items())
-    where = "gen" if sync == "rollout" else "update_weights"
     return (f"stages as verl {software.verl}'s timers report them: each call's offloads in its own timer, the weight "
-            f"sync ({stages['reshard']:.2f} s) and its offloads in {where} ({held})")
+            f"sync ({stages['reshard']:.2f} s) and its offloads in {VERL_TIMERS[sync_timer(software)]} ({held})")

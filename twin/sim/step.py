@@ -27,7 +27,7 @@ import simpy
 
 from twin.cost_models.host_pages import returned_page_seconds
 from twin.cost_models.scheduling import driver_seconds, framework_seconds
-from twin.cost_models.timers import as_timed, timed_note
+from twin.cost_models.timers import CALL_MOMENTS, as_timed, timed_note
 from twin.cost_models.training import TrainCost
 from twin.cost_models.transition import offload_moments, reshard_time
 from twin.evaluate import Evaluation
@@ -42,22 +42,23 @@ MAX_DP_REPLICAS_SIMULATED = 8  # with random lengths, the DP replicas whose pipe
 
 @dataclass
 class StepRecord:
-    stages_s: dict[str, float]
+    stages_s: dict[str, float]  # as the run's timers report them (twin.cost_models.timers)
+    split: dict[str, float]  # the same seconds in the twin's split: offloads and the sync as stages of their own
     rollout: RolloutOutcome
     pipelines: dict[str, PipelineRun] = field(default_factory=dict)
-    split: dict[str, float] = field(default_factory=dict)  # the twin's split of stages_s, where verl's timers differ
 
 
-# the weights each forward-only pass loads before it and offloads after it: (trace label, offload moment)
-PASS_MOMENTS = {
-    "old_log_prob": (("actor weights onload", "log_prob_onload"), ("actor weights offload", "log_prob_offload")),
-    "ref": (("ref weights onload", "ref_onload"), ("ref weights offload", "ref_offload")),
-    "values": (("critic weights onload", "values_onload"), ("critic weights offload", "values_offload")),
+# the trace labels of the weights each forward-only pass loads before it and offloads after it (its offload moments:
+# twin.cost_models.timers CALL_MOMENTS)
+PASS_LABELS = {
+    "old_log_prob": ("actor weights onload", "actor weights offload"),
+    "ref": ("ref weights onload", "ref weights offload"),
+    "values": ("critic weights onload", "critic weights offload"),
 }
-# each update's state moves before and after it: (onload label, moment), (offload label, moment)
-UPDATE_MOMENTS = {
-    "update_critic": (("critic state onload", "before_update_critic"), ("critic state offload", "after_update_critic")),
-    "update": (("actor state onload", "before_update"), ("actor state offload", "after_update")),
+# each update's state moves before and after it: the trace labels
+UPDATE_LABELS = {
+    "update_critic": ("critic state onload", "critic state offload"),
+    "update": ("actor state onload", "actor state offload"),
 }
 
 
@@ -194,7 +195,7 @@ class StepSimulation:
         for name, tc in forward_passes:
             if tc is None:
                 continue
-            (onload, onload_key), (offload, offload_key) = PASS_MOMENTS[name]
+            (onload, offload), (onload_key, offload_key) = PASS_LABELS[name], CALL_MOMENTS[name]
             if moments[onload_key]:
                 stages["offload"] += yield from self._transition(onload, onload_key, moments, charged)
             skew = ev.dispatch_s(name)
@@ -214,7 +215,7 @@ class StepSimulation:
         for name, tc in updates:
             if tc is None:
                 continue
-            (onload, onload_key), (offload, offload_key) = UPDATE_MOMENTS[name]
+            (onload, offload), (onload_key, offload_key) = UPDATE_LABELS[name], CALL_MOMENTS[name]
             stages["offload"] += yield from self._transition(onload, onload_key, moments, charged)
             stages[name] = yield from self._update(name, tc, prompts, responses, pages, pipelines)
             stages["offload"] += yield from self._transition(offload, offload_key, moments, charged)
@@ -224,7 +225,7 @@ class StepSimulation:
         stages["reshard"] = yield from self._timed("reshard", "comm", f"reshard ({ev.method})", reshard)
         stages["offload"] += yield from self._transition("actor weights offload", "after_reshard", moments, charged)
         self.trace.span(drv, "step", f"step {k}", t_step, env.now - t_step)
-        self.records.append(StepRecord(as_timed(stages, charged, sc.software), outcome, pipelines, split=stages))
+        self.records.append(StepRecord(as_timed(stages, charged, sc.software), stages, outcome, pipelines))
 
     def _update(self, name: str, tc: TrainCost, prompts: np.ndarray, responses: np.ndarray, pages: dict[str, float],
                 pipelines: dict[str, PipelineRun]) -> Generator[simpy.Event, object, float]:
@@ -291,7 +292,7 @@ class StepSimulation:
                  + (f"; {last.rollout.preemptions} sequences preempted for KV room (recomputed)"
                     if last.rollout.preemptions else "")]
         for name, run in last.pipelines.items():
-            if name.split()[0] not in UPDATE_MOMENTS or name.endswith(" 0.0"):  # an update's first mini-batch
+            if name.split()[0] not in UPDATE_LABELS or name.endswith(" 0.0"):  # an update's first mini-batch
                 notes.append(f"{name}: pipeline bubble {run.bubble_fraction * 100:.1f} %")
         notes += [last.rollout.note] if last.rollout.note else []
         if timed := timed_note(last.split, last.stages_s, self.sc.software):

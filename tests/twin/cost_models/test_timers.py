@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from twin.cost_models.timers import as_timed, timed_note
+from twin.cost_models.timers import MOMENT_TIMERS, as_timed, timed_note
 from twin.cost_models.transition import OFFLOAD_MOMENTS, offload_moments, reshard_time
 from twin.evaluate import Evaluation
 from twin.scenario import Software, load_scenario
@@ -15,6 +15,10 @@ SPLIT = {"rollout": 100.0, "reward": 1.0, "old_log_prob": 10.0, "ref": 5.0, "adv
 MOMENTS = {**dict.fromkeys(OFFLOAD_MOMENTS, 0.0), "after_rollout": 1.0, "log_prob_onload": 0.5,
            "log_prob_offload": 0.5, "ref_onload": 0.25, "ref_offload": 0.25, "before_update": 1.0,
            "after_update": 2.0, "before_reshard": 0.75, "after_reshard": 0.75}  # 7 s, the split's offload
+
+
+def test_every_offload_moment_has_the_timer_that_holds_it():
+    assert MOMENT_TIMERS.keys() == set(OFFLOAD_MOMENTS)
 
 
 def test_a_run_verl_does_not_time_keeps_the_split():
