@@ -26,8 +26,9 @@ from calibration.targets import (
     unusable_prediction,
 )
 from twin.disaggregated import is_separate
-from twin.profile import Profile, serves_kind
+from twin.profile import CrossValidation, Profile, serves_kind
 from twin.scenario import Scenario
+from twin.uncertainty import relative_band
 
 if TYPE_CHECKING:
     from calibration.crossval import CrossValidated
@@ -41,6 +42,7 @@ KIND_TITLES = {"end_to_end": "step and tokens/s", "stages": "stages"}
 # share of the measured ratio
 ABLATION_BAR = 0.25
 GIB = 2**30  # verl logs max_memory_allocated() / 1024**3 under the name ..._gb
+THROUGHPUTS = ("tps_per_card", "tps_per_device", "rollout_tps_per_card")  # tokens over a time: its band inverted
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,14 @@ class Row:
     group: Group
     predicted: float
     floor_s: float | None = None  # the compute floor of a training stage (twin/cost_models/floors.py)
+    band: tuple[float, float] | None = None  # the band `twin simulate` prints around the prediction
+
+    @property
+    def in_band(self) -> bool | None:
+        """Whether the measured value lies inside the printed band; None for a row without one."""
+        if self.band is None:
+            return None
+        return self.band[0] <= self.target.goal <= self.band[1]
 
     @property
     def below_floor(self) -> bool:
@@ -144,6 +154,11 @@ class Report:
         kept = [abs(r.error) for r in rows if not r.below_floor]
         return Mape(sum(kept) / len(kept) if kept else None, len(kept), 0)
 
+    def band_coverage(self, group: Group) -> tuple[int, int]:
+        """(rows whose measured value lies inside the band the twin prints, rows with a band) of a group."""
+        verdicts = [r.in_band for r in self.rows if r.group == group and r.in_band is not None]
+        return sum(verdicts), len(verdicts)
+
     def mape(self, group: Group, kind: Kind) -> Mape:
         rows = [r for r in self.rows if r.group == group and r.kind == kind]
         relative = [abs(r.error) for r in rows if not r.in_seconds]
@@ -158,12 +173,14 @@ class Report:
             "rows": [{"case": r.target.case, "group": r.group, "quantity": r.target.quantity,
                       "reference": r.target.reference, "measured": r.target.goal, "predicted": r.predicted,
                       "error": r.error, "error_unit": "s" if r.in_seconds else "relative", "floor_s": r.floor_s,
-                      "below_floor": r.below_floor} for r in self.rows],
+                      "below_floor": r.below_floor, "band": list(r.band) if r.band else None,
+                      "in_band": r.in_band} for r in self.rows],
             "ablations": [{"case": r.target.case, "reference": r.target.reference, "quantity": r.target.quantity,
                            "group": r.group, "measured_ratio": r.target.goal, "predicted_ratio": r.predicted,
                            "same_direction": r.same_direction, "meets_bar": r.meets_ablation_bar}
                           for r in self.rows if r.is_ablation],
             "mape": {g: {k: vars(self.mape(g, k)) for k in KIND_TITLES} for g in GROUPS},
+            "band_coverage": {g: dict(zip(("inside", "rows"), self.band_coverage(g), strict=True)) for g in GROUPS},
             "skipped": self.skipped,
             "memory": [{"case": m.case, "group": m.group, "measured_gb": m.measured_gb, "predicted_gb": m.predicted_gb,
                         "error": m.error} for m in self.memory],
@@ -214,7 +231,9 @@ def build_report(profile: Profile, cases: list[Scenario]) -> Report:
     needed = with_rows | {t.reference for t in targets if t.reference}
     evs = {sc.name: Evaluation(sc, profile) for sc in kept if sc.name in needed}
     stages = {name: simulate(ev)[0].stages_s for name, ev in evs.items()}
-    rows = [Row(t, "fitted" if t.case in fitted else "held_out", p, floor_of(t, evs[t.case]))
+    cv = profile.cross_validation
+    rows = [Row(t, "fitted" if t.case in fitted else "held_out", p, floor_of(t, evs[t.case]),
+                band_of(t, p, cv) if cv else None)
             for t, p in zip(targets, target_values(targets, stages, evs), strict=True)]
     refuse_non_finite(profile, rows)
     memory = []
@@ -225,6 +244,20 @@ def build_report(profile: Profile, cases: list[Scenario]) -> Report:
             memory.append(MemoryRow(sc.name, "fitted" if sc.name in fitted else "held_out",
                                     sc.measured.memory_peak_gb * GIB / GB, predicted))
     return Report(profile, rows, skipped, memory=memory, sync=sync)
+
+
+def band_of(target: Target, predicted: float, cv: CrossValidation) -> tuple[float, float] | None:
+    """The band `twin simulate` prints around a prediction (twin.uncertainty: the stage's own leave-one-case-out
+    error, else the step's), a throughput's from its time's band inverted; None for a ratio to another case and for
+    a stage measured as 0."""
+    if target.reference or target.goal == 0:
+        return None
+    q = target.quantity
+    stage = q.removeprefix("stage:") if target.is_stage else ("rollout" if q == "rollout_tps_per_card" else "step")
+    rel = cv.step_rel_error if stage == "step" else cv.stages_rel_error.get(stage, cv.step_rel_error)
+    if q in THROUGHPUTS:
+        return predicted / (1 + rel), (predicted / (1 - rel) if rel < 1 else float("inf"))
+    return relative_band(predicted, rel)
 
 
 def refuse_non_finite(profile: Profile, rows: list[Row]) -> None:

@@ -51,6 +51,7 @@ def print_report(console: Console, report: Report) -> None:
     for group in GROUPS:
         summary.add_row(GROUP_TITLES[group], *(mape_text(report.mape(group, k)) for k in KIND_TITLES))
     console.print(summary)
+    print_band_coverage(console, report)
     if any(r.is_ablation for r in report.rows):
         print_ablations(console, report)
     if report.memory:
@@ -65,6 +66,16 @@ def print_report(console: Console, report: Report) -> None:
         console.print(f"not compared: {case}: {why}", highlight=False, soft_wrap=True)
     if report.cross_validated is not None:
         print_cross_validation(console, report)
+
+
+def print_band_coverage(console: Console, report: Report) -> None:
+    """How many measured values lie inside the band the twin prints around its prediction, per group."""
+    counts = {g: report.band_coverage(g) for g in GROUPS}
+    if not any(n for _, n in counts.values()):
+        return
+    parts = ", ".join(f"{GROUP_TITLES[g]} {k} of {n}" for g, (k, n) in counts.items() if n)
+    console.print(f"measured inside the band `twin simulate` prints (the profile's leave-one-case-out error, a "
+                  f"typical error, not a bound): {parts}", highlight=False, soft_wrap=True)
 
 
 def print_ablations(console: Console, report: Report) -> None:

@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from calibration.cli import app
 from calibration.measurements import RunMeasurement, SourceRef, append_measurements
-from calibration.report import Report, Row, SyncRow
+from calibration.report import Report, Row, SyncRow, band_of
 from calibration.targets import Target, divided, quantity
 from twin.evaluate import Evaluation
-from twin.profile import embedded_profile, load_profile
+from twin.profile import CrossValidation, embedded_profile, load_profile
 from twin.scenario import load_scenario
 from twin.sim.step import simulate
 
@@ -205,6 +205,30 @@ def test_mape_of_rows():
     assert report.mape("held_out", "stages").value is None
 
 
+def test_band_coverage_by_hand():
+    """The band `twin simulate` prints: the stage's own leave-one-case-out error, else the step's; a throughput's is
+    its time's band inverted; none for a ratio or a stage measured as 0."""
+    cv = CrossValidation(cases=["x"], step_rel_error=0.05, stages_rel_error={"rollout": 0.2})
+    step = band_of(Target("a", "step", 100.0), 110.0, cv)
+    assert step == pytest.approx((104.5, 115.5))
+    assert band_of(Target("a", "stage:update", 100.0), 100.0, cv) == pytest.approx((95.0, 105.0))
+    assert band_of(Target("a", "stage:rollout", 100.0), 90.0, cv) == pytest.approx((72.0, 108.0))
+    assert band_of(Target("a", "tps_per_card", 100.0), 95.0, cv) == pytest.approx((95 / 1.05, 95 / 0.95))
+    assert band_of(Target("a", "rollout_tps_per_card", 100.0), 95.0, cv) == pytest.approx((95 / 1.2, 95 / 0.8))
+    assert band_of(Target("a", "step", 1.1, reference="b", reference_measured=1.0), 1.0, cv) is None
+    assert band_of(Target("a", "stage:ref", 0.0), 3.0, cv) is None
+    rows = [Row(Target("a", "step", 100.0), "held_out", 110.0, band=step),
+            Row(Target("a", "stage:rollout", 100.0), "held_out", 90.0,
+                band=band_of(Target("a", "stage:rollout", 100.0), 90.0, cv)),
+            Row(Target("b", "step", 100.0), "fitted", 101.0, band=(95.95, 106.05)),
+            Row(Target("c", "step", 1.1, reference="b", reference_measured=1.0), "held_out", 1.0)]
+    assert [r.in_band for r in rows] == [False, True, True, None]
+    report = Report(embedded_profile("a3"), rows)
+    assert report.band_coverage("held_out") == (1, 2) and report.band_coverage("fitted") == (1, 1)
+    assert report.to_json()["band_coverage"] == {"fitted": {"inside": 1, "rows": 1},
+                                                 "held_out": {"inside": 1, "rows": 2}}
+
+
 def test_disaggregated_weight_syncs_are_rows_of_their_own_and_a_sub_floor_one_is_not_averaged():
     """The C9 cases under the GPU profile: one row each against `twin weight-sync`'s prediction; the 7B checkpoint-
     engine sync (0.02 s) is below its floor (15.2 GB over NVLink's 450 GB/s: 0.034 s) and stays out of the MAPE."""
@@ -242,6 +266,7 @@ def test_table_output(run_cli):
     assert out.index("fitted cases") < out.index("c1-dsr1-a3-128") < out.index("held out cases")
     assert out.index("held out cases") < out.index("c5-qwen3-8b-a3-16dies") < out.index("MAPE")
     assert "measured as 0 (a skipped stage)" in out and "+0 s *" in out
+    assert "measured inside the band `twin simulate` prints" in out and "held out 0 of 1" in out
 
 
 def test_a_verl_run_is_a_held_out_case(tmp_path, run_cli):
