@@ -8,10 +8,12 @@ known), and the stage that decides the difference.
 from __future__ import annotations
 
 import heapq
+import math
 import re
 import time
 from collections.abc import Callable
 from pathlib import Path
+from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -34,6 +36,9 @@ MAX_EXPLAIN_EVALUATIONS = 400
 _TRAIN_DEGREE = re.compile(r"(TP|PP|CP|SP)(\d+)$")
 _EP = re.compile(r"EP(\d+)(x?)$")
 _ROLLOUT = re.compile(r"(TP|DP|EP|seqs)(\d+)$|util([0-9.]+)$")
+# A band is a stage's mean absolute error (its leave-one-case-out error). Taken as normal, an error whose mean
+# absolute value is m has sigma m x sqrt(pi/2), and its 90th percentile lies 1.2816 sigma above the prediction.
+P90_OF_MEAN_ABS = NormalDist().inv_cdf(0.9) * math.sqrt(math.pi / 2)
 
 
 # ---- bands and ranking ------------------------------------------------------------------------------
@@ -42,11 +47,28 @@ def step_band(r: SimulationResult) -> tuple[float, float] | None:
     return tuple(r.uncertainty.step_s) if r.uncertainty is not None else None
 
 
+def step_p90(r: SimulationResult) -> float | None:
+    """The 90th percentile of the step time, None without a band. Each stage's band is its own leave-one-case-out
+    error (or the step's): stages of one layout are not equally certain, so a layout that spends its step in a
+    stage the twin predicts poorly has the higher p90. The stages' errors are taken to go the same way (one
+    mis-scaled curve moves every stage that uses it), so their spreads add: the step's p90 is the prediction plus
+    P90_OF_MEAN_ABS times the sum of the stages' band half-widths; with one error for every stage it is the step's
+    band upper end moved out to p90."""
+    u = r.uncertainty
+    if u is None:
+        return None
+    if u.stages_s:
+        spread = sum(u.stages_s[s][1] - v for s, v in r.stages_s.items() if s in u.stages_s)
+    else:  # a band of the step alone
+        spread = u.step_s[1] - r.step_s
+    return r.step_s + P90_OF_MEAN_ABS * spread
+
+
 def risk_key(r: SimulationResult, risk: Risk) -> float:
-    """What candidates are ranked by: p50 the prediction, p90 the upper end of its band (the prediction
+    """What candidates are ranked by: p50 the prediction, p90 its 90th percentile (`step_p90`; the prediction
     itself when the band is unknown)."""
-    band = step_band(r)
-    return max(r.step_s, band[1]) if risk == "p90" and band is not None else r.step_s
+    p90 = step_p90(r) if risk == "p90" else None
+    return r.step_s if p90 is None else max(r.step_s, p90)
 
 
 def bands_overlap(a: SimulationResult, b: SimulationResult) -> bool | None:
