@@ -273,9 +273,9 @@ def plan_cmd(
                                               "profile's memory uncertainty)")] = None,
     pareto: Annotated[bool, typer.Option("--pareto", help="Print and plot (PNG beside the plan) the layouts not "
                                                           "dominated on step time, headroom, reshard volume")] = False,
-    risk: Annotated[str, typer.Option("--risk", help="Rank by p50 (the prediction) or p90 (its 90th percentile: "
-                                                     "each stage's band, its leave-one-case-out error, taken as a "
-                                                     "normal error's mean absolute value)")] = "p50",
+    risk: Annotated[str, typer.Option("--risk", help="Rank by p50 (the prediction) or p90 (its 90th percentile: the "
+                                                     "step's band, or its stages' where wider, taken as a normal "
+                                                     "error's mean absolute value)")] = "p50",
     time_limit: Annotated[float | None, typer.Option(
         "--time-limit", callback=bounded(1, 86_400, "seconds of search, at least one, at most a day"),
         help="Seconds to search; past them the best plan found so far is written, saying so")] = None,

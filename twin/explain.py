@@ -48,20 +48,17 @@ def step_band(r: SimulationResult) -> tuple[float, float] | None:
 
 
 def step_p90(r: SimulationResult) -> float | None:
-    """The 90th percentile of the step time, None without a band. Each stage's band is its own leave-one-case-out
-    error (or the step's): stages of one layout are not equally certain, so a layout that spends its step in a
-    stage the twin predicts poorly has the higher p90. The stages' errors are taken to go the same way (one
-    mis-scaled curve moves every stage that uses it), so their spreads add: the step's p90 is the prediction plus
-    P90_OF_MEAN_ABS times the sum of the stages' band half-widths; with one error for every stage it is the step's
-    band upper end moved out to p90."""
+    """The 90th percentile of the step time, None without a band. A band is a mean absolute error; read as a
+    normal error's, the 90th percentile lies P90_OF_MEAN_ABS times the band's half-width above the prediction. The
+    half-width is the step band's, or, where larger, the sum of the stages' (each stage's own leave-one-case-out
+    error, their errors taken to go the same way: one mis-scaled curve moves every stage that uses it), so that a
+    layout spending its step in a stage the twin predicts poorly ranks lower, and no p90 lies inside the step band
+    printed beside it."""
     u = r.uncertainty
     if u is None:
         return None
-    if u.stages_s:
-        spread = sum(u.stages_s[s][1] - v for s, v in r.stages_s.items() if s in u.stages_s)
-    else:  # a band of the step alone
-        spread = u.step_s[1] - r.step_s
-    return r.step_s + P90_OF_MEAN_ABS * spread
+    stages = sum(u.stages_s[s][1] - v for s, v in r.stages_s.items() if s in u.stages_s)
+    return r.step_s + P90_OF_MEAN_ABS * max(u.step_s[1] - r.step_s, stages)
 
 
 def risk_key(r: SimulationResult, risk: Risk) -> float:

@@ -20,8 +20,8 @@ kind: 37 -> 82) and changed no ranking of the six searches measured.
 Every candidate keeps a memory headroom (a fraction of usable device memory, by default the profile's memory
 uncertainty)
 in every phase, and the ranking uses a quantile of the step-time band (`risk`): p50 the prediction,
-p90 its 90th percentile where the result carries a band (twin.explain.step_p90: every stage's band read as the mean
-absolute error of a normal error, the stages' errors going the same way).
+p90 its 90th percentile where the result carries a band (twin.explain.step_p90: the step's band, or the stages' where
+wider, read as the mean absolute error of a normal error).
 """
 
 from __future__ import annotations

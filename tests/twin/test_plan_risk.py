@@ -58,8 +58,8 @@ def test_why_says_when_the_difference_is_not_known():
 
 def test_p90_by_hand():
     """A normal error whose mean absolute value is m has its 90th percentile 1.2816 x sqrt(pi/2) m = 1.606 m above
-    the prediction; a step's p90 adds its stages' band half-widths, so of two layouts with one step and one step band
-    the one whose time sits in the less certain stage has the higher p90."""
+    the prediction; m is the step band's half-width or, where larger, the sum of the stages', so of two layouts with
+    one step and one step band the one whose time sits in the less certain stage has the higher p90."""
     assert abs(P90_OF_MEAN_ABS - 1.6062) < 1e-4
     base = search(Planner(SC), 1).ranked[0]
     stages = {"rollout": 60.0, "update": 30.0, "offload": 10.0}
@@ -70,9 +70,9 @@ def test_p90_by_hand():
                         stages_s={k: (v * (1 - bands[k]), v * (1 + bands[k])) for k, v in stages.items()})
         return r.model_copy(update={"uncertainty": u})
 
-    certain_rollout = shaped({"rollout": 0.02, "update": 0.05, "offload": 0.35})  # spread 1.2 + 1.5 + 3.5 = 6.2 s
+    certain_rollout = shaped({"rollout": 0.02, "update": 0.05, "offload": 0.35})  # stages 1.2 + 1.5 + 3.5 = 6.2 s
     uncertain_rollout = shaped({"rollout": 0.2, "update": 0.05, "offload": 0.05})  # 12 + 1.5 + 0.5 = 14 s
-    assert step_p90(certain_rollout) == pytest.approx(100.0 + P90_OF_MEAN_ABS * 6.2)
+    assert step_p90(certain_rollout) == pytest.approx(100.0 + P90_OF_MEAN_ABS * 10.0)  # the step band's 10 s
     assert step_p90(uncertain_rollout) == pytest.approx(100.0 + P90_OF_MEAN_ABS * 14.0)
     assert risk_key(certain_rollout, "p90") < risk_key(uncertain_rollout, "p90")
     assert risk_key(certain_rollout, "p50") == risk_key(uncertain_rollout, "p50") == 100.0
