@@ -380,7 +380,7 @@ def test_a_disaggregated_case_fits_from_the_command_line(tmp_path):
 
 # worker_call_s (0.5 s per call) is under a fifth of a percent of a C1/C3 stage since the Ray dispatch is measured:
 # its direction falls under the identification threshold, so the fixed rollout time stands in for it
-TRUTH = {"gemm_efficiency_scale": 0.8, "rollout_fixed_s": 30.0, "reward_ms_per_response": 2.0}
+TRUTH = {"gemm_efficiency_scale": 0.8, "rollout_fixed_s": 30.0, "reward_us_per_token": 0.8}
 
 
 def _generated(case: Scenario, truth: Profile) -> Scenario:

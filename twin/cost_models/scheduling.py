@@ -151,12 +151,20 @@ def driver_seconds(sc: Scenario, pf: Profile) -> dict[str, float]:
     advantage adds GAE's loop (`gae_seconds`) to either."""
     wl = sc.workload
     n = wl.responses
-    reward = 0.0 if carries(pf, "rollout") else wl.generated_responses * pf["reward_ms_per_response"] * 1e-3
+    reward = 0.0 if carries(pf, "rollout") else reward_seconds(sc, pf)
     gae = gae_seconds(sc, pf) if wl.has_critic else 0.0
     if carries(pf, "advantage"):
         return {"reward": reward, "advantage": framework_seconds(pf, "advantage", n) + gae}
     padded = n * wl.response_len.max * ADVANTAGE_BYTES_PER_TOKEN
     return {"reward": reward, "advantage": padded / (pf["driver_memory_gbs"] * 1e9) + gae}
+
+
+def reward_seconds(sc: Scenario, pf: Profile) -> float:
+    """verl's reward manager on the driver: every generated response (every round of DAPO's dynamic sampling)
+    decoded and its text scored, one after another, work that grows with the response's tokens
+    (`reward_us_per_token` of each)."""
+    wl = sc.workload
+    return wl.generated_responses * wl.response_len.mean * pf["reward_us_per_token"] * 1e-6
 
 
 def gae_seconds(sc: Scenario, pf: Profile) -> float:

@@ -83,15 +83,17 @@ def test_verl_06s_driver_fetches_outputs_and_compares_log_probs_after_the_old_po
 
 
 def test_dapos_filter_scores_every_generated_round():
-    """Qwen3-32B's DAPO on MindSpeed-RL (C5 family): 2 rounds x 32 prompts x 8 responses are scored, 512 at the
-    profile's per-response reward time, where the kept batch has 256."""
+    """Qwen3-32B's DAPO on MindSpeed-RL (C5 family): 2 rounds x 32 prompts x 8 responses are scored, 512 of the mean
+    response's tokens at the profile's per-token reward time, where the kept batch has 256."""
     from twin.cost_models.scheduling import driver_seconds
 
     pf = reference_profile("a3")
     sc = load_scenario(SCENARIOS / "c5-dapo-qwen3-32b-a3-16dies.yaml")
     wl = sc.workload
     assert (wl.gen_rounds, wl.generation_prompts, wl.n, wl.responses) == (2, 32, 8, 256)
-    assert driver_seconds(sc, pf)["reward"] == pytest.approx(512 * pf["reward_ms_per_response"] * 1e-3, rel=1e-12)
+    tokens = 512 * wl.response_len.mean
+    assert driver_seconds(sc, pf)["reward"] == pytest.approx(tokens * pf["reward_us_per_token"] * 1e-6, rel=1e-12)
+    assert pf["reward_us_per_token"] == pytest.approx(13.7 / (8192 * 3039.8) * 1e6, rel=1e-3)  # C1's reward stage
 
 
 def test_ppo_calls_carry_the_critics_values_and_gae_walks_every_position():
