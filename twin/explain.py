@@ -8,12 +8,10 @@ known), and the stage that decides the difference.
 from __future__ import annotations
 
 import heapq
-import math
 import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -25,6 +23,7 @@ from twin.layout.models import Layout, Offload, Recompute, RolloutLayout, TrainL
 from twin.layout.rules import check_layout
 from twin.plan import Explanation, Risk, RunnerUp, Versus
 from twin.results import SimulationResult
+from twin.uncertainty import P90_OF_MEAN_ABS
 
 if TYPE_CHECKING:
     from twin.evaluate import Evaluation
@@ -36,9 +35,6 @@ MAX_EXPLAIN_EVALUATIONS = 400
 _TRAIN_DEGREE = re.compile(r"(TP|PP|CP|SP)(\d+)$")
 _EP = re.compile(r"EP(\d+)(x?)$")
 _ROLLOUT = re.compile(r"(TP|DP|EP|seqs)(\d+)$|util([0-9.]+)$")
-# A band is a stage's mean absolute error (its leave-one-case-out error). Taken as normal, an error whose mean
-# absolute value is m has sigma m x sqrt(pi/2), and its 90th percentile lies 1.2816 sigma above the prediction.
-P90_OF_MEAN_ABS = NormalDist().inv_cdf(0.9) * math.sqrt(math.pi / 2)
 
 
 # ---- bands and ranking ------------------------------------------------------------------------------
@@ -65,7 +61,7 @@ def risk_key(r: SimulationResult, risk: Risk) -> float:
     """What candidates are ranked by: p50 the prediction, p90 its 90th percentile (`step_p90`; the prediction
     itself when the band is unknown)."""
     p90 = step_p90(r) if risk == "p90" else None
-    return r.step_s if p90 is None else max(r.step_s, p90)
+    return r.step_s if p90 is None else p90
 
 
 def bands_overlap(a: SimulationResult, b: SimulationResult) -> bool | None:

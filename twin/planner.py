@@ -57,6 +57,7 @@ from twin.results import SimulationResult
 from twin.scenario import LAUNCHED_VERL, ClusterRef, Scenario, Software, Workload
 from twin.topology.clusters import ClusterKind, cluster_kind, sleep_frees_memory
 from twin.topology.routing import Cluster
+from twin.uncertainty import P95_ABS_OF_MEAN_ABS
 
 MAX_NUM_SEQS = (32, 64, 128, 256)
 LOG_PROB_MICRO_BATCHES = (8, 4, 2, 1)
@@ -64,9 +65,6 @@ LOG_PROB_MICRO_BATCHES = (8, 4, 2, 1)
 # memory model's own uncertainty), so a finer step would trade memory the model cannot resolve
 UTILIZATION_STEP = 0.05
 UTILIZATION_MAX = 0.9  # vLLM's default gpu_memory_utilization (EngineArgs), the most the recipes run
-# The 95th percentile of |error| of a normal error is 1.96 sigma, and its mean |error| is sigma x sqrt(2/pi):
-# a mean absolute relative error times this factor is the headroom that covers 95 % of the cases.
-P95_OF_MEAN_ABS = 1.96 / (2 / math.pi) ** 0.5
 FRONT_EVALUATIONS = 16  # --pareto: screen-front candidates evaluated in full per card count, fastest first
 
 
@@ -75,9 +73,9 @@ def default_headroom(profile: Profile) -> tuple[float, str]:
     cross-validated memory error when it has one, else its sourced `memory_headroom_fraction`."""
     cv = profile.cross_validation
     if cv is not None and cv.memory_rel_error:
-        return (min(0.5, cv.memory_rel_error * P95_OF_MEAN_ABS),
+        return (min(0.5, cv.memory_rel_error * P95_ABS_OF_MEAN_ABS),
                 f"{profile.id}: leave-one-case-out memory error {cv.memory_rel_error:.1%} "
-                f"x {P95_OF_MEAN_ABS:.2f} (p95)")
+                f"x {P95_ABS_OF_MEAN_ABS:.2f} (p95)")
     param = profile.params.get("memory_headroom_fraction")
     if param is None:
         raise TwinError(f"profile {profile.id} has neither a cross-validated memory error nor "

@@ -11,7 +11,9 @@ is a floor, not an estimate: the warning says so.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
+from statistics import NormalDist
 
 from rich.console import Console
 
@@ -19,6 +21,17 @@ from twin.profile import CrossValidation, Profile
 from twin.results import SimulationResult, Uncertainty
 from twin.scenario import Scenario
 
+
+def normal_sigmas_per_mean_abs(sigmas: float) -> float:
+    """`sigmas` standard deviations of a normal error in units of its mean absolute value (sigma x sqrt(2/pi)): what
+    a band, a mean absolute error, is multiplied by to reach a quantile of the error."""
+    return sigmas * math.sqrt(math.pi / 2)
+
+
+# the 95th percentile of |error| (1.96 sigma) and the 90th percentile of the error (1.2816 sigma above the prediction),
+# each in mean absolute errors
+P95_ABS_OF_MEAN_ABS = normal_sigmas_per_mean_abs(1.96)
+P90_OF_MEAN_ABS = normal_sigmas_per_mean_abs(NormalDist().inv_cdf(0.9))
 RANGES = ("seq_len", "cards")  # numeric dimensions: [lo, hi]; the others are sets of names
 LABELS = {"model_family": "model family", "seq_len": "sequence length", "cards": "scale (cards)",
           "cluster_kind": "cluster kind", "software": "software", "algorithm": "algorithm"}

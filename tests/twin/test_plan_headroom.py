@@ -8,8 +8,9 @@ import pytest
 from twin.cost_models.memory import RolloutMemory
 from twin.errors import TwinError
 from twin.layout.models import RolloutLayout
-from twin.planner import P95_OF_MEAN_ABS, Planner, default_headroom, default_scenario, search
+from twin.planner import Planner, default_headroom, default_scenario, search
 from twin.profile import CrossValidation, embedded_profile
+from twin.uncertainty import P95_ABS_OF_MEAN_ABS
 
 SC = default_scenario("qwen2.5-7b", "a3", 8)
 
@@ -20,8 +21,8 @@ def test_default_headroom_from_the_profile():
     assert default_headroom(a3)[0] == a3.params["memory_headroom_fraction"].value == 0.074
     cv = a3.model_copy(update={"cross_validation": CrossValidation(cases=["c1"], step_rel_error=0.1,
                                                                     memory_rel_error=0.05)})
-    assert P95_OF_MEAN_ABS == 1.96 / math.sqrt(2 / math.pi)  # noqa: SIM300 (the constant under test first)
-    assert default_headroom(cv)[0] == 0.05 * P95_OF_MEAN_ABS
+    assert pytest.approx(1.96 / math.sqrt(2 / math.pi), rel=1e-15) == P95_ABS_OF_MEAN_ABS
+    assert default_headroom(cv)[0] == 0.05 * P95_ABS_OF_MEAN_ABS
     bare = a3.model_copy(update={"params": {k: v for k, v in a3.params.items() if k != "memory_headroom_fraction"}})
     with pytest.raises(TwinError, match="pass --headroom"):
         default_headroom(bare)

@@ -3,9 +3,10 @@ bands, and bands that overlap are said to overlap instead of ranked as if the di
 
 import pytest
 
-from twin.explain import P90_OF_MEAN_ABS, bands_overlap, risk_key, step_p90, why
+from twin.explain import bands_overlap, risk_key, step_p90, why
 from twin.planner import Planner, default_scenario, layout_group, search
 from twin.results import Uncertainty
+from twin.uncertainty import P90_OF_MEAN_ABS
 
 SC = default_scenario("qwen2.5-7b", "a3", 8)
 
