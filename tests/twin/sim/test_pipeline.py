@@ -56,3 +56,21 @@ def test_a_repeated_pass_is_replayed_at_its_own_time_with_the_same_run_and_spans
     assert [(s.lane, s.name, s.dur_s) for s in first.spans] == [(s.lane, s.name, s.dur_s) for s in second.spans]
     assert [s.start_s + a.seconds + 5.0 for s in first.spans] == pytest.approx([s.start_s for s in second.spans])
     assert _run(fwd, 2 * bwd, 0.1).seconds > a.seconds  # other inputs are simulated, not replayed
+
+
+def test_uneven_micro_batches_streamed_cost_the_longest_once_per_extra_stage():
+    """Forward-only, each micro-batch as long on every stage (a sequence through the pipeline): a proportionate flow
+    shop, whose makespan is the sum of the times plus (stages - 1) x the longest: 1 + 3 + 2 + 2 x 3 = 12."""
+    fwd = np.tile([1.0, 3.0, 2.0], (3, 1))
+    assert _run(fwd, None).seconds == pytest.approx(12.0)
+
+
+def test_uneven_micro_batches_stall_the_one_f_one_b_schedule():
+    """Two stages, forwards of 1 and 3 s, backwards twice those. By hand: stage 0 F0 0-1, F1 1-4; stage 1 F0 1-2,
+    B0 2-4, F1 4-7, B1 7-13; stage 0 B0 4-6, B1 13-19: 19 s, where the same work in even micro-batches (forwards of
+    2 s) takes the textbook 3 x 2 x (2 + 1) = 18 s. The stall is the schedule's: the long micro-batch's backward
+    waits on the last stage while the first stage has nothing left to run."""
+    fwd = np.tile([1.0, 3.0], (2, 1))
+    assert _run(fwd, 2 * fwd).seconds == pytest.approx(19.0)
+    even = np.full((2, 2), 2.0)
+    assert _run(even, 2 * even).seconds == pytest.approx(18.0)
