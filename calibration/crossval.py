@@ -33,10 +33,7 @@ class HeldOut:
     @property
     def stage(self) -> str:
         """The stage a target measures ('step' for step and throughput)."""
-        q = self.target.quantity
-        if q.startswith("stage:"):
-            return q.removeprefix("stage:")
-        return "rollout" if q == "rollout_tps_per_card" else "step"
+        return self.target.stage
 
 
 @dataclass

@@ -28,7 +28,7 @@ from calibration.targets import (
 from twin.disaggregated import is_separate
 from twin.profile import CrossValidation, Profile, serves_kind
 from twin.scenario import Scenario
-from twin.uncertainty import relative_band
+from twin.uncertainty import relative_band, stage_rel_error
 
 if TYPE_CHECKING:
     from calibration.crossval import CrossValidated
@@ -252,10 +252,8 @@ def band_of(target: Target, predicted: float, cv: CrossValidation) -> tuple[floa
     a stage measured as 0."""
     if target.reference or target.goal == 0:
         return None
-    q = target.quantity
-    stage = q.removeprefix("stage:") if target.is_stage else ("rollout" if q == "rollout_tps_per_card" else "step")
-    rel = cv.step_rel_error if stage == "step" else cv.stages_rel_error.get(stage, cv.step_rel_error)
-    if q in THROUGHPUTS:
+    rel = stage_rel_error(cv, target.stage)
+    if target.quantity in THROUGHPUTS:
         return predicted / (1 + rel), (predicted / (1 - rel) if rel < 1 else float("inf"))
     return relative_band(predicted, rel)
 

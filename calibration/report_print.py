@@ -116,12 +116,6 @@ def print_sync(console: Console, report: Report) -> None:
                       "a whole sync as the twin counts one; left out of the MAPE", highlight=False, soft_wrap=True)
 
 
-def _stage(quantity: str) -> str:
-    if quantity.startswith("stage:"):
-        return quantity.removeprefix("stage:")
-    return "rollout" if quantity == "rollout_tps_per_card" else "step"
-
-
 def print_cross_validation(console: Console, report: Report) -> None:
     """Leave-one-case-out rows per case, and per stage the fitted, held-out and leave-one-out MAPE side by side."""
     cv = report.cross_validated
@@ -141,9 +135,9 @@ def print_cross_validation(console: Console, report: Report) -> None:
     columns: dict[str, dict[str, list[float]]] = {"fitted": {}, "held_out": {}, "loo": {}}
     for row in report.rows:
         if not row.in_seconds:
-            columns[row.group].setdefault(_stage(row.target.quantity), []).append(abs(row.error))
+            columns[row.group].setdefault(row.target.stage, []).append(abs(row.error))
     for held in cv.rows:
-        columns["loo"].setdefault(_stage(held.target.quantity), []).append(abs(held.error))
+        columns["loo"].setdefault(held.stage, []).append(abs(held.error))
     stages = sorted({s for col in columns.values() for s in col}, key=lambda s: (s == "step", s))
     for stage in stages:
         cells = [columns[c].get(stage) for c in ("fitted", "held_out", "loo")]

@@ -43,6 +43,14 @@ class Target:
     def is_stage(self) -> bool:
         return self.quantity.startswith("stage:")
 
+    @property
+    def stage(self) -> str:
+        """The stage the quantity measures: its own, `rollout` for the rollout's throughput, else `step` (the step
+        and the step's throughput)."""
+        if self.is_stage:
+            return self.quantity.removeprefix("stage:")
+        return "rollout" if self.quantity == "rollout_tps_per_card" else "step"
+
     def error(self, predicted: float) -> float:
         """Relative error of `predicted`; for a zero goal (a skipped stage), the difference in its own unit."""
         return (predicted - self.goal) / (self.goal or 1.0)

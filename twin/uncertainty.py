@@ -88,6 +88,11 @@ def outside(sc: Scenario, domain: dict[str, list[str | float]]) -> list[str]:
     return out
 
 
+def stage_rel_error(cv: CrossValidation, stage: str) -> float:
+    """The relative error of a stage's band: its own leave-one-case-out error, else the step's."""
+    return cv.step_rel_error if stage == "step" else cv.stages_rel_error.get(stage, cv.step_rel_error)
+
+
 def relative_band(value: float, rel: float) -> tuple[float, float]:
     """`value` less and more its relative error `rel` (never below zero)."""
     return (max(0.0, value * (1 - rel)), value * (1 + rel))
@@ -102,7 +107,7 @@ def uncertainty_for(result: SimulationResult, scenario: Scenario, profile: Profi
     own = sorted(s for s in result.stages_s if s in cv.stages_rel_error)
     return Uncertainty(
         step_s=relative_band(result.step_s, cv.step_rel_error),
-        stages_s={s: relative_band(v, cv.stages_rel_error.get(s, cv.step_rel_error))
+        stages_s={s: relative_band(v, stage_rel_error(cv, s))
                   for s, v in result.stages_s.items()},
         memory_peak_gb_max=(relative_band(result.memory_peak_gb_max, cv.memory_rel_error)
                             if cv.memory_rel_error is not None else None),

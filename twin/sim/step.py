@@ -143,12 +143,10 @@ class StepSimulation:
         return seconds
 
     def _transition(self, label: str, moment: str, moments: dict[str, float], charged: dict[str, float]
-                    ) -> Generator[simpy.Event, object, float]:
-        """One offload moment of the step on the driver's lane, recorded in `charged` (twin.cost_models.timers puts
-        it in the stage whose timer holds it)."""
-        seconds = yield from self._timed("driver", "transition", label, moments[moment])
-        charged[moment] = charged.get(moment, 0.0) + seconds
-        return seconds
+                    ) -> Generator[simpy.Event, object, None]:
+        """One offload moment of the step on the driver's lane, recorded in `charged` (the offload stage is their sum;
+        twin.cost_models.timers puts each in the stage whose timer holds it)."""
+        charged[moment] = yield from self._timed("driver", "transition", label, moments[moment])
 
     def _returned_pages(self, name: str, pages: dict[str, float]) -> Generator[simpy.Event, object, float]:
         """The trainer ranks first-touching host-returned pages before pass `name` (twin.cost_models.host_pages)."""
@@ -181,7 +179,7 @@ class StepSimulation:
         rollout_s = self._with_agent_loop(outcome) * wl.gen_rounds  # DAPO: further rounds of the same kind
         yield env.timeout(rollout_s)
         stages["rollout"] = rollout_s
-        stages["offload"] += yield from self._transition("offload rollout weights, free KV cache", "after_rollout",
+        yield from self._transition("offload rollout weights, free KV cache", "after_rollout",
                                                          moments, charged)
         stages["reward"] = yield from self._timed(drv, "reward", "reward (math_verify)", driver["reward"])
         pipelines: dict[str, PipelineRun] = {}
@@ -197,7 +195,7 @@ class StepSimulation:
                 continue
             (onload, offload), (onload_key, offload_key) = PASS_LABELS[name], CALL_MOMENTS[name]
             if moments[onload_key]:
-                stages["offload"] += yield from self._transition(onload, onload_key, moments, charged)
+                yield from self._transition(onload, onload_key, moments, charged)
             skew = ev.dispatch_s(name)
             yield from self._timed(drv, "dispatch", f"{name} task dispatch", skew)
             touch = yield from self._returned_pages(name, pages)
@@ -208,7 +206,7 @@ class StepSimulation:
                 yield from self._timed(drv, "driver", f"{name} outputs collected", collect)
             stages[name] = skew + touch + run.seconds + collect
             if moments[offload_key]:
-                stages["offload"] += yield from self._transition(offload, offload_key, moments, charged)
+                yield from self._transition(offload, offload_key, moments, charged)
         stages["advantage"] = yield from self._timed(drv, "advantage", "advantage", driver["advantage"])
         self.trace.mark_memory(env.now, "update", mem["update"])
         updates = (("update_critic", critic), ("update", ev.train_cost))
@@ -216,15 +214,16 @@ class StepSimulation:
             if tc is None:
                 continue
             (onload, offload), (onload_key, offload_key) = UPDATE_LABELS[name], CALL_MOMENTS[name]
-            stages["offload"] += yield from self._transition(onload, onload_key, moments, charged)
+            yield from self._transition(onload, onload_key, moments, charged)
             stages[name] = yield from self._update(name, tc, prompts, responses, pages, pipelines)
-            stages["offload"] += yield from self._transition(offload, offload_key, moments, charged)
+            yield from self._transition(offload, offload_key, moments, charged)
         self.trace.mark_memory(env.now, "transition", mem["transition"])
-        stages["offload"] += yield from self._transition("rollout weights onload", "before_reshard", moments, charged)
+        yield from self._transition("rollout weights onload", "before_reshard", moments, charged)
         reshard = reshard_time(ev.reshard(), ev.cluster, pf, ev.rollout_memory, ev.train_memory, sc)
         stages["reshard"] = yield from self._timed("reshard", "comm", f"reshard ({ev.method})", reshard)
-        stages["offload"] += yield from self._transition("actor weights offload", "after_reshard", moments, charged)
+        yield from self._transition("actor weights offload", "after_reshard", moments, charged)
         self.trace.span(drv, "step", f"step {k}", t_step, env.now - t_step)
+        stages["offload"] = sum(charged.values())  # the twin's split: every moment this step made
         self.records.append(StepRecord(as_timed(stages, charged, sc.software), stages, outcome, pipelines))
 
     def _update(self, name: str, tc: TrainCost, prompts: np.ndarray, responses: np.ndarray, pages: dict[str, float],
