@@ -135,6 +135,7 @@ VERL_SYNCS_THROUGH_SERVER = (0, 8)  # Software.syncs_through_server
 VERL_PUTS_INPUTS_ONCE = (0, 6)  # Software.puts_inputs_once
 VERL_RECIPE_CHECKPOINT_ENGINE = (0, 7)  # Software.checkpoint_engine: the recipe's, to 0.8
 VERL_CORE_CHECKPOINT_ENGINE = (0, 8)
+VERL_ORDERS_FOR_PIPELINE = (0, 6, 1)  # Software.orders_for_pipeline
 RECIPE_ENGINE, CORE_ENGINE = "verl 0.7 recipe", "verl >= 0.8 core"
 
 
@@ -226,11 +227,20 @@ class Software(BaseModel):
             return CORE_ENGINE
         return RECIPE_ENGINE if self._verl_at_least(VERL_RECIPE_CHECKPOINT_ENGINE) else None
 
-    def _verl_at_least(self, version: tuple[int, int]) -> bool:
+    @property
+    def orders_for_pipeline(self) -> bool:
+        """verl >= 0.6.1's balance_batch orders each DP share by workload, short-long-short, so that neighbouring
+        micro-batches are alike and the pipeline's warm-up and cool-down run the short ones (ray_trainer._balance_batch,
+        62221fa13, 2025-10-23, first in v0.6.1); earlier verl (and a scenario that names none) keeps each share in
+        its batch order (seqlen_balancing.get_seqlen_balanced_partitions sorts a partition's indices)."""
+        return self._verl_at_least(VERL_ORDERS_FOR_PIPELINE)
+
+    def _verl_at_least(self, version: tuple[int, ...]) -> bool:
+        """The named verl is `version` (major, minor[, patch]) or later; a part that is not a number counts 0."""
         if self.verl is None:
             return False
-        major, minor = (int(part) for part in self.verl.split(".")[:2])
-        return (major, minor) >= version
+        parts = [int(p) if p.isdigit() else 0 for p in self.verl.split(".")[:len(version)]]
+        return tuple(parts) >= version
 
 
 class ClusterRef(BaseModel):
@@ -306,6 +316,14 @@ class Scenario(BaseModel):
         repeated = sorted({o for o in self.optimizations if self.optimizations.count(o) > 1})
         if repeated:
             raise ValueError(f"optimizations {', '.join(repeated)} listed more than once")
+        return self
+
+    @model_validator(mode="after")
+    def _balance_batch_is_verls(self) -> Scenario:
+        train = None if self.layout is None else self.layout.train
+        if train is not None and train.balance_batch is not None and self.software.framework != "verl":
+            raise ValueError("layout.train.balance_batch is verl's trainer option; framework "
+                             f"{self.software.framework} has none: drop it")
         return self
 
     @model_validator(mode="after")

@@ -56,6 +56,8 @@ def train_overrides(o: OverrideSet, train: TrainLayout, flavour: MegatronFlavour
     if train.log_prob_dynamic_batch_tokens is not None:
         for role in (ROLLOUT, REF):
             o.set(f"{role}.log_prob_max_token_len_per_gpu", train.log_prob_dynamic_batch_tokens)
+    if train.balance_batch is not None:  # unset: verl's default (on)
+        o.set("trainer.balance_batch", train.balance_batch)
 
 
 def _megatron(o: OverrideSet, train: TrainLayout, flavour: MegatronFlavour, role: Trained) -> None:

@@ -127,6 +127,16 @@ def test_dynamic_batching_budgets_reach_the_actor_and_the_log_prob_passes(make_p
             o[f"{A}.ppo_max_token_len_per_gpu"]) == ("9216", "9216", "3072")
 
 
+def test_balance_batch_reaches_the_trainer_where_the_layout_states_it(make_plan, build, as_dict,
+                                                                      tmp_path: Path) -> None:
+    train = {"engine": "fsdp"}
+    o = as_dict(build(make_plan(_scenario(tmp_path, "a2", 16, train, {"tp": 2, "dp": 8})), tmp_path).overrides)
+    assert "trainer.balance_batch" not in o  # verl's default
+    train = {**train, "balance_batch": False}  # as the Ascend recipes run
+    o = as_dict(build(make_plan(_scenario(tmp_path, "a2", 16, train, {"tp": 2, "dp": 8})), tmp_path).overrides)
+    assert o["trainer.balance_batch"] == "false"
+
+
 def test_gpu_kind_uses_megatron_core_pipeline_fields(make_plan, build, as_dict, tmp_path: Path) -> None:
     train = {"tp": 2, "pp": 4, "pp_layers": [6, 7, 7, 8]}
     o = as_dict(build(make_plan(_scenario(tmp_path, "h100", 16, train, {"tp": 2, "dp": 8})), tmp_path).overrides)

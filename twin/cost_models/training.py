@@ -39,11 +39,14 @@ CPU_ADAMW_BYTES = 80
 
 @dataclass(frozen=True)
 class StageLayers:
-    """The decoder layers of one pipeline stage: how many dense and MoE layers, and whether it holds the head."""
+    """The decoder layers of one pipeline stage: how many dense and MoE layers, whether it holds the head, and how
+    many of its dense and MoE layers a backward runs forward again (full recompute)."""
 
     dense_layers: int
     moe_layers: int
     head: bool
+    recomputed_dense: int = 0
+    recomputed_moe: int = 0
 
     @property
     def layers(self) -> int:
@@ -107,9 +110,26 @@ class TrainCost:
         n = len(self.mem.stages.layers)
         for s, layers in enumerate(int(x) for x in self.mem.stages.layers):
             moe = sum(1 for i in range(first, first + layers) if cfg.is_moe_layer(i))
+            again = self._recomputed(range(first, first + layers))
+            rec_moe = sum(1 for i in again if cfg.is_moe_layer(i))
             first += layers
-            out.append(StageLayers(layers - moe, moe, bool(self.mem.stages.has_head[s]) or s == n - 1))
+            out.append(StageLayers(layers - moe, moe, bool(self.mem.stages.has_head[s]) or s == n - 1,
+                                   len(again) - rec_moe, rec_moe))
         return out
+
+    def _recomputed(self, stage: range) -> list[int]:
+        """The layers of a stage (its global indices) that full recompute runs forward again in the backward. Megatron
+        checkpoints per model chunk (TransformerBlock._checkpointed_forward): `uniform` every layer (in units of
+        `layers`), `block` the first `layers` of each chunk and none of the rest; the head is never recomputed. With
+        virtual pipeline stages a stage holds `vpp` chunks of equal size (twin.layout.rules)."""
+        rc = self.lay.recompute
+        if rc.granularity != "full":
+            return []
+        if rc.method == "uniform":
+            return list(stage)
+        chunks = (self.lay.vpp or 1) if self.lay.engine == "megatron" else 1
+        size = len(stage) // chunks
+        return [i for c in range(chunks) for i in stage[c * size:c * size + min(rc.layers or 1, size)]]
 
     @cached_property
     def _shapes(self) -> dict[bool, LayerShapes]:
@@ -152,17 +172,9 @@ class TrainCost:
         (an all-gather's gradient is a reduce-scatter, a dispatch's a combine: the same bytes) and, with sequence
         parallelism, gathers the input of each column-parallel linear once more for its weight gradient (Megatron
         keeps the input sharded: LinearWithGradAccumulationAndAsyncCommunication.backward); a full recompute
-        runs the forward's collectives again."""
-        forward = self._layer_comm(tokens, moe, backward=False)
-        if kind != "backward":
-            return forward
-        return self._layer_comm(tokens, moe, backward=True) + forward * self.recompute_passes
-
-    @property
-    def recompute_passes(self) -> float:
-        """Forward passes a backward runs again: 1 with full recompute; selective recompute reruns the core
-        attention alone, which communicates nothing."""
-        return 1.0 if self.lay.recompute.granularity == "full" else 0.0
+        runs the forward's collectives again (`_comm_total` adds them for the layers it recomputes; selective
+        recompute reruns the core attention alone, which communicates nothing)."""
+        return self._layer_comm(tokens, moe, backward=kind == "backward")
 
     def _layer_comm(self, tokens: float, moe: bool, backward: bool) -> float:
         lay, h = self.lay, self.cfg.hidden_size
@@ -264,10 +276,14 @@ class TrainCost:
         hidden = np.asarray(attention_s, dtype=float) * (lay.cp - 1) / lay.cp
         return np.maximum(0.0, rings * comm * layers - hidden)
 
-    def _forward_compute(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike) -> tuple[ArrayLike, ArrayLike]:
-        """(all operators, attention alone) seconds of one forward of a micro-batch through one stage."""
+    def _forward_compute(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike, recomputed: bool = False
+                         ) -> tuple[ArrayLike, ArrayLike]:
+        """(all operators, attention alone) seconds of one forward of a micro-batch through one stage, or with
+        `recomputed` through the layers a full recompute runs again (no head)."""
         lay, cfg, ops = self.lay, self.cfg, self.ops
-        sl = self.stage_layers[stage]
+        stage_layers = self.stage_layers[stage]
+        sl = StageLayers(stage_layers.recomputed_dense, stage_layers.recomputed_moe, False) if recomputed \
+            else stage_layers
         tokens = np.asarray(tokens, dtype=float)
         tokens_sq = np.asarray(tokens_sq, dtype=float)
         rows = tokens / lay.cp  # GEMM rows of this device (TP splits the weights, CP the sequence)
@@ -302,6 +318,7 @@ class TrainCost:
         (scalars or numpy arrays). `kind`: the forward or the backward half of a training pass (backward
         includes the recompute), or a forward-only log-prob pass."""
         cache = self.pass_caches[0]
+        # the granularity; which layers are recomputed is part of the stage's signature
         recompute = self.lay.recompute.granularity if kind == "backward" else None
         if np.ndim(tokens) == 0 and np.ndim(tokens_sq) == 0:
             key = (self._signature(stage), float(tokens), float(tokens_sq), kind, recompute)
@@ -316,12 +333,15 @@ class TrainCost:
         lay, pf = self.lay, self.pf
         fwd, attn = self._forward_compute(stage, tokens, tokens_sq)
         rings = 1.0  # CP ring exchanges: a forward passes the keys and values round
-        if kind == "backward":  # twice the forward, plus the recomputed forward
-            recompute = {"none": 0.0, "selective": pf["selective_recompute_flops"], "full": 1.0}
-            extra = recompute[lay.recompute.granularity]
-            fwd = fwd * (2.0 + extra)
-            attn = attn * (2.0 + extra)
-            rings = 2.0 + self.recompute_passes  # the backward passes keys and values and their gradients round
+        if kind == "backward":  # twice the forward, plus what the recompute runs again
+            again, again_attn = self._forward_compute(stage, tokens, tokens_sq, recomputed=True)
+            if lay.recompute.granularity == "selective":  # the attention core's share of the forward
+                again, again_attn = fwd * pf["selective_recompute_flops"], attn * pf["selective_recompute_flops"]
+            fwd = 2.0 * fwd + again
+            # the backward passes keys and values and their gradients round, the recomputed layers' forward once more
+            sl = self.stage_layers[stage]
+            rings = 2.0 + (sl.recomputed_dense + sl.recomputed_moe) / max(sl.layers, 1)
+            attn = 2.0 * attn + again_attn
         (intercept, slope), (hidden_intercept, hidden_slope) = self._comm_coefficients(stage, kind)
         tokens_f = np.asarray(tokens, dtype=float)
         comm = (intercept + slope * tokens_f + self.cp_exposed_s(tokens, attn, rings)
@@ -382,6 +402,9 @@ class TrainCost:
         sl = self.stage_layers[stage]
         comm = sl.dense_layers * self.layer_comm_s(tokens, False, kind)
         comm += sl.moe_layers * self.layer_comm_s(tokens, True, kind)
+        if kind == "backward":  # the recomputed layers' forward collectives
+            comm += sl.recomputed_dense * self.layer_comm_s(tokens, False, "forward")
+            comm += sl.recomputed_moe * self.layer_comm_s(tokens, True, "forward")
         hidden = comm * pf["train_comm_overlap"]
         comm -= hidden
         if lay.engine == "megatron" and lay.pp > 1:

@@ -70,6 +70,10 @@ class TrainLayout(BaseModel):
     # (verl's default reads it through oc.select)
     log_prob_dynamic_batch_tokens: int | None = Field(default=None, ge=1)
     moe_zero_memory: Literal["none", "level0", "level1"] = "none"  # MindSpeed activation release in MoE layers
+    # verl trainer.balance_batch: the driver deals each step's sequences into DP shares of equal workload and, from
+    # verl 0.6.1, orders each share short-long-short ("smaller micro-batches at both ends", 62221fa13); None: verl's
+    # default, on (MindSpeed-RL's data path has no such option). The Ascend recipes turn it off (D2D_DATA_TRANSFER).
+    balance_batch: bool | None = None
 
     @model_validator(mode="after")
     def _shape(self) -> TrainLayout:

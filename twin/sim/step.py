@@ -96,6 +96,21 @@ class StepSimulation:
             out.append((chunks.sum(axis=1), (chunks**2).sum(axis=1)))
         return out
 
+    def _arranged(self, prompts: np.ndarray, responses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The step's sequences in the order the trainer's DP ranks take them: verl dispatches consecutive equal runs
+        of the batch, one to each rank. With verl's balance_batch the driver first rearranges the batch into shares of
+        equal workload, each ordered short-long-short where the verl does so (`Software.orders_for_pipeline`);
+        without it (or under MindSpeed-RL) the batch keeps its order."""
+        train, software = self.ev.layout.train, self.sc.software
+        balanced = train.balance_batch if train.balance_batch is not None else software.framework == "verl"
+        dp = self.ev.train_memory.dp
+        if not balanced or dp == 1 or len(responses) % dp:
+            return prompts, responses
+        ordered = software.orders_for_pipeline
+        work = verl_workload((prompts + responses).astype(float), ordered)
+        order = np.concatenate([short_long_short(share, work, ordered) for share in balanced_shares(work, dp)])
+        return prompts[order], responses[order]
+
     def _pass(self, label: str, micro: int, kind: str, prompts: np.ndarray, responses: np.ndarray, tc: TrainCost
               ) -> Generator[simpy.Event, object, PipelineRun]:
         """The DP replicas' pipeline passes of the model `tc` costs run side by side (forward-only, or 1F1B forward +
@@ -183,6 +198,7 @@ class StepSimulation:
                                                          moments, charged)
         stages["reward"] = yield from self._timed(drv, "reward", "reward (math_verify)", driver["reward"])
         pipelines: dict[str, PipelineRun] = {}
+        prompts, responses = self._arranged(prompts, responses)
         self.trace.mark_memory(env.now, "log_prob", mem["log_prob"])
         bypass = framework_seconds(pf, "old_log_prob", wl.responses) if sc.has("skip_old_log_prob") else 0.0
         if bypass:  # bypass mode: the rollout's log-probs copied through TransferQueue
@@ -241,10 +257,9 @@ class StepSimulation:
         seconds += yield from self._returned_pages(name, pages)
         opt_step = tc.optimizer_time() / wl.optimizer_steps
         mini_batches = wl.optimizer_steps // wl.ppo_epochs
-        minibatch = len(responses) // mini_batches
         for epoch in range(wl.ppo_epochs):
             for i in range(mini_batches):
-                part = slice(i * minibatch, (i + 1) * minibatch)
+                part = mini_batch_indices(i, mini_batches, len(responses), ev.train_memory.dp)
                 run = yield from self._pass(f"{name} {epoch}.{i}", ev.layout.train.micro_batch, "train",
                                             prompts[part], responses[part], tc)
                 pipelines[f"{name} {epoch}.{i}"] = run
@@ -300,6 +315,49 @@ class StepSimulation:
             notes.append(sampled_note("training passes", self.sc.workload.responses, self.drawn))
         return self.ev.result(stages, "simulation", notes=notes, alternatives=alternatives,
                               represented=self.represented)
+
+
+def mini_batch_indices(i: int, mini_batches: int, sequences: int, dp: int) -> np.ndarray | slice:
+    """The sequences of mini-batch `i` of `mini_batches`: verl hands each of `dp` ranks a consecutive run of the batch
+    and each rank splits its run into the mini-batches in order, so the mini-batch is the i-th part of every rank's
+    run (runs of equal size; else the batch's i-th consecutive part)."""
+    per = sequences // dp
+    size = per // mini_batches
+    if dp * per != sequences or size * mini_batches != per:
+        part = sequences // mini_batches
+        return slice(i * part, (i + 1) * part)
+    return (np.arange(dp)[:, None] * per + i * size + np.arange(size)).ravel()
+
+
+def verl_workload(lengths: np.ndarray, quadratic: bool) -> np.ndarray:
+    """What verl's balance_batch balances a sequence by: its length, or from 0.6.1 (`quadratic`) its attention-aware
+    workload 24576 x length + length^2 (verl/utils/seqlen_balancing.calculate_workload)."""
+    return 24576.0 * lengths + lengths**2 if quadratic else lengths
+
+
+def balanced_shares(work: np.ndarray, shares: int) -> list[np.ndarray]:
+    """Indices of sequences of workloads `work` (a multiple of `shares` of them) dealt into `shares` shares of equal
+    size and near-equal workload: heaviest first, in rounds of one sequence a share, the round's heaviest to the
+    lightest share so far (verl partitions with Karmarkar-Karp differencing; both leave the shares within about one
+    sequence's workload of each other). Each share in batch order."""
+    rounds = np.argsort(-work, kind="stable").reshape(-1, shares)
+    load = np.zeros(shares)
+    owner = np.empty(len(work), dtype=int)
+    for members in rounds:
+        lightest_first = np.argsort(load, kind="stable")
+        owner[members] = lightest_first
+        load[lightest_first] += work[members]
+    return [np.flatnonzero(owner == s) for s in range(shares)]
+
+
+def short_long_short(share: np.ndarray, work: np.ndarray, ordered: bool) -> np.ndarray:
+    """A share's indices in its micro-batches' order: with `ordered` (verl >= 0.6.1), sorted by workload, every other
+    one from the front and the rest reversed behind them (ray_trainer._balance_batch: `partition[::2] +
+    partition[1::2][::-1]`), so neighbours are alike and the short ones run first and last; else as given."""
+    if not ordered:
+        return share
+    rising = share[np.argsort(work[share], kind="stable")]
+    return np.concatenate([rising[::2], rising[1::2][::-1]])
 
 
 def _packed(lengths: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:

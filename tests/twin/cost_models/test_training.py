@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 
 from twin.cost_models.scheduling import dispatch_seconds
+from twin.cost_models.training import TrainCost
 from twin.evaluate import Evaluation
-from twin.layout.models import TrainLayout
+from twin.layout.models import Recompute, TrainLayout
 from twin.profile import reference_profile
 from twin.scenario import load_scenario
 
@@ -193,12 +194,54 @@ def test_a_backward_runs_the_forwards_collectives_conjugated_and_again_only_unde
     backward, the conjugates (a reduce-scatter and an all-gather a half, combine and dispatch) plus one more
     all-gather a half for the weight gradient of each column-parallel linear: 8 ms, nothing recomputed. C1's
     (TP4 SP with tp-extend-ep: the TP traffic halved, the MLP's being the all-to-all; full recompute): a MoE layer
-    2 + 2 = 4 ms forward, 3 + 2 = 5 ms backward plus the recomputed forward, 9 ms; a dense layer 4 ms, 6 + 4 = 10 ms."""
+    2 + 2 = 4 ms forward, 3 + 2 = 5 ms backward; a dense layer 4 ms forward, 6 ms backward. Its first stage (3 dense,
+    4 MoE layers, all recomputed) communicates 3 x (6 + 4) + 4 x (5 + 4) = 66 ms in a backward, 30 % of it hidden."""
     c10 = Evaluation(load_scenario(C10_CP4)).train_cost
     assert c10.layer_comm_s(1024.0, True, "forward") == pytest.approx(6e-3)
     assert c10.layer_comm_s(1024.0, True, "log_prob") == pytest.approx(6e-3)
     assert c10.layer_comm_s(1024.0, True, "backward") == pytest.approx(8e-3)
     c1 = Evaluation(load_scenario(C1)).train_cost
     assert c1.layer_comm_s(1024.0, True, "forward") == pytest.approx(4e-3)
-    assert c1.layer_comm_s(1024.0, True, "backward") == pytest.approx(9e-3)
-    assert c1.layer_comm_s(1024.0, False, "backward") == pytest.approx(10e-3)
+    assert c1.layer_comm_s(1024.0, True, "backward") == pytest.approx(5e-3)
+    assert c1.layer_comm_s(1024.0, False, "backward") == pytest.approx(6e-3)
+    exposed, hidden = c1._comm_total(0, 1024.0, "backward")
+    assert hidden == pytest.approx(66e-3 * 0.3)
+    assert exposed == pytest.approx(66e-3 * 0.7 + c1.p2p_s(1024.0))
+
+
+REAL_WEIGHTS = Path(__file__).resolve().parents[3] / "scenarios" / "c1-dsr1-a3-128-real-weights.yaml"
+
+
+def _with_recompute(path: Path, **recompute) -> TrainCost:
+    sc = load_scenario(path)
+    lay = sc.layout.model_copy(update={"train": sc.layout.train.model_copy(
+        update={"recompute": Recompute(granularity="full", **recompute)})})
+    return Evaluation(sc.model_copy(update={"layout": lay})).train_cost
+
+
+def test_block_recompute_runs_the_first_layers_of_each_stage_again():
+    """Megatron's block method recomputes the first `layers` of each stage (TransformerBlock._checkpointed_forward),
+    uniform all of them. DeepSeek-R1 on [7, 7, 8, 8, 8, 8, 8, 7] layers, 3 dense first: block 4 recomputes stage 0's
+    3 dense and 1 MoE layer and 4 MoE layers of every other stage; block 8 the whole of each stage."""
+    block4 = _with_recompute(REAL_WEIGHTS, method="block", layers=4)
+    assert [(s.recomputed_dense, s.recomputed_moe) for s in block4.stage_layers] == [(3, 1)] + [(0, 4)] * 7
+    block8 = _with_recompute(REAL_WEIGHTS, method="block", layers=8)
+    uniform = _with_recompute(REAL_WEIGHTS, method="uniform", layers=1)
+    whole = [(3, 4)] + [(0, n) for n in (7, 8, 8, 8, 8, 8, 7)]
+    assert [(s.recomputed_dense, s.recomputed_moe) for s in block8.stage_layers] == whole
+    assert [(s.recomputed_dense, s.recomputed_moe) for s in uniform.stage_layers] == whole
+
+
+def test_a_backward_recomputes_the_forward_of_its_recomputed_layers_only(recorded_collectives):
+    """Stage 1 (7 MoE layers, no head) at 2048 tokens: a backward's compute is twice the forward's plus the forward of
+    the layers recomputed, 4 of 7 with block 4 and all with uniform (each layer the same cost); its communication,
+    1 ms a collective: 7 x 5 ms of its own and 4 x 4 ms again with block 4 (51 ms), 7 x 4 ms with uniform (63 ms)."""
+    block4 = _with_recompute(REAL_WEIGHTS, method="block", layers=4)
+    uniform = _with_recompute(REAL_WEIGHTS, method="uniform", layers=1)
+    tokens, squares = 2048.0, 2048.0**2
+    forward = block4.microbatch_time(1, tokens, squares, "forward").compute_s
+    assert uniform.microbatch_time(1, tokens, squares, "forward").compute_s == pytest.approx(forward)
+    assert block4.microbatch_time(1, tokens, squares, "backward").compute_s == pytest.approx((2 + 4 / 7) * forward)
+    assert uniform.microbatch_time(1, tokens, squares, "backward").compute_s == pytest.approx(3 * forward)
+    assert sum(block4._comm_total(1, tokens, "backward")) == pytest.approx(51e-3 + block4.p2p_s(tokens))
+    assert sum(uniform._comm_total(1, tokens, "backward")) == pytest.approx(63e-3 + uniform.p2p_s(tokens))
