@@ -63,3 +63,12 @@ def test_a_measured_stage_must_be_one_the_twin_predicts(tmp_path):
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(TwinError, match=r"measured\.stages_s: 'generation' is not a stage the twin predicts"):
         load_scenario(path)
+
+
+def test_balance_batch_is_verls_option_only():
+    raw = yaml.safe_load(C9.read_text())
+    train = {**raw["layout"]["train"], "balance_batch": False}
+    stated = {**raw, "layout": {**raw["layout"], "train": train}}
+    assert Scenario.model_validate(stated).layout.train.balance_batch is False
+    with pytest.raises(ValidationError, match="balance_batch is verl's trainer option; framework mindspeed_rl"):
+        Scenario.model_validate({**stated, "software": {"framework": "mindspeed_rl"}})
