@@ -54,6 +54,7 @@ class Row:
     predicted: float
     floor_s: float | None = None  # the compute floor of a training stage (twin/cost_models/floors.py)
     band: tuple[float, float] | None = None  # the band `twin simulate` prints around the prediction
+    known_lengths: bool = False  # the case's mean lengths are published or derived (Measured.lengths)
 
     @property
     def in_band(self) -> bool | None:
@@ -159,8 +160,9 @@ class Report:
         verdicts = [r.in_band for r in self.rows if r.group == group and r.in_band is not None]
         return sum(verdicts), len(verdicts)
 
-    def mape(self, group: Group, kind: Kind) -> Mape:
-        rows = [r for r in self.rows if r.group == group and r.kind == kind]
+    def mape(self, group: Group, kind: Kind, known_lengths: bool = False) -> Mape:
+        """The group's MAPE of one kind of row; with `known_lengths`, of its cases whose mean lengths are known."""
+        rows = [r for r in self.rows if r.group == group and r.kind == kind and (r.known_lengths or not known_lengths)]
         relative = [abs(r.error) for r in rows if not r.in_seconds]
         return Mape(sum(relative) / len(relative) if relative else None, len(relative), len(rows) - len(relative))
 
@@ -180,6 +182,8 @@ class Report:
                            "same_direction": r.same_direction, "meets_bar": r.meets_ablation_bar}
                           for r in self.rows if r.is_ablation],
             "mape": {g: {k: vars(self.mape(g, k)) for k in KIND_TITLES} for g in GROUPS},
+            "mape_known_lengths": {g: {k: vars(self.mape(g, k, known_lengths=True)) for k in KIND_TITLES}
+                                   for g in GROUPS},
             "band_coverage": {g: dict(zip(("inside", "rows"), self.band_coverage(g), strict=True)) for g in GROUPS},
             "skipped": self.skipped,
             "memory": [{"case": m.case, "group": m.group, "measured_gb": m.measured_gb, "predicted_gb": m.predicted_gb,
@@ -232,8 +236,9 @@ def build_report(profile: Profile, cases: list[Scenario]) -> Report:
     evs = {sc.name: Evaluation(sc, profile) for sc in kept if sc.name in needed}
     stages = {name: simulate(ev)[0].stages_s for name, ev in evs.items()}
     cv = profile.cross_validation
+    known = {sc.name for sc in kept if sc.measured is not None and sc.measured.lengths in ("published", "derived")}
     rows = [Row(t, "fitted" if t.case in fitted else "held_out", p, floor_of(t, evs[t.case]),
-                band_of(t, p, cv) if cv else None)
+                band_of(t, p, cv) if cv else None, t.case in known)
             for t, p in zip(targets, target_values(targets, stages, evs), strict=True)]
     refuse_non_finite(profile, rows)
     memory = []

@@ -50,6 +50,11 @@ def print_report(console: Console, report: Report) -> None:
         summary.add_column(kind, justify="right")
     for group in GROUPS:
         summary.add_row(GROUP_TITLES[group], *(mape_text(report.mape(group, k)) for k in KIND_TITLES))
+        if any(r.group == group and not r.known_lengths for r in report.rows):
+            summary.add_row(f"{GROUP_TITLES[group]}, lengths known",
+                            *(mape_text(report.mape(group, k, known_lengths=True)) for k in KIND_TITLES))
+            summary.caption = ("lengths known: the cases whose mean prompt and response lengths are published or "
+                               "derived (measured.lengths), not assumed")
     console.print(summary)
     print_band_coverage(console, report)
     if any(r.is_ablation for r in report.rows):

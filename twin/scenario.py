@@ -262,6 +262,11 @@ class Measured(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     use: Literal["fit", "judge"] = "judge"
+    # where the workload's mean prompt and response lengths come from: published with the measurement, derived from
+    # its figures (tokens per sequence from a throughput), or assumed where the source is silent; unset: not stated.
+    # A throughput or a rollout follows the lengths, so `calibration report` also gives the held-out error of the
+    # cases whose lengths are known (published or derived) apart.
+    lengths: Literal["published", "derived", "assumed"] | None = None
     step_s: Positive | None = None
     stages_s: dict[str, NonNegative] = {}
     tps_per_card: Positive | None = None

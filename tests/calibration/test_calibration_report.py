@@ -233,6 +233,20 @@ def test_band_coverage_by_hand():
                                                  "held_out": {"inside": 1, "rows": 2}}
 
 
+def test_the_cases_whose_lengths_are_known_have_their_own_mape():
+    """Held out: a step 10 % long with published lengths and a throughput 30 % short with assumed ones: 20 % over
+    both, 10 % over the known; the report's cases state it per case (measured.lengths) and C5's are assumed."""
+    rows = [Row(Target("a", "step", 100.0), "held_out", 110.0, known_lengths=True),
+            Row(Target("b", "tps_per_card", 100.0), "held_out", 70.0)]
+    report = Report(embedded_profile("a3"), rows)
+    assert report.mape("held_out", "end_to_end").value == pytest.approx(0.2)
+    known = report.mape("held_out", "end_to_end", known_lengths=True)
+    assert known.value == pytest.approx(0.1) and known.rows == 1
+    assert report.to_json()["mape_known_lengths"]["held_out"]["end_to_end"]["rows"] == 1
+    assert load_scenario(SCENARIOS / "c5-qwen3-8b-a3-16dies.yaml").measured.lengths == "assumed"
+    assert load_scenario(SCENARIOS / "c1-dsr1-a3-128-real-weights.yaml").measured.lengths == "published"
+
+
 def test_disaggregated_weight_syncs_are_rows_of_their_own_and_a_sub_floor_one_is_not_averaged():
     """The C9 cases under the GPU profile: one row each against `twin weight-sync`'s prediction; the 7B checkpoint-
     engine sync (0.02 s) is below its floor (15.2 GB over NVLink's 450 GB/s: 0.034 s) and stays out of the MAPE."""
