@@ -334,9 +334,10 @@ class TrainCost:
         fwd, attn = self._forward_compute(stage, tokens, tokens_sq)
         rings = 1.0  # CP ring exchanges: a forward passes the keys and values round
         if kind == "backward":  # twice the forward, plus what the recompute runs again
-            again, again_attn = self._forward_compute(stage, tokens, tokens_sq, recomputed=True)
             if lay.recompute.granularity == "selective":  # the attention core's share of the forward
                 again, again_attn = fwd * pf["selective_recompute_flops"], attn * pf["selective_recompute_flops"]
+            else:  # full: the recomputed layers' forward; none without recompute
+                again, again_attn = self._forward_compute(stage, tokens, tokens_sq, recomputed=True)
             fwd = 2.0 * fwd + again
             # the backward passes keys and values and their gradients round, the recomputed layers' forward once more
             sl = self.stage_layers[stage]
