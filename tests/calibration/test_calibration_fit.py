@@ -319,9 +319,11 @@ def test_case_fit_refuses_what_one_case_cannot_identify_and_bound_hits(tmp_path)
     profile = yaml.safe_load((tmp_path / "c1.yaml").read_text())
     assert profile["parent"] == "a3-reference-1" and profile["provenance"]["cases"] == ["c1-dsr1-a3-128"]
     fit = profile["provenance"]["fit"]
-    freed = ["gemm_efficiency_scale", "memory_efficiency_scale", "ub_efficiency_scale"]
+    # C1 alone resolves two directions (the GEMM scale's column lies within 0.05 of the UB and memory scales' since a
+    # full recompute reruns the layers, not the head GEMM)
+    freed = ["memory_efficiency_scale", "ub_efficiency_scale"]
     assert fit["freed"] == freed and fit["bound_hits_accepted"] == ["memory_efficiency_scale", "ub_efficiency_scale"]
-    assert fit["distinct_targets"] == 7 and fit["identifiable"] == 3
+    assert fit["distinct_targets"] == 7 and fit["identifiable"] == 2
     assert [n for n, p in profile["params"].items() if p["fitted"]] == freed
 
 

@@ -171,6 +171,8 @@ def test_flipped_optimization_and_diverging_layout_copies(make_plan) -> None:
         check_plan(Plan.model_validate(separate), "p.json")
     mindspeed = json.loads(json.dumps(raw))
     mindspeed["scenario"]["software"] = {"framework": "mindspeed_rl"}
+    for copy in (mindspeed, mindspeed["scenario"]):  # verl's balance_batch, which a MindSpeed-RL scenario cannot state
+        copy["layout"]["train"].pop("balance_batch", None)
     with pytest.raises(TwinError, match=r"field 'scenario\.software\.framework': 'mindspeed_rl': the executor "
                                         r"launches verl runs only"):
         check_plan(Plan.model_validate(mindspeed), "p.json")
