@@ -276,20 +276,18 @@ class TrainCost:
         hidden = np.asarray(attention_s, dtype=float) * (lay.cp - 1) / lay.cp
         return np.maximum(0.0, rings * comm * layers - hidden)
 
-    def _forward_compute(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike, recomputed: bool = False
-                         ) -> tuple[ArrayLike, ArrayLike]:
-        """(all operators, attention alone) seconds of one forward of a micro-batch through one stage, or with
-        `recomputed` through the layers a full recompute runs again (no head)."""
+    def _forward_parts(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike
+                       ) -> tuple[dict[bool, ArrayLike], ArrayLike, ArrayLike]:
+        """Seconds of one forward of a micro-batch through one stage, by part: one layer of each kind the stage holds
+        (dense: False, MoE: True), the head (0 where the stage has none), and one layer's attention alone."""
         lay, cfg, ops = self.lay, self.cfg, self.ops
-        stage_layers = self.stage_layers[stage]
-        sl = StageLayers(stage_layers.recomputed_dense, stage_layers.recomputed_moe, False) if recomputed \
-            else stage_layers
+        sl = self.stage_layers[stage]
         tokens = np.asarray(tokens, dtype=float)
         tokens_sq = np.asarray(tokens_sq, dtype=float)
         rows = tokens / lay.cp  # GEMM rows of this device (TP splits the weights, CP the sequence)
         seq_len = tokens_sq / np.maximum(tokens, 1.0)
         attn = ops.attention_seconds(causal_attention_flops(cfg, tokens_sq) / (self.tp * lay.cp), seq_len)
-        total = 0.0
+        layers: dict[bool, ArrayLike] = {}
         for moe, count in ((False, sl.dense_layers), (True, sl.moe_layers)):
             if count == 0:
                 continue
@@ -300,14 +298,15 @@ class TrainCost:
                 pairs = rows * cfg.moe.experts_per_token * etp / self.tp
                 local = cfg.moe.num_experts / self.expert_ranks
                 layer = layer + ops.grouped_gemm_seconds(pairs * self.imbalance(pairs), shapes.expert_numel, local)
-            total = total + count * layer
+            layers[moe] = layer
+        head = 0.0
         if sl.head:
-            total = total + ops.gemm_seconds(rows, ops.head_gemm)
+            head = ops.gemm_seconds(rows, ops.head_gemm)
             # fp32 logits: written, then read by the log-softmax and the gather
             # (a critic's one value per token, its head not split)
             outputs = self.inv.head_outputs / (1 if self.mem.is_critic else self.tp)
-            total = total + memory_seconds(self.cluster.kind, self.pf, rows * outputs * FP32 * 3)
-        return total, attn * sl.layers
+            head = head + memory_seconds(self.cluster.kind, self.pf, rows * outputs * FP32 * 3)
+        return layers, head, attn
 
     def _signature(self, stage: int) -> tuple[StageLayers, bool]:
         """Stages with the same layers cost the same (the last sends no activations on)."""
@@ -331,16 +330,19 @@ class TrainCost:
 
     def _microbatch_time(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike, kind: PassKind) -> PassTime:
         lay, pf = self.lay, self.pf
-        fwd, attn = self._forward_compute(stage, tokens, tokens_sq)
+        layers, head, layer_attn = self._forward_parts(stage, tokens, tokens_sq)
+        sl = self.stage_layers[stage]
+        fwd = sl.dense_layers * layers.get(False, 0.0) + sl.moe_layers * layers.get(True, 0.0) + head
+        attn = layer_attn * sl.layers
         rings = 1.0  # CP ring exchanges: a forward passes the keys and values round
         if kind == "backward":  # twice the forward, plus what the recompute runs again
             if lay.recompute.granularity == "selective":  # the attention core's share of the forward
                 again, again_attn = fwd * pf["selective_recompute_flops"], attn * pf["selective_recompute_flops"]
-            else:  # full: the recomputed layers' forward; none without recompute
-                again, again_attn = self._forward_compute(stage, tokens, tokens_sq, recomputed=True)
+            else:  # full: the recomputed layers' forward, not the head's; none without recompute
+                again = sl.recomputed_dense * layers.get(False, 0.0) + sl.recomputed_moe * layers.get(True, 0.0)
+                again_attn = layer_attn * (sl.recomputed_dense + sl.recomputed_moe)
             fwd = 2.0 * fwd + again
             # the backward passes keys and values and their gradients round, the recomputed layers' forward once more
-            sl = self.stage_layers[stage]
             rings = 2.0 + (sl.recomputed_dense + sl.recomputed_moe) / max(sl.layers, 1)
             attn = 2.0 * attn + again_attn
         (intercept, slope), (hidden_intercept, hidden_slope) = self._comm_coefficients(stage, kind)
