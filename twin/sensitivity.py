@@ -1,7 +1,9 @@
 """How far a simulated step moves with what its scenario assumes where the source publishes only a mean: the spread
 of the response lengths. A rollout ends with its longest response and runs its last steps at the batch its longest
 responses leave, so a lognormal's sigma, rarely published, can move a rollout of few sequences a replica by a fifth
-(C10's rollout-TP ablation: -19 / +23 % at sigma 0.44 / 0.64 around its 0.54)."""
+(C10's rollout-TP ablation: -19 / +23 % at sigma 0.44 / 0.64 around its 0.54); and uneven micro-batches in batch
+order stall a 1F1B pipeline (the real-weight DeepSeek-R1 update: 281 s with every response at the mean, 405 s at
+sigma 0.6)."""
 
 from __future__ import annotations
 
@@ -28,26 +30,33 @@ def with_sigma(sc: Scenario, sigma: float) -> Scenario | None:
     return sc.model_copy(update={"workload": sc.workload.model_copy(update={"response_len": dist})})
 
 
+def at_the_mean(sc: Scenario) -> Scenario:
+    """`sc` with every response at its mean length (no spread)."""
+    dist = LengthDist(mean=sc.workload.response_len.mean, max=sc.workload.response_len.max, dist="fixed")
+    return sc.model_copy(update={"workload": sc.workload.model_copy(update={"response_len": dist})})
+
+
 def spread_note(ev: Evaluation, base: SimulationResult, steps: int, seed: int | None) -> str:
-    """One line: the rollout and the step simulated (same steps, same seed) with the responses' spread
-    `SIGMA_STEP` narrower and wider than the scenario's, beside `base`, the scenario's own result."""
+    """One line: the rollout, the update and the step simulated (same steps, same seed) with the responses' spread
+    `SIGMA_STEP` narrower and wider than the scenario's and with none, beside `base`, the scenario's own result."""
     from twin.sim.step import simulate
 
     dist = ev.sc.workload.response_len
     if dist.dist != "lognormal":
         return f"length spread: the responses are {dist.dist}, no spread to vary"
+    variants: list[tuple[str, Scenario | None]] = [
+        (f"sigma {sigma:.2g}", with_sigma(ev.sc, sigma))
+        for sigma in (dist.sigma - SIGMA_STEP, dist.sigma + SIGMA_STEP) if sigma > 0]  # no narrower lognormal at 0
+    variants.append(("none (every response at the mean)", at_the_mean(ev.sc)))
     parts = []
-    for sigma in (dist.sigma - SIGMA_STEP, dist.sigma + SIGMA_STEP):
-        if sigma <= 0:
-            continue  # no narrower lognormal
-        varied = with_sigma(ev.sc, sigma)
+    for label, varied in variants:
         if varied is None:
-            parts.append(f"sigma {sigma:.2g}: does not keep the mean under the cap")
+            parts.append(f"{label}: does not keep the mean under the cap")
             continue
         other, _ = simulate(ev.with_lengths(varied), steps=steps, seed=seed)
-        rollout, step = other.stages_s["rollout"], other.step_s
-        parts.append(f"sigma {sigma:.2g}: rollout {rollout:,.0f} s ({_change(rollout, base.stages_s['rollout'])}), "
-                     f"step {step:,.0f} s ({_change(step, base.step_s)})")
+        moved = [f"{stage} {other.stages_s[stage]:,.0f} s ({_change(other.stages_s[stage], base.stages_s[stage])})"
+                 for stage in ("rollout", "update")]
+        parts.append(f"{label}: {', '.join(moved)}, step {other.step_s:,.0f} s ({_change(other.step_s, base.step_s)})")
     return (f"length spread: responses lognormal with sigma {dist.sigma:g} (the scenario's: sources rarely publish "
             "it); " + "; ".join(parts))
 

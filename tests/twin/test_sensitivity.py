@@ -5,7 +5,7 @@ from pathlib import Path
 
 from twin.evaluate import Evaluation
 from twin.scenario import load_scenario
-from twin.sensitivity import spread_note, with_sigma
+from twin.sensitivity import at_the_mean, spread_note, with_sigma
 from twin.sim.step import simulate
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
@@ -38,3 +38,18 @@ def test_a_wider_spread_lengthens_the_rollout_and_the_note_says_by_how_much():
 def test_fixed_lengths_have_no_spread_to_vary():
     ev = Evaluation(load_scenario(SCENARIOS / "c1-dsr1-a3-128.yaml"))
     assert spread_note(ev, simulate(ev)[0], 1, None) == "length spread: the responses are fixed, no spread to vary"
+
+
+def test_every_response_at_the_mean_shows_what_the_spread_costs():
+    """The real-weight DeepSeek-R1 run (sigma 0.6, one sequence a micro-batch in batch order through 8 pipeline
+    stages): at the mean lengths its responses keep mean and cap, and its rollout (no long tail) and update (no 1F1B
+    stall on uneven micro-batches) are shorter; the note gives the update beside the rollout and the step."""
+    ev = Evaluation(load_scenario(SCENARIOS / "c1-dsr1-a3-128-real-weights.yaml"))
+    flat = at_the_mean(ev.sc).workload.response_len
+    assert (flat.dist, flat.mean, flat.max) == ("fixed", 1576.6, 3072)
+    base = simulate(ev)[0]
+    mean = simulate(ev.with_lengths(at_the_mean(ev.sc)))[0]
+    assert mean.stages_s["update"] < base.stages_s["update"] and mean.stages_s["rollout"] < base.stages_s["rollout"]
+    note = spread_note(ev, base, 1, None)
+    assert (f"none (every response at the mean): rollout {mean.stages_s['rollout']:,.0f} s (" in note
+            and f"update {mean.stages_s['update']:,.0f} s (" in note)
