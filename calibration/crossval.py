@@ -30,11 +30,6 @@ class HeldOut:
     def error(self) -> float:
         return self.target.error(self.predicted)
 
-    @property
-    def stage(self) -> str:
-        """The stage a target measures ('step' for step and throughput)."""
-        return self.target.stage
-
 
 @dataclass
 class CrossValidated:
@@ -83,7 +78,7 @@ def leave_one_out(profile: Profile, base: Profile, cases: list[Scenario], outer:
         raise CalibrationError(f"none of the fitting cases of profile {profile.id} can be held out")
     by_stage: dict[str, list[float]] = {}
     for r in rows:
-        by_stage.setdefault(r.stage, []).append(r.error)
+        by_stage.setdefault(r.target.stage, []).append(r.error)
     step_errors = [r.error for r in rows if r.target.quantity in STEP_LIKE]
     case_errors: dict[str, dict[str, float]] = {}
     for r in rows:

@@ -236,7 +236,7 @@ def build_report(profile: Profile, cases: list[Scenario]) -> Report:
     evs = {sc.name: Evaluation(sc, profile) for sc in kept if sc.name in needed}
     stages = {name: simulate(ev)[0].stages_s for name, ev in evs.items()}
     cv = profile.cross_validation
-    known = {sc.name for sc in kept if sc.measured is not None and sc.measured.lengths in ("published", "derived")}
+    known = {sc.name for sc in kept if sc.measured is not None and sc.measured.lengths_known}
     rows = [Row(t, "fitted" if t.case in fitted else "held_out", p, floor_of(t, evs[t.case]),
                 band_of(t, p, cv) if cv else None, t.case in known)
             for t, p in zip(targets, target_values(targets, stages, evs), strict=True)]

@@ -142,7 +142,7 @@ def print_cross_validation(console: Console, report: Report) -> None:
         if not row.in_seconds:
             columns[row.group].setdefault(row.target.stage, []).append(abs(row.error))
     for held in cv.rows:
-        columns["loo"].setdefault(held.stage, []).append(abs(held.error))
+        columns["loo"].setdefault(held.target.stage, []).append(abs(held.error))
     stages = sorted({s for col in columns.values() for s in col}, key=lambda s: (s == "step", s))
     for stage in stages:
         cells = [columns[c].get(stage) for c in ("fitted", "held_out", "loo")]

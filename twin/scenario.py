@@ -287,6 +287,11 @@ class Measured(BaseModel):
     reference_only: bool = False
     source: str | None = None
 
+    @property
+    def lengths_known(self) -> bool:
+        """The workload's mean lengths are published or derived, not assumed nor left unstated."""
+        return self.lengths in ("published", "derived")
+
 
 class Scenario(BaseModel):
     """The complete description of one case the twin simulates or plans for."""
@@ -354,6 +359,13 @@ class Scenario(BaseModel):
 
     def has(self, opt: OptimizationId) -> bool:
         return opt in self.optimizations
+
+    @property
+    def balances_batch(self) -> bool:
+        """verl's trainer.balance_batch as the run has it: the layout's, else verl's default (on); MindSpeed-RL's
+        data path has no such rearrangement."""
+        stated = None if self.layout is None else self.layout.train.balance_batch
+        return stated if stated is not None else self.software.framework == "verl"
 
     def dump_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=False)

@@ -24,15 +24,19 @@ def with_sigma(sc: Scenario, sigma: float) -> Scenario | None:
     """`sc` with lognormal responses of spread `sigma` (same mean and cap); None where no such distribution keeps
     the declared mean under the cap (the scenario's own check) or `sigma` is not a spread."""
     try:
-        dist = LengthDist.model_validate(sc.workload.response_len.model_dump() | {"sigma": sigma})
+        return _with_responses(sc, {"sigma": sigma})
     except ValidationError:
         return None
-    return sc.model_copy(update={"workload": sc.workload.model_copy(update={"response_len": dist})})
 
 
 def at_the_mean(sc: Scenario) -> Scenario:
     """`sc` with every response at its mean length (no spread)."""
-    dist = LengthDist(mean=sc.workload.response_len.mean, max=sc.workload.response_len.max, dist="fixed")
+    return _with_responses(sc, {"dist": "fixed"})
+
+
+def _with_responses(sc: Scenario, changes: dict[str, object]) -> Scenario:
+    """`sc` with its response lengths' distribution changed as `changes` say (validated as a scenario's)."""
+    dist = LengthDist.model_validate(sc.workload.response_len.model_dump() | changes)
     return sc.model_copy(update={"workload": sc.workload.model_copy(update={"response_len": dist})})
 
 

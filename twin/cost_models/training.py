@@ -53,6 +53,11 @@ class StageLayers:
         return self.dense_layers + self.moe_layers
 
 
+def _of_layers(per_layer: dict[bool, ArrayLike], dense: int, moe: int) -> ArrayLike:
+    """Seconds of `dense` dense and `moe` MoE layers at `per_layer` seconds a layer of each kind (keyed MoE or not)."""
+    return dense * per_layer.get(False, 0.0) + moe * per_layer.get(True, 0.0)
+
+
 def cp_exchange_bytes(cfg: ModelConfig, lay: TrainLayout, tokens: float) -> float:
     """Bytes one CP rank sends in one layer's forward ring attention: its key/value block (after TP) to
     the next rank, cp - 1 times. MLA is exchanged with keys and values expanded to full heads."""
@@ -332,14 +337,14 @@ class TrainCost:
         lay, pf = self.lay, self.pf
         layers, head, layer_attn = self._forward_parts(stage, tokens, tokens_sq)
         sl = self.stage_layers[stage]
-        fwd = sl.dense_layers * layers.get(False, 0.0) + sl.moe_layers * layers.get(True, 0.0) + head
+        fwd = _of_layers(layers, sl.dense_layers, sl.moe_layers) + head
         attn = layer_attn * sl.layers
         rings = 1.0  # CP ring exchanges: a forward passes the keys and values round
         if kind == "backward":  # twice the forward, plus what the recompute runs again
             if lay.recompute.granularity == "selective":  # the attention core's share of the forward
                 again, again_attn = fwd * pf["selective_recompute_flops"], attn * pf["selective_recompute_flops"]
             else:  # full: the recomputed layers' forward, not the head's; none without recompute
-                again = sl.recomputed_dense * layers.get(False, 0.0) + sl.recomputed_moe * layers.get(True, 0.0)
+                again = _of_layers(layers, sl.recomputed_dense, sl.recomputed_moe)
                 again_attn = layer_attn * (sl.recomputed_dense + sl.recomputed_moe)
             fwd = 2.0 * fwd + again
             # the backward passes keys and values and their gradients round, the recomputed layers' forward once more

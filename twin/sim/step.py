@@ -101,12 +101,10 @@ class StepSimulation:
         of the batch, one to each rank. With verl's balance_batch the driver first rearranges the batch into shares of
         equal workload, each ordered short-long-short where the verl does so (`Software.orders_for_pipeline`);
         without it (or under MindSpeed-RL) the batch keeps its order."""
-        train, software = self.ev.layout.train, self.sc.software
-        balanced = train.balance_batch if train.balance_batch is not None else software.framework == "verl"
         dp = self.ev.train_memory.dp
-        if not balanced or dp == 1 or len(responses) % dp:
+        if not self.sc.balances_batch or dp == 1 or len(responses) % dp:
             return prompts, responses
-        ordered = software.orders_for_pipeline
+        ordered = self.sc.software.orders_for_pipeline
         work = verl_workload((prompts + responses).astype(float), ordered)
         order = np.concatenate([short_long_short(share, work, ordered) for share in balanced_shares(work, dp)])
         return prompts[order], responses[order]

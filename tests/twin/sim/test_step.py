@@ -237,7 +237,7 @@ def test_verls_short_long_short_order_shrinks_the_pipeline_stall_of_uneven_micro
         changed = sc.model_copy(update={"layout": sc.layout.model_copy(update={"train": train}),
                                         "software": sc.software.model_copy(update={"verl": verl})})
         result, sim = simulate(Evaluation(changed))
-        runs = [run for name, run in sim.records[0].pipelines.items() if name.startswith("update ")]
+        runs = [run for label, run in sim.records[0].pipelines.items() if label.startswith("update ")]
         return result.stages_s["update"], max(run.bubble_fraction for run in runs)
 
     ordered, ordered_bubble = update(True, "0.9.1")
