@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 MAX_EXPLAIN_EVALUATIONS = 400
 _TRAIN_DEGREE = re.compile(r"(TP|PP|CP|SP)(\d+)$")
 _EP = re.compile(r"EP(\d+)(x?)$")
+_BLOCK = re.compile(r"rc-block(\d+)")
 _ROLLOUT = re.compile(r"(TP|DP|EP|seqs)(\d+)$|util([0-9.]+)$")
 
 
@@ -123,7 +124,8 @@ def short(layout: Layout) -> str:
 
 
 def parse_train(text: str) -> TrainLayout:
-    """`TP2 PP2 EP64x rc-full off:p+g+swap` (or `FSDP SP4 off:p+g+o`) as the table prints it."""
+    """`TP2 PP2 EP64x rc-full off:p+g+swap` (or `rc-block4`: block recompute of 4 layers; or `FSDP SP4 off:p+g+o`)
+    as the table prints it."""
     fields: dict[str, object] = {}
     for tok in text.split():
         m, ep = _TRAIN_DEGREE.match(tok), _EP.match(tok)
@@ -136,6 +138,8 @@ def parse_train(text: str) -> TrainLayout:
         elif tok in ("rc-sel", "rc-full"):
             fields["recompute"] = (Recompute(granularity="selective") if tok == "rc-sel"
                                    else Recompute(granularity="full", method="uniform", layers=1))
+        elif block := _BLOCK.fullmatch(tok):
+            fields["recompute"] = Recompute(granularity="full", method="block", layers=int(block[1]))
         elif tok.startswith("off:"):
             tags = tok[4:].split("+")
             optimizer = next((name for tag, name in (("swap", "swap"), ("cpu", "cpu"), ("o", "offload"))
@@ -143,7 +147,7 @@ def parse_train(text: str) -> TrainLayout:
             fields["offload"] = Offload(param="p" in tags, grad="g" in tags, optimizer=optimizer)
         else:
             raise TwinError(f"--explain: training token {tok!r} is not one of TPn PPn EPn[x] CPn FSDP SPn "
-                            "rc-sel rc-full off:p+g+o|swap|cpu")
+                            "rc-sel rc-full rc-blockN off:p+g+o|swap|cpu")
     return TrainLayout(**fields)
 
 

@@ -61,6 +61,7 @@ from twin.uncertainty import P95_ABS_OF_MEAN_ABS
 
 MAX_NUM_SEQS = (32, 64, 128, 256)
 LOG_PROB_MICRO_BATCHES = (8, 4, 2, 1)
+FULL_RECOMPUTE = Recompute(granularity="full", method="uniform", layers=1)
 # gpu_memory_utilization steps: 0.05 of a 64 GB A3 die is 3.2 GB, below the default headroom (7.4 % = 4.7 GB, the
 # memory model's own uncertainty), so a finer step would trade memory the model cannot resolve
 UTILIZATION_STEP = 0.05
@@ -101,8 +102,9 @@ def default_scenario(model: str, kind: str, cards: int) -> Scenario:
 def train_variants(lay: TrainLayout, kind: ClusterKind) -> Iterator[TrainLayout]:
     """Memory knobs tried on every structural layout: recompute and host offload, and the optimizer its Megatron
     keeps on the host: MindSpeed's swap optimizer, or megatron-core's CPU optimizer where the kind's host memory
-    bandwidth prices its step (each flavour refuses the other's: executor/verl_config/train.py)."""
-    full = Recompute(granularity="full", method="uniform", layers=1)
+    bandwidth prices its step (each flavour refuses the other's: executor/verl_config/train.py). Where full recompute
+    fits, the planner also tries its block form (Planner._block_side)."""
+    full = FULL_RECOMPUTE
     if lay.engine == "fsdp":
         yield lay
         yield lay.model_copy(update={"offload": Offload(param=True, grad=True, optimizer="offload")})
@@ -183,22 +185,56 @@ class Planner:
         return tm, {phase: max(p[phase].total for p in per_stage) for phase in per_stage[0]}
 
     def _train_side(self, lay: TrainLayout) -> TrainSide | None:
+        fitting = self._fitting_memory(lay)
+        return None if fitting is None else self._side(*fitting)
+
+    def _side(self, tm: TrainMemory, parts: dict[str, float]) -> TrainSide:
+        return TrainSide(tm.lay, tm, parts, self._train_seconds(tm),
+                         sum(train_offload_moments(tm, self.sc, self.cluster, self.profile).values()),
+                         train_structure(tm.lay, self.cfg.num_layers))
+
+    def _fitting_memory(self, lay: TrainLayout, count: bool = True
+                        ) -> tuple[TrainMemory, dict[str, float]] | None:
+        """The memory model and per-phase GB of `lay` at the largest log-prob micro-batch that fits, or None (a
+        rejection, counted where `count`)."""
+        rejected = Counter()
         tm = TrainMemory(self.inv, lay, self.devices, self.sc, self.profile)
+        fitting = None
         if any(optimizer_step_part(tm, s).total > self.limit_gb for s in range(tm.n_stages)):
             # its step alone, screened first
-            self.rejected["training: update_actor exceeds usable memory less headroom"] += 1
-            return None
-        for micro in LOG_PROB_MICRO_BATCHES:
-            tm, parts = self.train_parts(lay.model_copy(update={"log_prob_micro_batch": micro}))
-            if parts["update"] > self.limit_gb:
-                self.rejected["training: update_actor exceeds usable memory less headroom"] += 1
-                return None
-            if parts["log_prob"] <= self.limit_gb:
-                return TrainSide(tm.lay, tm, parts, self._train_seconds(tm),
-                                 sum(train_offload_moments(tm, self.sc, self.cluster, self.profile).values()),
-                                 train_structure(tm.lay, self.cfg.num_layers))
-        self.rejected["training: log-prob pass exceeds usable memory less headroom"] += 1
-        return None
+            rejected["training: update_actor exceeds usable memory less headroom"] += 1
+        else:
+            for micro in LOG_PROB_MICRO_BATCHES:
+                tm, parts = self.train_parts(lay.model_copy(update={"log_prob_micro_batch": micro}))
+                if parts["update"] > self.limit_gb:
+                    rejected["training: update_actor exceeds usable memory less headroom"] += 1
+                    break
+                if parts["log_prob"] <= self.limit_gb:
+                    fitting = tm, parts
+                    break
+            else:
+                rejected["training: log-prob pass exceeds usable memory less headroom"] += 1
+        if count:
+            self.rejected.update(rejected)
+        return fitting
+
+    def _block_side(self, full: TrainLayout) -> TrainSide | None:
+        """The fastest block recompute of a layout that fits with full recompute. Megatron's `block` method
+        recomputes the first k layers of each model chunk and keeps the others' activations (TransformerBlock's
+        _checkpointed_forward), so the update's activation memory falls and its time grows with k: the smallest k
+        below a chunk's layers (where block is full recompute) whose layout fits, found by bisection (probes that do
+        not fit are not counted as rejections)."""
+        chunk = max(full.stage_layers(self.cfg.num_layers)) // (full.vpp or 1)
+        lo, hi, best = 1, chunk - 1, None
+        while lo <= hi:
+            k = (lo + hi) // 2
+            block = full.model_copy(update={"recompute": Recompute(granularity="full", method="block", layers=k)})
+            fitting = self._fitting_memory(block, count=False)
+            if fitting is None:
+                lo = k + 1
+            else:
+                best, hi = fitting, k - 1
+        return None if best is None else self._side(*best)
 
     def _train_seconds(self, tm: TrainMemory) -> float:
         # the memory knobs' and micro-batch sizes' variants of one layout share its passes (TrainCost)
@@ -217,8 +253,13 @@ class Planner:
         for lay in structures:
             for variant in train_variants(lay, self.kind):
                 side = self._train_side(variant)
-                if side is not None:
-                    sides.append(side)
+                if side is None:
+                    continue
+                sides.append(side)
+                if variant.recompute == FULL_RECOMPUTE:
+                    block = self._block_side(side.layout)
+                    if block is not None:
+                        sides.append(block)
             if progress:
                 progress()
         return _pareto(sides), len(structures)

@@ -1,6 +1,7 @@
 """The planner's screen and full evaluation: what each step skips must be what it would have rejected anyway."""
 
 from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 
 import tomllib
@@ -147,3 +148,27 @@ def test_a_training_side_is_dropped_only_for_one_of_its_own_parallel_structure_t
     other_experts = side(120.0, 10.0, 50.0, etp=1)
     kept = _pareto([best, slower, more_offload, less_memory, other_cp, other_experts])
     assert kept == [best, less_memory, other_cp, other_experts]
+
+
+def test_block_recompute_is_the_fewest_layers_per_chunk_that_fit_and_beats_full_recompute_on_time():
+    planner = Planner(SC)
+    structure = next(lay for lay in planner.train_structures()
+                     if (lay.engine, lay.tp, lay.pp, lay.ep, lay.cp, lay.vpp) == ("megatron", 1, 8, 16, 4, None))
+    full = next(v for v in train_variants(structure, planner.kind)
+                if v.recompute.granularity == "full" and v.offload.optimizer == "swap")
+    chunk = max(full.stage_layers(planner.cfg.num_layers))  # 8 layers a stage
+    block = planner._block_side(full)
+    assert block is not None and planner.rejected == {}  # the bisection's probes are not rejections
+    k = block.layout.recompute.layers
+    assert block.layout.recompute.method == "block" and 1 <= k < chunk
+    assert block.layout.short().split()[-2] == f"rc-block{k}"
+
+    def recompute(layers: int) -> TrainLayout:
+        return full.model_copy(update={"recompute": Recompute(granularity="full", method="block", layers=layers)})
+
+    # one layer fewer does not fit; every count from k up does, each slower and smaller than the one before
+    assert k == 1 or planner._fitting_memory(recompute(k - 1), count=False) is None
+    sides = [planner._train_side(recompute(n)) for n in range(k, chunk)] + [planner._train_side(full)]
+    assert all(s is not None for s in sides)
+    assert all(a.seconds < b.seconds and a.parts["update"] > b.parts["update"] for a, b in pairwise(sides))
+    assert sides[-1].seconds > block.seconds == sides[0].seconds

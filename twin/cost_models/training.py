@@ -179,7 +179,11 @@ class TrainCost:
         keeps the input sharded: LinearWithGradAccumulationAndAsyncCommunication.backward); a full recompute
         runs the forward's collectives again (`_comm_total` adds them for the layers it recomputes; selective
         recompute reruns the core attention alone, which communicates nothing)."""
-        return self._layer_comm(tokens, moe, backward=kind == "backward")
+        key = ("layer", float(tokens), moe, kind == "backward")
+        cache = self.pass_caches[1]
+        if key not in cache:
+            cache[key] = self._layer_comm(tokens, moe, backward=kind == "backward")
+        return cache[key]
 
     def _layer_comm(self, tokens: float, moe: bool, backward: bool) -> float:
         lay, h = self.lay, self.cfg.hidden_size
@@ -281,6 +285,18 @@ class TrainCost:
         hidden = np.asarray(attention_s, dtype=float) * (lay.cp - 1) / lay.cp
         return np.maximum(0.0, rings * comm * layers - hidden)
 
+    def _cached_forward_parts(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike
+                              ) -> tuple[dict[bool, ArrayLike], ArrayLike, ArrayLike]:
+        """`_forward_parts`, shared by the passes of every stage with the same kinds of layer and head (a part is
+        one layer's, so neither the stage's layer counts nor its recompute change it)."""
+        sl = self.stage_layers[stage]
+        key = ("parts", sl.dense_layers > 0, sl.moe_layers > 0, sl.head, np.shape(tokens),
+               np.asarray(tokens, dtype=float).tobytes(), np.asarray(tokens_sq, dtype=float).tobytes())
+        cache = self.pass_caches[0]
+        if key not in cache:
+            cache[key] = self._forward_parts(stage, tokens, tokens_sq)
+        return cache[key]
+
     def _forward_parts(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike
                        ) -> tuple[dict[bool, ArrayLike], ArrayLike, ArrayLike]:
         """Seconds of one forward of a micro-batch through one stage, by part: one layer of each kind the stage holds
@@ -335,7 +351,7 @@ class TrainCost:
 
     def _microbatch_time(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike, kind: PassKind) -> PassTime:
         lay, pf = self.lay, self.pf
-        layers, head, layer_attn = self._forward_parts(stage, tokens, tokens_sq)
+        layers, head, layer_attn = self._cached_forward_parts(stage, tokens, tokens_sq)
         sl = self.stage_layers[stage]
         fwd = _of_layers(layers, sl.dense_layers, sl.moe_layers) + head
         attn = layer_attn * sl.layers

@@ -143,6 +143,8 @@ class TrainLayout(BaseModel):
         if self.engine == "fsdp":
             parts = ["FSDP"] + ([f"SP{self.cp}"] if self.cp > 1 else [])
         rc = {"none": "", "selective": " rc-sel", "full": " rc-full"}[self.recompute.granularity]
+        if self.recompute.granularity == "full" and self.recompute.method == "block":
+            rc = f" rc-block{self.recompute.layers or 1}"
         off = self.offload
         tags = [n for n, on in (("p", off.param), ("g", off.grad)) if on]
         if off.optimizer != "none":
