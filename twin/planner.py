@@ -197,7 +197,7 @@ class Planner:
                         ) -> tuple[TrainMemory, dict[str, float]] | None:
         """The memory model and per-phase GB of `lay` at the largest log-prob micro-batch that fits, or None (a
         rejection, counted where `count`)."""
-        rejected = Counter()
+        rejected: Counter[str] = Counter()
         tm = TrainMemory(self.inv, lay, self.devices, self.sc, self.profile)
         fitting = None
         if any(optimizer_step_part(tm, s).total > self.limit_gb for s in range(tm.n_stages)):
