@@ -43,6 +43,10 @@ class LengthDist(BaseModel):
     sigma: float = Field(default=0.5, gt=0, le=MAX_SIGMA, allow_inf_nan=False,
                          description="a wider lognormal puts almost all tokens in a few sequences")  # lognormal shape
     file: str | None = None  # empirical: a text file of lengths, one per line
+    # responses (lognormal): the share of the log-length variance common to the n responses of one prompt (0: each
+    # drawn alone; 1: a prompt's responses all as long). Seer (arXiv 2511.14617) reports that responses sharing a
+    # prompt have similar lengths, without a figure the twin could take: a what-if until a source gives one
+    prompt_share: float = Field(default=0.0, ge=0, le=1, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _consistent(self) -> LengthDist:
@@ -50,6 +54,8 @@ class LengthDist(BaseModel):
             raise ValueError(f"mean {self.mean} exceeds max {self.max}")
         if self.dist == "empirical" and not self.file:
             raise ValueError("dist 'empirical' needs 'file'")
+        if self.prompt_share and self.dist != "lognormal":
+            raise ValueError(f"prompt_share needs a lognormal distribution, not {self.dist!r}")
         if self.dist == "lognormal":
             clipped = clipped_lognormal_mean(self.mean, self.sigma, self.max)
             if abs(clipped - self.mean) > MEAN_TOLERANCE * self.mean:

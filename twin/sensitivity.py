@@ -3,7 +3,9 @@ of the response lengths. A rollout ends with its longest response and runs its l
 responses leave, so a lognormal's sigma, rarely published, can move a rollout of few sequences a replica by a fifth
 (C10's rollout-TP ablation: -19 / +23 % at sigma 0.44 / 0.64 around its 0.54); and uneven micro-batches in batch
 order stall a 1F1B pipeline (the real-weight DeepSeek-R1 update: 281 s with every response at the mean, 405 s at
-sigma 0.6)."""
+sigma 0.6). A 1F1B stage's neighbouring micro-batches are a prompt's responses (verl keeps them side by side), so
+the stall follows the spread within a prompt, which sources do not publish: the note also simulates half the
+log-length variance shared by a prompt's responses (`prompt_share`)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from twin.results import SimulationResult
 
 SIGMA_STEP = 0.1  # the spreads simulated: the scenario's sigma this much narrower and wider
+PROMPT_SHARE = 0.5  # the within-prompt correlation simulated where the scenario has none (and none where it has one)
 
 
 def with_sigma(sc: Scenario, sigma: float) -> Scenario | None:
@@ -27,6 +30,11 @@ def with_sigma(sc: Scenario, sigma: float) -> Scenario | None:
         return _with_responses(sc, {"sigma": sigma})
     except ValidationError:
         return None
+
+
+def with_prompt_share(sc: Scenario, share: float) -> Scenario:
+    """`sc` with `share` of its responses' log-length variance common to a prompt's responses."""
+    return _with_responses(sc, {"prompt_share": share})
 
 
 def at_the_mean(sc: Scenario) -> Scenario:
@@ -42,7 +50,8 @@ def _with_responses(sc: Scenario, changes: dict[str, object]) -> Scenario:
 
 def spread_note(ev: Evaluation, base: SimulationResult, steps: int, seed: int | None) -> str:
     """One line: the rollout, the update and the step simulated (same steps, same seed) with the responses' spread
-    `SIGMA_STEP` narrower and wider than the scenario's and with none, beside `base`, the scenario's own result."""
+    `SIGMA_STEP` narrower and wider than the scenario's, with `PROMPT_SHARE` of it common to a prompt's responses (none
+    where the scenario has a share), and with none, beside `base`, the scenario's own result."""
     from twin.sim.step import simulate
 
     dist = ev.sc.workload.response_len
@@ -51,6 +60,8 @@ def spread_note(ev: Evaluation, base: SimulationResult, steps: int, seed: int | 
     variants: list[tuple[str, Scenario | None]] = [
         (f"sigma {sigma:.2g}", with_sigma(ev.sc, sigma))
         for sigma in (dist.sigma - SIGMA_STEP, dist.sigma + SIGMA_STEP) if sigma > 0]  # no narrower lognormal at 0
+    share = 0.0 if dist.prompt_share else PROMPT_SHARE
+    variants.append((f"prompt share {share:g}", with_prompt_share(ev.sc, share)))
     variants.append(("none (every response at the mean)", at_the_mean(ev.sc)))
     parts = []
     for label, varied in variants:
@@ -61,8 +72,8 @@ def spread_note(ev: Evaluation, base: SimulationResult, steps: int, seed: int | 
         moved = [f"{stage} {other.stages_s[stage]:,.0f} s ({_change(other.stages_s[stage], base.stages_s[stage])})"
                  for stage in ("rollout", "update")]
         parts.append(f"{label}: {', '.join(moved)}, step {other.step_s:,.0f} s ({_change(other.step_s, base.step_s)})")
-    return (f"length spread: responses lognormal with sigma {dist.sigma:g} (the scenario's: sources rarely publish "
-            "it); " + "; ".join(parts))
+    return (f"length spread: responses lognormal with sigma {dist.sigma:g}, prompt share {dist.prompt_share:g} (the "
+            "scenario's: sources rarely publish them); " + "; ".join(parts))
 
 
 def _change(value: float, base: float) -> str:

@@ -46,11 +46,24 @@ def _lognormal_mu(dist: LengthDist) -> float:
     return math.log(dist.mean) - dist.sigma**2 / 2  # so that the untruncated mean is dist.mean
 
 
-def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator) -> np.ndarray:
-    """`n` integer lengths in [1, max]."""
+def sample_prompts(dist: LengthDist, n: int, group: int, rng: np.random.Generator) -> np.ndarray:
+    """`n` prompt lengths of a batch in which each run of `group` consecutive sequences answers one prompt (verl
+    repeats a prompt's n samples side by side): one length a prompt."""
+    prompts = sample_lengths(dist, -(-n // group), rng)
+    return np.repeat(prompts, group)[:n]
+
+
+def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator, group: int = 1) -> np.ndarray:
+    """`n` integer lengths in [1, max]; with `group` > 1, each run of `group` consecutive lengths answers one prompt
+    and shares `dist.prompt_share` of its log-length variance with the rest of the run (each length keeps the
+    distribution's own lognormal)."""
     if dist.dist == "fixed":
         return np.full(n, max(1, round(dist.mean)), dtype=np.int64)
-    if dist.dist == "lognormal":
+    if dist.dist == "lognormal" and dist.prompt_share and group > 1:
+        shared = np.repeat(rng.standard_normal(-(-n // group)), group)[:n]
+        z = math.sqrt(dist.prompt_share) * shared + math.sqrt(1 - dist.prompt_share) * rng.standard_normal(n)
+        raw = np.exp(_lognormal_mu(dist) + dist.sigma * z)
+    elif dist.dist == "lognormal":
         raw = rng.lognormal(_lognormal_mu(dist), dist.sigma, size=n)
     else:
         raw = rng.choice(_empirical(str(dist.file)), size=n, replace=True)

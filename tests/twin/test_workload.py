@@ -9,7 +9,7 @@ import pytest
 from twin.cost_models.graph_shapes import graph_rows
 from twin.evaluate import Evaluation
 from twin.scenario import LengthDist, load_scenario
-from twin.workload import expected_longest, sample_lengths, tokens_per_step_of_longest
+from twin.workload import expected_longest, sample_lengths, sample_prompts, tokens_per_step_of_longest
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -65,3 +65,33 @@ def test_c10s_response_spread_is_the_one_its_gear_table_makes_likeliest():
     assert likeliest >= 0.2
     for sigma in (0.49, 0.59):
         assert _table_likelihood(dist.model_copy(update={"sigma": sigma})) < likeliest / 2
+
+
+def test_a_prompts_responses_share_the_prompt_share_of_their_log_length_variance():
+    """Runs of `group` consecutive lengths answer one prompt: with share 0 the draws are the ungrouped ones, with
+    share 1 a run is one length, and at 0.5 the variance of log-lengths within a run is half sigma^2 while every length
+    keeps the distribution's mean (mean 1000, sigma 0.6, 16 x 8192 draws)."""
+    base = LengthDist(mean=1000, max=100_000, dist="lognormal", sigma=0.6)
+    alone = sample_lengths(base, 4096, np.random.default_rng(3))
+    assert (sample_lengths(base, 4096, np.random.default_rng(3), group=16) == alone).all()
+    same = sample_lengths(base.model_copy(update={"prompt_share": 1.0}), 4096, np.random.default_rng(3), group=16)
+    assert (same.reshape(256, 16) == same.reshape(256, 16)[:, :1]).all() and len(np.unique(same)) > 200
+    half = sample_lengths(base.model_copy(update={"prompt_share": 0.5}), 16 * 8192, np.random.default_rng(3), group=16)
+    logs = np.log(half).reshape(8192, 16)
+    assert logs.var(axis=1, ddof=1).mean() == pytest.approx(0.5 * 0.36, rel=0.03)
+    assert logs.var() == pytest.approx(0.36, rel=0.03) and half.mean() == pytest.approx(1000, rel=0.01)
+
+
+def test_a_prompts_length_is_one_for_its_responses():
+    dist = LengthDist(mean=300, max=2048, dist="lognormal", sigma=0.5)
+    prompts = sample_prompts(dist, 50, 8, np.random.default_rng(1))  # 7 prompts, the last cut to 2 sequences
+    assert len(prompts) == 50 and (prompts[:48].reshape(6, 8) == prompts[:48].reshape(6, 8)[:, :1]).all()
+    assert prompts[48] == prompts[49] and len(np.unique(prompts)) == 7
+    rng = np.random.default_rng(1)
+    assert (sample_prompts(LengthDist(mean=300, max=2048), 50, 8, rng) == 300).all()
+    assert rng.random() == np.random.default_rng(1).random()  # fixed lengths draw nothing
+
+
+def test_a_prompt_share_needs_a_lognormal():
+    with pytest.raises(ValueError, match="prompt_share needs a lognormal distribution, not 'fixed'"):
+        LengthDist(mean=300, max=2048, prompt_share=0.5)
