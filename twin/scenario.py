@@ -111,6 +111,9 @@ class Workload(BaseModel):
         if self.mini_batch is not None and self.mini_batch > self.global_batch:
             raise ValueError(f"mini_batch {self.mini_batch} exceeds global_batch {self.global_batch}: an optimizer "
                              "step cannot take more prompts than the step has")
+        if self.prompt_len.prompt_share:
+            raise ValueError("prompt_len.prompt_share: a prompt has one length; the share is the responses' "
+                             "(response_len.prompt_share)")
         return self
 
     @property

@@ -8,7 +8,7 @@ import pytest
 
 from twin.cost_models.graph_shapes import graph_rows
 from twin.evaluate import Evaluation
-from twin.scenario import LengthDist, load_scenario
+from twin.scenario import LengthDist, Workload, load_scenario
 from twin.workload import expected_longest, sample_lengths, sample_prompts, tokens_per_step_of_longest
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
@@ -92,6 +92,10 @@ def test_a_prompts_length_is_one_for_its_responses():
     assert rng.random() == np.random.default_rng(1).random()  # fixed lengths draw nothing
 
 
-def test_a_prompt_share_needs_a_lognormal():
+def test_a_prompt_share_needs_a_lognormal_and_belongs_to_the_responses():
     with pytest.raises(ValueError, match="prompt_share needs a lognormal distribution, not 'fixed'"):
         LengthDist(mean=300, max=2048, prompt_share=0.5)
+    shared = LengthDist(mean=300, max=2048, dist="lognormal", prompt_share=0.5)
+    with pytest.raises(ValueError, match="a prompt has one length"):
+        Workload(prompt_len=shared)
+    assert Workload(response_len=shared).response_len.prompt_share == 0.5
