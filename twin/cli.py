@@ -176,9 +176,11 @@ def simulate_cmd(
                                                     "else the cluster kind's embedded one)")] = None,
     length_spread: Annotated[bool, typer.Option("--length-spread",
                                                 help="Also simulate the responses' lognormal spread (sigma) 0.1 "
-                                                     "narrower and wider, and every response at the mean, and say "
-                                                     "how far the rollout, the update and the step move: sources "
-                                                     "rarely publish more than the mean length")] = False,
+                                                     "narrower and wider, half of it shared by a prompt's responses "
+                                                     "(prompt_share 0.5, or 0 where the scenario sets one), and "
+                                                     "every response at the mean, and say how far the rollout, the "
+                                                     "update and the step move: sources rarely publish more than "
+                                                     "the mean length")] = False,
 ) -> None:
     """Predict step time, stage times, per-device memory and reshard traffic of one scenario."""
     from twin.evaluate import Evaluation
