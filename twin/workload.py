@@ -49,8 +49,12 @@ def _lognormal_mu(dist: LengthDist) -> float:
 def sample_prompts(dist: LengthDist, n: int, group: int, rng: np.random.Generator) -> np.ndarray:
     """`n` prompt lengths of a batch in which each run of `group` consecutive sequences answers one prompt (verl
     repeats a prompt's n samples side by side): one length a prompt."""
-    prompts = sample_lengths(dist, -(-n // group), rng)
-    return np.repeat(prompts, group)[:n]
+    return _per_prompt(sample_lengths(dist, -(-n // group), rng), group, n)
+
+
+def _per_prompt(values: np.ndarray, group: int, n: int) -> np.ndarray:
+    """One value a prompt, repeated for each of its `group` sequences, the batch cut to `n`."""
+    return np.repeat(values, group)[:n]
 
 
 def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator, group: int = 1) -> np.ndarray:
@@ -60,7 +64,7 @@ def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator, group: in
     if dist.dist == "fixed":
         return np.full(n, max(1, round(dist.mean)), dtype=np.int64)
     if dist.dist == "lognormal" and dist.prompt_share and group > 1:
-        shared = np.repeat(rng.standard_normal(-(-n // group)), group)[:n]
+        shared = _per_prompt(rng.standard_normal(-(-n // group)), group, n)
         z = math.sqrt(dist.prompt_share) * shared + math.sqrt(1 - dist.prompt_share) * rng.standard_normal(n)
         raw = np.exp(_lognormal_mu(dist) + dist.sigma * z)
     elif dist.dist == "lognormal":
