@@ -46,10 +46,12 @@ def _lognormal_mu(dist: LengthDist) -> float:
     return math.log(dist.mean) - dist.sigma**2 / 2  # so that the untruncated mean is dist.mean
 
 
-def sample_prompts(dist: LengthDist, n: int, group: int, rng: np.random.Generator) -> np.ndarray:
-    """`n` prompt lengths of a batch in which each run of `group` consecutive sequences answers one prompt (verl
-    repeats a prompt's n samples side by side): one length a prompt."""
-    return _per_prompt(sample_lengths(dist, -(-n // group), rng), group, n)
+def sample_batch(wl: Workload, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(prompt, response) lengths of `n` sequences of a batch in verl's order: a prompt's `wl.n` responses side by side
+    (verl repeats a prompt's samples interleaved), one prompt length each run, the responses sharing
+    `response_len.prompt_share` of their log-length variance within it."""
+    prompts = _per_prompt(sample_lengths(wl.prompt_len, -(-n // wl.n), rng), wl.n, n)
+    return prompts, sample_lengths(wl.response_len, n, rng, group=wl.n)
 
 
 def _per_prompt(values: np.ndarray, group: int, n: int) -> np.ndarray:

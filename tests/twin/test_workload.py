@@ -9,7 +9,7 @@ import pytest
 from twin.cost_models.graph_shapes import graph_rows
 from twin.evaluate import Evaluation
 from twin.scenario import LengthDist, Workload, load_scenario
-from twin.workload import expected_longest, sample_lengths, sample_prompts, tokens_per_step_of_longest
+from twin.workload import expected_longest, sample_batch, sample_lengths, tokens_per_step_of_longest
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -84,11 +84,13 @@ def test_a_prompts_responses_share_the_prompt_share_of_their_log_length_variance
 
 def test_a_prompts_length_is_one_for_its_responses():
     dist = LengthDist(mean=300, max=2048, dist="lognormal", sigma=0.5)
-    prompts = sample_prompts(dist, 50, 8, np.random.default_rng(1))  # 7 prompts, the last cut to 2 sequences
-    assert len(prompts) == 50 and (prompts[:48].reshape(6, 8) == prompts[:48].reshape(6, 8)[:, :1]).all()
+    wl = Workload(n=8, prompt_len=dist)  # the recipes' fixed responses: they draw nothing
+    prompts, responses = sample_batch(wl, 50, np.random.default_rng(1))  # 7 prompts, the last cut to 2 sequences
+    assert len(prompts) == len(responses) == 50 and (responses == round(wl.response_len.mean)).all()
+    assert (prompts[:48].reshape(6, 8) == prompts[:48].reshape(6, 8)[:, :1]).all()
     assert prompts[48] == prompts[49] and len(np.unique(prompts)) == 7
     rng = np.random.default_rng(1)
-    assert (sample_prompts(LengthDist(mean=300, max=2048), 50, 8, rng) == 300).all()
+    assert (sample_batch(Workload(n=8), 50, rng)[0] == round(Workload().prompt_len.mean)).all()
     assert rng.random() == np.random.default_rng(1).random()  # fixed lengths draw nothing
 
 

@@ -8,9 +8,10 @@ Efficiencies and latencies come from the device curves and the profile; shapes f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -31,6 +32,7 @@ from twin.scenario import Scenario
 from twin.topology.routing import Cluster
 
 PassKind = Literal["forward", "backward", "log_prob"]
+T = TypeVar("T")
 # Memory traffic of torch's AdamW per fp32 parameter on a CPU (torch/optim/adam.py _single_tensor_adam, the path
 # CPU tensors take): decoupled decay param.mul_ (read 4, write 4), exp_avg.lerp_ (8, 4), exp_avg_sq.mul_ (4, 4)
 # and .addcmul_ (8, 4), denom = sqrt (4, 4), / (4, 4), add_ (4, 4), param.addcdiv_ (12, 4): 48 read + 32 written
@@ -51,6 +53,21 @@ class StageLayers:
     @property
     def layers(self) -> int:
         return self.dense_layers + self.moe_layers
+
+
+def _memo(cache: dict, key: tuple, make: Callable[[], T]) -> T:
+    """`cache[key]`, made by `make` the first time."""
+    if key not in cache:
+        cache[key] = make()
+    return cache[key]
+
+
+def _tokens_key(tokens: ArrayLike, tokens_sq: ArrayLike) -> tuple:
+    """A micro-batch's tokens and squared lengths as a cache key: the pair, or a simulated replica's arrays."""
+    if np.ndim(tokens) == 0 and np.ndim(tokens_sq) == 0:
+        return float(tokens), float(tokens_sq)
+    tokens, tokens_sq = np.asarray(tokens, dtype=float), np.asarray(tokens_sq, dtype=float)
+    return tokens.shape, tokens.tobytes(), tokens_sq.tobytes()
 
 
 def _of_layers(per_layer: dict[bool, ArrayLike], dense: int, moe: int) -> ArrayLike:
@@ -179,11 +196,9 @@ class TrainCost:
         keeps the input sharded: LinearWithGradAccumulationAndAsyncCommunication.backward); a full recompute
         runs the forward's collectives again (`_comm_total` adds them for the layers it recomputes; selective
         recompute reruns the core attention alone, which communicates nothing)."""
-        key = ("layer", float(tokens), moe, kind == "backward")
-        cache = self.pass_caches[1]
-        if key not in cache:
-            cache[key] = self._layer_comm(tokens, moe, backward=kind == "backward")
-        return cache[key]
+        backward = kind == "backward"
+        return _memo(self.pass_caches[1], ("layer", float(tokens), moe, backward),
+                     lambda: self._layer_comm(tokens, moe, backward=backward))
 
     def _layer_comm(self, tokens: float, moe: bool, backward: bool) -> float:
         lay, h = self.lay, self.cfg.hidden_size
@@ -290,12 +305,8 @@ class TrainCost:
         """`_forward_parts`, shared by the passes of every stage with the same kinds of layer and head (a part is
         one layer's, so neither the stage's layer counts nor its recompute change it)."""
         sl = self.stage_layers[stage]
-        key = ("parts", sl.dense_layers > 0, sl.moe_layers > 0, sl.head, np.shape(tokens),
-               np.asarray(tokens, dtype=float).tobytes(), np.asarray(tokens_sq, dtype=float).tobytes())
-        cache = self.pass_caches[0]
-        if key not in cache:
-            cache[key] = self._forward_parts(stage, tokens, tokens_sq)
-        return cache[key]
+        key = ("parts", sl.dense_layers > 0, sl.moe_layers > 0, sl.head, *_tokens_key(tokens, tokens_sq))
+        return _memo(self.pass_caches[0], key, lambda: self._forward_parts(stage, tokens, tokens_sq))
 
     def _forward_parts(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike
                        ) -> tuple[dict[bool, ArrayLike], ArrayLike, ArrayLike]:
@@ -337,17 +348,11 @@ class TrainCost:
         """A micro-batch of `tokens` tokens whose sequence lengths square-sum to `tokens_sq` through one stage
         (scalars or numpy arrays). `kind`: the forward or the backward half of a training pass (backward
         includes the recompute), or a forward-only log-prob pass."""
-        cache = self.pass_caches[0]
-        # the granularity; which layers are recomputed is part of the stage's signature
+        # the granularity; which layers are recomputed is part of the stage's signature. A simulated replica's
+        # micro-batches come as arrays: the stages with the same layers share one evaluation
         recompute = self.lay.recompute.granularity if kind == "backward" else None
-        if np.ndim(tokens) == 0 and np.ndim(tokens_sq) == 0:
-            key = (self._signature(stage), float(tokens), float(tokens_sq), kind, recompute)
-        else:  # a simulated replica's micro-batches: the stages with the same layers share one evaluation
-            tokens, tokens_sq = np.asarray(tokens, dtype=float), np.asarray(tokens_sq, dtype=float)
-            key = (self._signature(stage), tokens.shape, tokens.tobytes(), tokens_sq.tobytes(), kind, recompute)
-        if key not in cache:
-            cache[key] = self._microbatch_time(stage, tokens, tokens_sq, kind)
-        return cache[key]
+        key = (self._signature(stage), *_tokens_key(tokens, tokens_sq), kind, recompute)
+        return _memo(self.pass_caches[0], key, lambda: self._microbatch_time(stage, tokens, tokens_sq, kind))
 
     def _microbatch_time(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike, kind: PassKind) -> PassTime:
         lay, pf = self.lay, self.pf

@@ -35,7 +35,7 @@ from twin.cost_models.rollout import RolloutCost
 from twin.layout.models import RolloutLayout
 from twin.scenario import Scenario
 from twin.sim.trace import Span, Trace
-from twin.workload import MAX_SEQUENCES, sample_lengths, sample_prompts, sampled_note
+from twin.workload import MAX_SEQUENCES, sample_batch, sampled_note
 
 SPAN_STEPS = 256  # at least this many engine steps aggregated into one trace span
 # Queued sequences per rank simulated at most: every event scans a rank's queue, so the work grows with its
@@ -246,9 +246,8 @@ def _simulate(rc: RolloutCost, kv_tokens: int, sc: Scenario, rng: np.random.Gene
         per_rank = max(1, min(MAX_SEQUENCES // rows, MAX_PER_RANK))
         note = sampled_note("rollout (simulated ranks)", rows * full_rank, rows * per_rank)
     scale = full_rank / per_rank
-    # each rank a consecutive run of the batch, a prompt's responses side by side (verl's chunks of the batch)
-    prompts = sample_prompts(wl.prompt_len, rows * per_rank, wl.n, rng).reshape(rows, per_rank)
-    targets = sample_lengths(wl.response_len, rows * per_rank, rng, group=wl.n).reshape(rows, per_rank)
+    # each rank a consecutive run of the batch (verl's chunks of it)
+    prompts, targets = (lengths.reshape(rows, per_rank) for lengths in sample_batch(wl, rows * per_rank, rng))
     if not fixed and responses % ranks_total and note is None:  # the last ranks get one sequence fewer
         short = ranks_total * per_rank - responses
         targets[-short:, -1] = 0

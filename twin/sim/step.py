@@ -35,7 +35,7 @@ from twin.results import CRITIC_STAGES, STAGES, SimulationResult
 from twin.sim.pipeline import PipelineRun, run_pipeline
 from twin.sim.rollout import RolloutOutcome, simulate_rollout
 from twin.sim.trace import Trace
-from twin.workload import represented, sample_lengths, sample_prompts, sampled_note
+from twin.workload import represented, sample_batch, sampled_note
 
 MAX_DP_REPLICAS_SIMULATED = 8  # with random lengths, the DP replicas whose pipelines are simulated
 
@@ -173,8 +173,7 @@ class StepSimulation:
     def _step(self, k: int) -> Generator[simpy.Event, object, None]:
         ev, sc, pf, env = self.ev, self.sc, self.ev.profile, self.env
         wl = sc.workload
-        prompts = sample_prompts(wl.prompt_len, self.drawn, wl.n, self.rng)
-        responses = sample_lengths(wl.response_len, self.drawn, self.rng, group=wl.n)
+        prompts, responses = sample_batch(wl, self.drawn, self.rng)
         critic = ev.train_cost.value_model
         stages = dict.fromkeys((s for s in STAGES if critic is not None or s not in CRITIC_STAGES), 0.0)
         moments = offload_moments(ev.train_memory, ev.rollout_memory, sc, ev.cluster, pf)
