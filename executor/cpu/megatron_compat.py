@@ -56,8 +56,12 @@ import contextlib
 import functools
 from collections.abc import Callable, Iterator
 
-from executor.npu_opt.base import ApplyContext, Availability, Optimization, PatchTarget, WorkerPatchResult
-from executor.npu_opt.host import HostEnv
+from executor.npu_opt.base import (
+    Optimization,
+    PatchTarget,
+    TargetPatches,
+    WorkerPatchResult,
+)
 
 DIST = "megatron-core"
 MOE_ON_CPU = {"moe_grouped_gemm": False, "bias_activation_fusion": False, "persist_layer_norm": False,
@@ -291,25 +295,10 @@ def _host_torch(original: object) -> object:
     return _HostTorch(original)
 
 
-class _MegatronCpuPatch(Optimization):
+class _MegatronCpuPatch(TargetPatches):
     """One named megatron-core patch: the targets it replaces, each with the factory of its replacement."""
 
-    mechanism = "patch"
     worker_dists = (DIST,)
-    patches: tuple[tuple[PatchTarget, Callable], ...]
-    what: str
-
-    def detect(self, host: HostEnv) -> Availability:
-        return self.detect_patch(host, [t for t, _ in self.patches])
-
-    def apply_config(self, ctx: ApplyContext) -> str:
-        ctx.request_patch(self.id)
-        return f"worker hook patches {', '.join(t.label for t, _ in self.patches)} ({self.what})"
-
-    def apply_in_worker(self) -> WorkerPatchResult:
-        from executor.npu_opt.patching import install
-
-        return install(self.id, list(self.patches))
 
 
 class MegatronCpuRngTracker(_MegatronCpuPatch):

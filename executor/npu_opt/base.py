@@ -10,6 +10,7 @@ replaces it); patches also implement `apply_in_worker()`, which runs inside ever
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal
 
@@ -126,3 +127,24 @@ class Optimization(ABC):
         if missing:
             return self.availability(False, missing[0], checks)
         return self.availability(True, "patch targets found: " + ", ".join(t.label for t in targets), checks)
+
+
+class TargetPatches(Optimization):
+    """A patch that replaces named targets in the workers, each with what a factory makes of the original (installed
+    by executor.npu_opt.patching.install when the target's module loads)."""
+
+    mechanism = "patch"
+    patches: ClassVar[tuple[tuple[PatchTarget, Callable], ...]]
+    what: ClassVar[str]
+
+    def detect(self, host: HostEnv) -> Availability:
+        return self.detect_patch(host, [t for t, _ in self.patches])
+
+    def apply_config(self, ctx: ApplyContext) -> str:
+        ctx.request_patch(self.id)
+        return f"worker hook patches {', '.join(t.label for t, _ in self.patches)} ({self.what})"
+
+    def apply_in_worker(self) -> WorkerPatchResult:
+        from executor.npu_opt.patching import install
+
+        return install(self.id, list(self.patches))
