@@ -1,6 +1,6 @@
 """The operators one decoder layer runs, costed on the device: GEMMs by shape, routed experts as grouped
 GEMMs by the tokens each expert receives, attention by sequence length, and the memory-bound kernels
-(norms, rotary, residual adds, the gated activation).
+(norms, rotary, residual adds, the gated activation; a MoE layer's token permutations in training).
 
 Shapes come from the tensor inventory (via the vectorised table); efficiencies from
 `twin.cost_models.efficiency`. Every function takes scalars or numpy arrays of tokens.
@@ -135,3 +135,29 @@ class LayerOperators:
         t = np.asarray(tokens, dtype=float)
         per_kernel = t[..., None] * self.elementwise_kernels(moe, sp)
         return memory_seconds(self.kind, self.pf, per_kernel).sum(axis=-1)
+
+    def token_permutation_kernels(self, sent: ArrayLike, received: ArrayLike, sorted_by_expert: bool) -> np.ndarray:
+        """Bytes each of a MoE layer's token-permutation kernels moves on a device in a forward, as Megatron-core's
+        token dispatcher runs them (transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher; moe_utils.py
+        permute / unpermute / sort_chunks_by_idxs): `sent` token-expert pairs of this device's own tokens, `received`
+        pairs its experts compute.
+        - permute: every pair's token row gathered into expert order (a row read and one written per pair);
+        - sort_chunks_by_idxs after the dispatch and its inverse before the combine, where the all-to-all hands a
+          rank several local experts' tokens (`sorted_by_expert`): a row read and one written per received pair,
+          each way;
+        - unpermute: every pair's row read, weighted by its routing probability and summed into its token's row
+          (one row written per token: `sent` / top-k).
+        A row is the hidden state in bf16. verl's FSDP engine runs the Hugging Face MoE block, whose gather of each
+        expert's tokens and weighted index_add back are the permute and the unpermute without the sorts."""
+        cfg = self.cfg
+        row = BF16 * cfg.hidden_size
+        sent = np.asarray(sent, dtype=float)
+        received = np.asarray(received, dtype=float)
+        tokens = sent / cfg.moe.experts_per_token
+        sorts = 2 * received if sorted_by_expert else np.zeros_like(received)
+        return row * np.stack(np.broadcast_arrays(2 * sent, sorts, sorts, sent + tokens), axis=-1)
+
+    def token_permutation_seconds(self, sent: ArrayLike, received: ArrayLike, sorted_by_expert: bool) -> ArrayLike:
+        """Seconds of `token_permutation_kernels` (memory-bound)."""
+        kernels = self.token_permutation_kernels(sent, received, sorted_by_expert)
+        return memory_seconds(self.kind, self.pf, kernels).sum(axis=-1)

@@ -329,7 +329,10 @@ class TrainCost:
                 etp = self.ops.etp
                 pairs = rows * cfg.moe.experts_per_token * etp / self.tp
                 local = cfg.moe.num_experts / self.expert_ranks
-                layer = layer + ops.grouped_gemm_seconds(pairs * self.imbalance(pairs), shapes.expert_numel, local)
+                received = pairs * self.imbalance(pairs)
+                layer = layer + ops.grouped_gemm_seconds(received, shapes.expert_numel, local)
+                sent = rows / self.sp * cfg.moe.experts_per_token
+                layer = layer + ops.token_permutation_seconds(sent, received, self.expert_ranks > 1 and local > 1)
             layers[moe] = layer
         head = 0.0
         if sl.head:

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from twin.catalog.registry import load_model
-from twin.cost_models.efficiency import efficiency
+from twin.cost_models.efficiency import efficiency, hbm_bytes_s
 from twin.cost_models.imbalance import expert_imbalance
 from twin.cost_models.memory import dynamic_micro_batches
 from twin.cost_models.operators import (
@@ -119,3 +119,42 @@ def test_learned_routing_slows_every_ep_step():
     assert ev.rollout_cost.decode_step(64, 1500).total > forced.rollout_cost.decode_step(64, 1500).total
     assert ev.train_cost.update_time() > forced.train_cost.update_time()
     assert ev.train_cost.log_prob_time() > forced.train_cost.log_prob_time()
+
+
+def test_a_moe_layers_token_permutations_by_hand():
+    """Qwen3-30B-A3B (hidden 2048, top-8): a row is 2048 x 2 = 4096 bytes. A device whose 1,000 tokens send 8,000
+    token-expert pairs and whose experts receive 9,000: permute 2 x 8,000 rows, the sorts 2 x 9,000 rows each way,
+    unpermute 8,000 rows read and 1,000 written. Without the sorts (one local expert, or FSDP's Hugging Face
+    block) only the permute and the unpermute."""
+    inv = load_model("qwen3-30b-a3b")
+    kind, pf = cluster_kind("a3"), embedded_profile("a3")
+    ops = LayerOperators(inv, kind, pf, 1, 1)
+    assert ops.token_permutation_kernels(8000.0, 9000.0, True).tolist() == [
+        4096 * 16_000, 4096 * 18_000, 4096 * 18_000, 4096 * 9_000]
+    assert ops.token_permutation_kernels(8000.0, 9000.0, False).tolist() == [4096 * 16_000, 0, 0, 4096 * 9_000]
+    sorted_s = ops.token_permutation_seconds(8000.0, 9000.0, True)
+    assert sorted_s == pytest.approx(sum(
+        b / (hbm_bytes_s(kind) * efficiency(kind, pf, "memory", b))
+        for b in (4096 * 16_000, 4096 * 18_000, 4096 * 18_000, 4096 * 9_000)), rel=1e-12)
+
+
+def test_the_token_permutations_reach_every_moe_pass(monkeypatch):
+    """C6's Qwen3-30B-A3B on TP2 EP8 (16 experts a rank, sequence parallel): a MoE layer's forward costs the
+    permutations of its device's tokens (4,096 / 2 = 2,048 a rank, 16,384 pairs sent) and of the pairs its experts
+    receive (as many on average, times the busiest rank's imbalance) beyond the rest of the layer, and so the
+    log-prob pass and the update cost more; a dense model's passes have none."""
+    def passes(name: str) -> tuple[float, float, object]:
+        tc = _evaluation(name).train_cost
+        return tc.log_prob_time(), tc.update_time(), tc
+
+    moe, dense = passes("c6-gspo-qwen3-30b-a3b-a3-16dies"), passes("c7-dapo-qwen3-32b-a3-32dies")
+    tc = moe[2]
+    layer = tc._forward_parts(0, 4096.0, 4096.0 * 1024)[0][True]
+    received = 16384 * tc.imbalance(16384.0)
+    expected = tc.ops.token_permutation_seconds(16384.0, received, True)
+    monkeypatch.setattr(LayerOperators, "token_permutation_seconds", lambda self, *args: 0.0)
+    bare, bare_dense = passes("c6-gspo-qwen3-30b-a3b-a3-16dies"), passes("c7-dapo-qwen3-32b-a3-32dies")
+    assert (tc.sp, tc.expert_ranks) == (2, 8)
+    assert layer - bare[2]._forward_parts(0, 4096.0, 4096.0 * 1024)[0][True] == pytest.approx(expected, rel=1e-12)
+    assert moe[0] > bare[0] and moe[1] > bare[1]
+    assert dense[:2] == bare_dense[:2]
