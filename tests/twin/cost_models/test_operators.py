@@ -1,5 +1,5 @@
 """Issue 9's effects with hand-derived numbers: routing imbalance, causal attention by length, dynamic
-micro-batches, CP's ring exchange; and that they reach the stage times."""
+micro-batches, CP's ring exchange, a MoE layer's token permutations; and that they reach the stage times."""
 
 import math
 
