@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 from statistics import NormalDist
 
@@ -50,13 +51,14 @@ def sample_batch(wl: Workload, n: int, rng: np.random.Generator) -> tuple[np.nda
     """(prompt, response) lengths of `n` sequences of a batch in verl's order: a prompt's `wl.n` responses side by side
     (verl repeats a prompt's samples interleaved), one prompt length each run, the responses sharing
     `response_len.prompt_share` of their log-length variance within it."""
-    prompts = _per_prompt(sample_lengths(wl.prompt_len, -(-n // wl.n), rng), wl.n, n)
+    prompts = _per_prompt(lambda k: sample_lengths(wl.prompt_len, k, rng), wl.n, n)
     return prompts, sample_lengths(wl.response_len, n, rng, group=wl.n)
 
 
-def _per_prompt(values: np.ndarray, group: int, n: int) -> np.ndarray:
-    """One value a prompt, repeated for each of its `group` sequences, the batch cut to `n`."""
-    return np.repeat(values, group)[:n]
+def _per_prompt(draw: Callable[[int], np.ndarray], group: int, n: int) -> np.ndarray:
+    """One value a prompt (`draw(prompts)` draws them), repeated for each of its `group` sequences, the batch cut to
+    `n`."""
+    return np.repeat(draw(-(-n // group)), group)[:n]
 
 
 def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator, group: int = 1) -> np.ndarray:
@@ -66,7 +68,7 @@ def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator, group: in
     if dist.dist == "fixed":
         return np.full(n, max(1, round(dist.mean)), dtype=np.int64)
     if dist.dist == "lognormal" and dist.prompt_share and group > 1:
-        shared = _per_prompt(rng.standard_normal(-(-n // group)), group, n)
+        shared = _per_prompt(rng.standard_normal, group, n)
         z = math.sqrt(dist.prompt_share) * shared + math.sqrt(1 - dist.prompt_share) * rng.standard_normal(n)
         raw = np.exp(_lognormal_mu(dist) + dist.sigma * z)
     elif dist.dist == "lognormal":

@@ -178,6 +178,11 @@ class TrainCost:
     def expert_ranks(self) -> int:
         return self.lay.expert_partition if self.lay.engine == "megatron" else 1
 
+    def sent_pairs(self, rows: ArrayLike) -> ArrayLike:
+        """Token-expert pairs of a device's own tokens, what it dispatches: its sequence-parallel share of a MoE
+        layer's `rows`, each token routed to its top-k experts."""
+        return rows / self.sp * self.cfg.moe.experts_per_token
+
     def imbalance(self, pairs_per_rank: ArrayLike) -> ArrayLike:
         """Busiest EP rank over the mean, for `pairs_per_rank` token-expert pairs per rank."""
         moe = self.cfg.moe
@@ -217,8 +222,7 @@ class TrainCost:
             if moe and lay.moe_tp_extend_ep:
                 t /= 2  # the MLP half of the TP traffic is replaced by the expert all-to-all
         if moe and self.cfg.moe is not None and lay.expert_partition > 1:
-            k = self.cfg.moe.experts_per_token
-            pairs = tokens / lay.cp / self.sp * k
+            pairs = self.sent_pairs(tokens / lay.cp)
             send = pairs * h * BF16 * float(self.imbalance(pairs))  # the busiest rank receives the most
             ep = self._groups["ep"]
             t += (collective_time(self.cluster, self.pf, ep, "ep_dispatch", send)
@@ -331,8 +335,8 @@ class TrainCost:
                 local = cfg.moe.num_experts / self.expert_ranks
                 received = pairs * self.imbalance(pairs)
                 layer = layer + ops.grouped_gemm_seconds(received, shapes.expert_numel, local)
-                sent = rows / self.sp * cfg.moe.experts_per_token
-                layer = layer + ops.token_permutation_seconds(sent, received, self.expert_ranks > 1 and local > 1)
+                layer = layer + ops.token_permutation_seconds(self.sent_pairs(rows), received,
+                                                              self.expert_ranks > 1 and local > 1)
             layers[moe] = layer
         head = 0.0
         if sl.head:
@@ -393,7 +397,7 @@ class TrainCost:
         compute = sl.moe_layers * self.ops.elementwise_seconds(rows, True, self.sp)
         comm = 0.0
         if lay.moe_zero_memory == "level1" and self.cfg.moe is not None and self.expert_ranks > 1:
-            pairs = rows / self.sp * self.cfg.moe.experts_per_token
+            pairs = self.sent_pairs(rows)
             per_byte = collective_time(self.cluster, self.pf, self._groups["ep"], "ep_dispatch", 1e9) / 1e9
             comm = sl.moe_layers * pairs * self.cfg.hidden_size * BF16 * self.imbalance(pairs) * per_byte
         return compute, comm
