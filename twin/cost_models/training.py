@@ -70,6 +70,11 @@ def _tokens_key(tokens: ArrayLike, tokens_sq: ArrayLike) -> tuple:
     return tokens.shape, tokens.tobytes(), tokens_sq.tobytes()
 
 
+def _experts_key(expert_tokens: ArrayLike | None) -> tuple:
+    """The tokens a micro-batch's experts compute for (None: its own) as a cache key."""
+    return () if expert_tokens is None else (np.asarray(expert_tokens, dtype=float).tobytes(),)
+
+
 def _of_layers(per_layer: dict[bool, ArrayLike], dense: int, moe: int) -> ArrayLike:
     """Seconds of `dense` dense and `moe` MoE layers at `per_layer` seconds a layer of each kind (keyed MoE or not)."""
     return dense * per_layer.get(False, 0.0) + moe * per_layer.get(True, 0.0)
@@ -304,23 +309,28 @@ class TrainCost:
         hidden = np.asarray(attention_s, dtype=float) * (lay.cp - 1) / lay.cp
         return np.maximum(0.0, rings * comm * layers - hidden)
 
-    def _cached_forward_parts(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike
+    def _cached_forward_parts(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike,
+                              expert_tokens: ArrayLike | None = None
                               ) -> tuple[dict[bool, ArrayLike], ArrayLike, ArrayLike]:
         """`_forward_parts`, shared by the passes of every stage with the same kinds of layer and head (a part is
         one layer's, so neither the stage's layer counts nor its recompute change it)."""
         sl = self.stage_layers[stage]
-        key = ("parts", sl.dense_layers > 0, sl.moe_layers > 0, sl.head, *_tokens_key(tokens, tokens_sq))
-        return _memo(self.pass_caches[0], key, lambda: self._forward_parts(stage, tokens, tokens_sq))
+        key = ("parts", sl.dense_layers > 0, sl.moe_layers > 0, sl.head, *_tokens_key(tokens, tokens_sq),
+               _experts_key(expert_tokens))
+        return _memo(self.pass_caches[0], key, lambda: self._forward_parts(stage, tokens, tokens_sq, expert_tokens))
 
-    def _forward_parts(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike
-                       ) -> tuple[dict[bool, ArrayLike], ArrayLike, ArrayLike]:
+    def _forward_parts(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike,
+                       expert_tokens: ArrayLike | None = None) -> tuple[dict[bool, ArrayLike], ArrayLike, ArrayLike]:
         """Seconds of one forward of a micro-batch through one stage, by part: one layer of each kind the stage holds
-        (dense: False, MoE: True), the head (0 where the stage has none), and one layer's attention alone."""
+        (dense: False, MoE: True), the head (0 where the stage has none), and one layer's attention alone. The
+        experts compute the pairs of `expert_tokens` tokens a rank (default: its own `tokens`; in lockstep, the mean
+        of the replicas whose tokens its expert group exchanges: `lockstep_times`)."""
         lay, cfg, ops = self.lay, self.cfg, self.ops
         sl = self.stage_layers[stage]
         tokens = np.asarray(tokens, dtype=float)
         tokens_sq = np.asarray(tokens_sq, dtype=float)
         rows = tokens / lay.cp  # GEMM rows of this device (TP splits the weights, CP the sequence)
+        expert_rows = rows if expert_tokens is None else np.asarray(expert_tokens, dtype=float) / lay.cp
         seq_len = tokens_sq / np.maximum(tokens, 1.0)
         attn = ops.attention_seconds(causal_attention_flops(cfg, tokens_sq) / (self.tp * lay.cp), seq_len)
         layers: dict[bool, ArrayLike] = {}
@@ -331,7 +341,7 @@ class TrainCost:
             layer = ops.gemm_seconds(rows, shapes.dense_gemms) + attn + ops.elementwise_seconds(rows, moe, self.sp)
             if moe and cfg.moe is not None:
                 etp = self.ops.etp
-                pairs = rows * cfg.moe.experts_per_token * etp / self.tp
+                pairs = expert_rows * cfg.moe.experts_per_token * etp / self.tp
                 local = cfg.moe.num_experts / self.expert_ranks
                 received = pairs * self.imbalance(pairs)
                 layer = layer + ops.grouped_gemm_seconds(received, shapes.expert_numel, local)
@@ -351,19 +361,22 @@ class TrainCost:
         """Stages with the same layers cost the same (the last sends no activations on)."""
         return self.stage_layers[stage], stage == self.mem.n_stages - 1
 
-    def microbatch_time(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike, kind: PassKind) -> PassTime:
+    def microbatch_time(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike, kind: PassKind,
+                        expert_tokens: ArrayLike | None = None) -> PassTime:
         """A micro-batch of `tokens` tokens whose sequence lengths square-sum to `tokens_sq` through one stage
         (scalars or numpy arrays). `kind`: the forward or the backward half of a training pass (backward
-        includes the recompute), or a forward-only log-prob pass."""
+        includes the recompute), or a forward-only log-prob pass. `expert_tokens`: see `_forward_parts`."""
         # the granularity; which layers are recomputed is part of the stage's signature. A simulated replica's
         # micro-batches come as arrays: the stages with the same layers share one evaluation
         recompute = self.lay.recompute.granularity if kind == "backward" else None
-        key = (self._signature(stage), *_tokens_key(tokens, tokens_sq), kind, recompute)
-        return _memo(self.pass_caches[0], key, lambda: self._microbatch_time(stage, tokens, tokens_sq, kind))
+        key = (self._signature(stage), *_tokens_key(tokens, tokens_sq), _experts_key(expert_tokens), kind, recompute)
+        return _memo(self.pass_caches[0], key,
+                     lambda: self._microbatch_time(stage, tokens, tokens_sq, kind, expert_tokens))
 
-    def _microbatch_time(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike, kind: PassKind) -> PassTime:
+    def _microbatch_time(self, stage: int, tokens: ArrayLike, tokens_sq: ArrayLike, kind: PassKind,
+                         expert_tokens: ArrayLike | None) -> PassTime:
         lay, pf = self.lay, self.pf
-        layers, head, layer_attn = self._cached_forward_parts(stage, tokens, tokens_sq)
+        layers, head, layer_attn = self._cached_forward_parts(stage, tokens, tokens_sq, expert_tokens)
         sl = self.stage_layers[stage]
         fwd = _of_layers(layers, sl.dense_layers, sl.moe_layers) + head
         attn = layer_attn * sl.layers
@@ -454,6 +467,34 @@ class TrainCost:
             return 0.0
         act = tokens / lay.cp / self.sp * self.cfg.hidden_size * BF16
         return p2p_time(self.cluster, self.pf, 0, self.devices // lay.pp, act)
+
+    @property
+    def lockstep_replicas(self) -> int:
+        """DP replicas that run each micro-batch together, every rank of them waiting for the slowest at each layer:
+        under Megatron, those whose ranks one MoE layer's expert all-to-all spans (an expert group of
+        expert_partition x expert-TP ranks over a replica's TP x CP ranks: MoEAlltoAllTokenDispatcher's
+        all_to_all_single over the expert-model-parallel group, megatron/core/transformer/moe/token_dispatcher.py);
+        under FSDP every replica (each unit all-gathers its parameters over the shard group in the forward and
+        reduce-scatters its gradients in every micro-batch's backward: verl's FSDP actor accumulates without
+        no_sync). 1 where nothing couples them (Megatron dense: the gradients reduce once per optimizer step)."""
+        lay, dp = self.lay, self.mem.dp
+        if lay.engine == "fsdp":
+            return dp
+        if self.cfg.moe is None or lay.expert_partition == 1:
+            return 1
+        return max(1, min(dp, lay.expert_partition * lay.expert_tp // (lay.tp * lay.cp)))
+
+    def lockstep_times(self, tokens: np.ndarray, tokens_sq: np.ndarray, kind: PassKind) -> np.ndarray:
+        """Seconds of each micro-batch on each stage ([stage, micro-batch]) for replicas in lockstep: `tokens` and
+        `tokens_sq` are [replica, micro-batch]. Each rank reaches a layer's collectives with its own micro-batch,
+        so the group takes the slowest; under Megatron the expert ranks compute the pairs all the group's replicas
+        sent them, the group's mean (a rank's experts receive from every replica's ranks)."""
+        shared = self.lay.engine == "megatron" and self.cfg.moe is not None and tokens.shape[0] > 1
+        experts = tokens.mean(axis=0) if shared else None
+        return np.stack([
+            np.max([np.asarray(self.microbatch_time(s, t, q, kind, experts).total, dtype=float)
+                    for t, q in zip(tokens, tokens_sq, strict=True)], axis=0)
+            for s in range(self.mem.n_stages)])
 
     def microbatch(self, stage: int, sequences: float, backward: bool) -> PassTime:
         """One micro-batch of `sequences` mean-length sequences through one stage: forward and backward of

@@ -38,6 +38,7 @@ from twin.sim.trace import Trace
 from twin.workload import represented, sample_batch, sampled_note
 
 MAX_DP_REPLICAS_SIMULATED = 8  # with random lengths, the DP replicas whose pipelines are simulated
+MAX_LOCKSTEP_REPLICAS = 64  # replicas in lockstep simulated together, at most (their slowest bounds each micro-batch)
 
 
 @dataclass
@@ -79,22 +80,24 @@ class StepSimulation:
     def _replicas(self, prompts: np.ndarray, responses: np.ndarray, micro: int, forward_only: bool, tc: TrainCost
                   ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per simulated DP replica, (tokens, squared lengths) of each of its micro-batches of the model `tc` costs (a
-        forward-only pass packs dynamic micro-batches at the log-prob budget)."""
+        forward-only pass packs dynamic micro-batches at the log-prob budget, every replica into as many as the
+        replica that needs most: verl's rearrange_micro_batches takes the maximum over the ranks,
+        same_micro_num_in_dp). Replicas in lockstep (`TrainCost.lockstep_replicas`) are simulated a whole group at
+        a time, at least one group."""
         dp = self.ev.train_memory.dp
         per = max(1, len(responses) // dp)  # a replica given less than one sequence still runs one
         micro = min(micro, per)  # a micro-batch never holds more sequences than its replica has
         fixed = self.sc.workload.prompt_len.dist == "fixed" and self.sc.workload.response_len.dist == "fixed"
-        count = 1 if fixed else min(dp, MAX_DP_REPLICAS_SIMULATED, len(responses) // per)
-        out = []
-        for r in range(count):
-            lengths = (prompts + responses)[r * per:(r + 1) * per].astype(float)
-            if tc.lay.dynamic_batch_tokens is not None:  # the model's own layout: a critic's always packs by tokens
-                out.append(_packed(lengths, tc.micro_batches_of(lengths, forward_only)))
-                continue
-            m = max(1, per // micro)
-            chunks = lengths[: m * micro].reshape(m, micro)
-            out.append((chunks.sum(axis=1), (chunks**2).sum(axis=1)))
-        return out
+        group = min(tc.lockstep_replicas, MAX_LOCKSTEP_REPLICAS)
+        wanted = max(group, MAX_DP_REPLICAS_SIMULATED // group * group)
+        count = 1 if fixed else min(dp, wanted, len(responses) // per)
+        shares = [(prompts + responses)[r * per:(r + 1) * per].astype(float) for r in range(count)]
+        if tc.lay.dynamic_batch_tokens is not None:  # the model's own layout: a critic's always packs by tokens
+            m = max(tc.micro_batches_of(lengths, forward_only) for lengths in shares)
+            return [_packed(lengths, m) for lengths in shares]
+        m = max(1, per // micro)
+        chunks = [lengths[: m * micro].reshape(m, micro) for lengths in shares]
+        return [(c.sum(axis=1), (c**2).sum(axis=1)) for c in chunks]
 
     def _arranged(self, prompts: np.ndarray, responses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The step's sequences in the order the trainer's DP ranks take them: verl dispatches consecutive equal runs
@@ -112,20 +115,22 @@ class StepSimulation:
     def _pass(self, label: str, micro: int, kind: str, prompts: np.ndarray, responses: np.ndarray, tc: TrainCost
               ) -> Generator[simpy.Event, object, PipelineRun]:
         """The DP replicas' pipeline passes of the model `tc` costs run side by side (forward-only, or 1F1B forward +
-        backward); the pass ends with the slowest. Only the first replica's spans go to the trace."""
-        stages = range(self.ev.train_memory.n_stages)
-        lanes = self._stage_lanes
+        backward), those in lockstep as one pipeline whose every micro-batch waits for the group's slowest
+        (`TrainCost.lockstep_times`); the pass ends with the slowest group. Only the first group's spans go to the
+        trace."""
+        replicas = self._replicas(prompts, responses, micro, kind == "log_prob", tc)
+        group = min(tc.lockstep_replicas, len(replicas))
         runs = []
-        for i, (tokens, sq) in enumerate(self._replicas(prompts, responses, micro, kind == "log_prob", tc)):
+        for i in range(0, len(replicas), group):
+            tokens = np.stack([t for t, _ in replicas[i:i + group]])
+            squares = np.stack([q for _, q in replicas[i:i + group]])
             if kind == "log_prob":
-                fwd = np.stack([np.asarray(tc.microbatch_time(s, tokens, sq, "log_prob").total) for s in stages])
-                bwd = None
+                fwd, bwd = tc.lockstep_times(tokens, squares, "log_prob"), None
             else:
-                fwd = np.stack([np.asarray(tc.microbatch_time(s, tokens, sq, "forward").total) for s in stages])
-                bwd = np.stack([np.asarray(tc.microbatch_time(s, tokens, sq, "backward").total) for s in stages])
+                fwd, bwd = tc.lockstep_times(tokens, squares, "forward"), tc.lockstep_times(tokens, squares, "backward")
             trace = self.trace if i == 0 else Trace()
             runs.append(self.env.process(run_pipeline(self.env, fwd, bwd, tc.p2p_s(float(tokens.mean())), trace,
-                                                      lanes, label)))
+                                                      self._stage_lanes, label)))
         yield self.env.all_of(runs)
         run = max((r.value for r in runs), key=lambda run: run.seconds)
         if self.weight > 1:  # each drawn sequence stands for `weight`: the pass takes that much longer

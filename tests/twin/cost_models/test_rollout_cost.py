@@ -120,7 +120,7 @@ TPOT_ONE_SHAPE = (76, 74, 72, 72, 71, 71, 71)
 # -13.8 -> -5.1 %, the judge step MAPE 33.3 -> 28.5 %, but C10's TP4 rollout +38.8 -> +66.1 % and the A2 fit refuses
 # it (rollout_fixed_s on its bound 0, C6's PPO step still +26 %): the newer ACL-graph runs at 4-32 sequences a replica
 # take no 19 ms a step. The host's work depends on the engine's graph path, which the twin does not model yet.
-HOST_SPLIT_GAP = pytest.mark.xfail(strict=True, reason="C1's decode ladder at a3-fit-24: x0.792 at one sequence "
+HOST_SPLIT_GAP = pytest.mark.xfail(strict=True, reason="C1's decode ladder at a3-fit-25: x0.792 at one sequence "
                                                        "with one shape (published x0.934), x0.53 with several "
                                                        "(x0.71): the host's per-sequence share is the x86 one")
 

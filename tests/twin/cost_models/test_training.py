@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from twin.cost_models.scheduling import dispatch_seconds
@@ -245,3 +246,53 @@ def test_a_backward_recomputes_the_forward_of_its_recomputed_layers_only(recorde
     assert uniform.microbatch_time(1, tokens, squares, "backward").compute_s == pytest.approx(3 * forward)
     assert sum(block4._comm_total(1, tokens, "backward")) == pytest.approx(51e-3 + block4.p2p_s(tokens))
     assert sum(uniform._comm_total(1, tokens, "backward")) == pytest.approx(63e-3 + uniform.p2p_s(tokens))
+
+
+SCENARIOS = C8_32.parent
+
+
+def _train_cost(name: str, **layout) -> TrainCost:
+    sc = load_scenario(SCENARIOS / f"{name}.yaml")
+    if layout:
+        train = sc.layout.train.model_copy(update=layout)
+        sc = sc.model_copy(update={"layout": sc.layout.model_copy(update={"train": train})})
+    return Evaluation(sc).train_cost
+
+
+@pytest.mark.parametrize(("name", "layout", "replicas"), [
+    # DeepSeek-R1 on 256 dies, TP4 PP8: 32 ranks a stage, DP 8; tp-extend-ep spreads the experts over TP4 x EP8 =
+    # 32 ranks, the whole stage: every replica in one all-to-all
+    ("c1-dsr1-a3-128-real-weights", {}, 8),
+    ("c1-dsr1-a3-128-real-weights", {"moe_tp_extend_ep": False}, 8),  # EP8 x ETP4 (Megatron's default: TP)
+    ("c1-dsr1-a3-128-real-weights", {"moe_tp_extend_ep": False, "etp": 1}, 2),  # EP8 x ETP1 over TP4
+    ("c1-dsr1-a3-128-real-weights", {"moe_tp_extend_ep": False, "etp": 1, "ep": 2}, 1),  # inside one replica's TP4
+    ("c6-gspo-qwen3-30b-a3b-a3-16dies", {}, 4),  # EP8 x ETP1 over TP2 on 16 dies (DP 8)
+    ("c7-dapo-qwen3-32b-a3-32dies", {}, 1),  # dense Megatron: gradients reduce once per optimizer step
+    ("c6-gspo-qwen3-8b-a2-8-fsdp", {}, 4),  # FSDP on 8 NPUs with Ulysses SP2: every one of the 4 replicas
+])
+def test_lockstep_replicas_are_those_a_layers_collectives_join(name, layout, replicas):
+    assert _train_cost(name, **layout).lockstep_replicas == replicas
+
+
+def test_replicas_in_lockstep_wait_for_the_slowest_and_share_their_experts_load():
+    # two DeepSeek-R1 replicas of one expert group with 1,000- and 3,000-token micro-batches: each expert rank
+    # receives the pairs of both, 2,000 tokens a replica on average; the group waits for the 3,000-token replica
+    tc = _train_cost("c1-dsr1-a3-128-real-weights")
+    tokens, squares = np.array([[1000.0], [3000.0]]), np.array([[1000.0**2], [3000.0**2]])
+    for kind in ("forward", "backward", "log_prob"):
+        times = tc.lockstep_times(tokens, squares, kind)
+        for s in (0, 3, 7):
+            slowest = tc.microbatch_time(s, 3000.0, 3000.0**2, kind, expert_tokens=2000.0).total
+            assert times[s, 0] == pytest.approx(float(slowest), rel=1e-12)
+            own = tc.microbatch_time(s, 3000.0, 3000.0**2, kind).total
+            assert tc.microbatch_time(s, 2000.0, 2000.0**2, kind).total < times[s, 0] < own
+
+
+def test_fsdp_replicas_in_lockstep_take_the_slowest_micro_batch():
+    tc = _train_cost("c6-gspo-qwen3-8b-a2-8-fsdp")
+    tokens = np.array([[1500.0, 900.0], [700.0, 2000.0]])
+    times = tc.lockstep_times(tokens, tokens**2, "forward")
+    for s in range(times.shape[0]):
+        for m in range(2):
+            alone = [float(tc.microbatch_time(s, t, t * t, "forward").total) for t in tokens[:, m]]
+            assert times[s, m] == max(alone)
