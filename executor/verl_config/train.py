@@ -75,6 +75,9 @@ def _megatron(o: OverrideSet, train: TrainLayout, flavour: MegatronFlavour, role
     for section in (role.prefix, *role.sharing):
         for key, value in parallel.items():
             o.set(f"{section}.megatron.{key}", value)
+        if train.padding != "none" and role.prefix == ACTOR:  # the critic packs (TrainLayout.for_critic)
+            o.set(f"{section}.megatron.use_remove_padding", False)
+            o.set(f"{section}.megatron.pad_bshd_to_minibatch_max", train.padding == "mini_batch")
     o.set(f"{role.prefix}.megatron.optimizer_offload", train.offload.optimizer == "offload")
     tf = role.transformer
     _recompute(o, train, tf)

@@ -36,6 +36,9 @@ def test_c1_training_layout(make_plan, build, as_dict, tmp_path: Path) -> None:
     assert o[f"{M}.optimizer_offload"] == "false"  # the swap optimizer replaces verl's optimizer offload
     assert (o[f"{TF}.recompute_granularity"], o[f"{TF}.recompute_method"], o[f"{TF}.recompute_num_layers"]) == (
         "full", "uniform", "1")
+    for role in (A, "actor_rollout_ref.ref"):  # the recipe pads each micro-batch to its longest (use_packed_seq False)
+        assert (o[f"{role}.megatron.use_remove_padding"], o[f"{role}.megatron.pad_bshd_to_minibatch_max"]) == (
+            "false", "false")
 
 
 def test_grouped_gemm_experts_are_asked_of_mindspeed(make_plan, build, as_dict, tmp_path: Path) -> None:
@@ -135,6 +138,17 @@ def test_balance_batch_reaches_the_trainer_where_the_layout_states_it(make_plan,
     train = {**train, "balance_batch": False}  # as the Ascend recipes run
     o = as_dict(build(make_plan(_scenario(tmp_path, "a2", 16, train, {"tp": 2, "dp": 8})), tmp_path).overrides)
     assert o["trainer.balance_batch"] == "false"
+
+
+@pytest.mark.parametrize(("padding", "expected"), [("none", None), ("micro_batch", ("false", "false")),
+                                                  ("mini_batch", ("false", "true"))])
+def test_padding_reaches_the_actor_and_reference_engines(make_plan, build, as_dict, tmp_path: Path, padding: str,
+                                                         expected: tuple[str, str] | None) -> None:
+    train = {"tp": 2, "padding": padding}
+    o = as_dict(build(make_plan(_scenario(tmp_path, "a2", 16, train, {"tp": 2, "dp": 8})), tmp_path).overrides)
+    for role in (A, "actor_rollout_ref.ref"):
+        keys = (f"{role}.megatron.use_remove_padding", f"{role}.megatron.pad_bshd_to_minibatch_max")
+        assert (None if keys[0] not in o else (o[keys[0]], o[keys[1]])) == expected  # none: verl's default, packed
 
 
 def test_gpu_kind_uses_megatron_core_pipeline_fields(make_plan, build, as_dict, tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from twin.layout.models import RolloutLayout, TrainLayout
 from twin.profile import Profile
 from twin.results import MemoryBreakdown
 from twin.scenario import Scenario
-from twin.workload import largest_sequences_tokens
+from twin.workload import expected_longest, largest_sequences_tokens
 
 GB = 1e9
 BF16 = 2
@@ -220,19 +220,25 @@ class TrainMemory:
         without padding: use_remove_padding, verl's default); with dynamic batching, the busiest rank's sequences
         of one pass balanced into as few micro-batches as the token budget allows (verl's ppo_max_token_len_per_gpu,
         log_prob_max_token_len_per_gpu in the log-prob passes, x CP): a budget larger than a rank's tokens leaves
-        its micro-batch at those tokens, not at the budget. The largest of a step, not of a whole run."""
+        its micro-batch at those tokens, not at the budget. The largest of a step, not of a whole run. Padded
+        (`TrainLayout.padding`), at least the micro-batch that holds the step's longest sequence, its sequences at
+        that length."""
         lay, wl = self.lay, self.sc.workload
         sequences = lay.log_prob_micro_batch if forward_only else lay.micro_batch
         per = self.sequences_per_pass(forward_only)
         passes = self.passes(forward_only)
         held = max(1, int(per))  # a rank given less than one sequence still runs one
         budget = lay.token_budget(forward_only)
+        longest = expected_longest(wl.prompt_len, wl.global_batch) + expected_longest(wl.response_len, wl.responses)
         if budget is None:
             group = min(sequences, held)
-            return largest_sequences_tokens(wl, group, self.dp * passes * max(1, held // group))
-        busiest = largest_sequences_tokens(wl, held, self.dp * passes)
-        vpp = lay.vpp if lay.engine == "megatron" else None
-        return busiest / dynamic_micro_batches(busiest, held, budget * lay.cp, vpp)
+            packed = largest_sequences_tokens(wl, group, self.dp * passes * max(1, held // group))
+        else:
+            busiest = largest_sequences_tokens(wl, held, self.dp * passes)
+            vpp = lay.vpp if lay.engine == "megatron" else None
+            group = held / dynamic_micro_batches(busiest, held, budget * lay.cp, vpp)
+            packed = busiest * group / held
+        return packed if lay.padding == "none" else max(packed, group * longest)
 
     @cached_property
     def _pass_activations(self) -> dict[bool, tuple[float, float, float]]:

@@ -30,6 +30,7 @@ from twin.layout.ranks import train_group
 from twin.profile import Profile
 from twin.scenario import Scenario
 from twin.topology.routing import Cluster
+from twin.workload import expected_longest
 
 PassKind = Literal["forward", "backward", "log_prob"]
 T = TypeVar("T")
@@ -496,15 +497,25 @@ class TrainCost:
                     for t, q in zip(tokens, tokens_sq, strict=True)], axis=0)
             for s in range(self.mem.n_stages)])
 
-    def microbatch(self, stage: int, sequences: float, backward: bool) -> PassTime:
-        """One micro-batch of `sequences` mean-length sequences through one stage: forward and backward of
-        a training pass, or a forward-only log-prob pass."""
-        mean = self.mean_seq
+    def microbatch(self, stage: int, sequences: float, backward: bool, length: float | None = None) -> PassTime:
+        """One micro-batch of `sequences` sequences of `length` tokens (default: the mean) through one stage: forward
+        and backward of a training pass, or a forward-only log-prob pass."""
+        mean = self.mean_seq if length is None else length
         tokens, sq = sequences * mean, sequences * mean * mean
         if not backward:
             return self.microbatch_time(stage, tokens, sq, "log_prob")
         f, b = self.microbatch_time(stage, tokens, sq, "forward"), self.microbatch_time(stage, tokens, sq, "backward")
         return PassTime(compute_s=f.compute_s + b.compute_s, comm_s=f.comm_s + b.comm_s)
+
+    def computed_length(self, sequences: float, pass_sequences: float) -> float:
+        """The tokens each sequence of a micro-batch of `sequences` runs at, of a rank's pass of `pass_sequences`
+        (`TrainLayout.padding`): its mean length packed, else the longest of the micro-batch or of the pass, each
+        length (prompt, response) at the quantile where the longest of n draws falls (n / (n + 1))."""
+        wl, padding = self.sc.workload, self.lay.padding
+        if padding == "none":
+            return self.mean_seq
+        draws = max(1, round(sequences if padding == "micro_batch" else pass_sequences))
+        return expected_longest(wl.prompt_len, draws) + expected_longest(wl.response_len, draws)
 
     def micro_batches(self, sequences: float, micro: int, forward_only: bool = False) -> int:
         """Micro-batches of `sequences` mean-length sequences on one DP rank: fixed `micro` sequences each,
@@ -530,7 +541,8 @@ class TrainCost:
         per_batch = self.micro_batches(per_step, micro, forward_only=not backward)
         m = per_batch * steps
         size = per_step / per_batch
-        slowest = max(float(self.microbatch(s, size, backward).total) for s in range(self.mem.n_stages))
+        length = self.computed_length(size, per_step)
+        slowest = max(float(self.microbatch(s, size, backward, length).total) for s in range(self.mem.n_stages))
         if lay.engine == "fsdp" or lay.pp == 1:
             return m * slowest, m
         bubble = (lay.pp - 1) / (lay.vpp or 1)

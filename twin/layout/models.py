@@ -74,6 +74,12 @@ class TrainLayout(BaseModel):
     # verl 0.6.1, orders each share short-long-short ("smaller micro-batches at both ends", 62221fa13); None: verl's
     # default, on (MindSpeed-RL's data path has no such option). The Ascend recipes turn it off (D2D_DATA_TRANSFER).
     balance_batch: bool | None = None
+    # How a micro-batch's sequences enter the model (Megatron): "none" packs them without padding (THD: verl's
+    # use_remove_padding, its default); "micro_batch" pads every sequence to the micro-batch's longest (BSHD: the
+    # DeepSeek recipe's verl patch runs use_packed_seq False, whose remove_left_padding pads to the longest real
+    # length); "mini_batch" to the longest of the rank's mini-batch (verl 0.9.1's Megatron engine with
+    # use_remove_padding False and its default pad_bshd_to_minibatch_max). Padded positions run every operator.
+    padding: Literal["none", "micro_batch", "mini_batch"] = "none"
 
     @model_validator(mode="after")
     def _shape(self) -> TrainLayout:
@@ -85,6 +91,9 @@ class TrainLayout(BaseModel):
             raise ValueError("log_prob_dynamic_batch_tokens needs dynamic_batch_tokens (verl's use_dynamic_bsz)")
         if self.moe_tp_extend_ep and self.etp not in (None, 1):
             raise ValueError("moe_tp_extend_ep replaces expert TP: etp must be unset or 1")
+        if self.padding != "none" and self.engine == "fsdp":
+            raise ValueError(f"padding {self.padding!r} is Megatron's: verl's FSDP actor without use_remove_padding "
+                             "pads every sequence to the prompt and response limits, which the twin does not model")
         return self
 
     @property
@@ -121,6 +130,7 @@ class TrainLayout(BaseModel):
         at this layout's budgets where it has them, else at verl's critic defaults (`VERL_CRITIC_TOKENS` a device for
         its update, ppo_max_token_len_per_gpu, and for its values, ppo_infer_max_token_len_per_gpu)."""
         return self.model_copy(update={
+            "padding": "none",  # the critic's use_remove_padding is its own (verl's default, on)
             "dynamic_batch_tokens": self.dynamic_batch_tokens or VERL_CRITIC_TOKENS,
             "log_prob_dynamic_batch_tokens": self.token_budget(forward_only=True) or VERL_CRITIC_TOKENS})
 

@@ -92,12 +92,13 @@ class StepSimulation:
         wanted = max(group, MAX_DP_REPLICAS_SIMULATED // group * group)
         count = 1 if fixed else min(dp, wanted, len(responses) // per)
         shares = [(prompts + responses)[r * per:(r + 1) * per].astype(float) for r in range(count)]
+        padding = tc.lay.padding
         if tc.lay.dynamic_batch_tokens is not None:  # the model's own layout: a critic's always packs by tokens
             m = max(tc.micro_batches_of(lengths, forward_only) for lengths in shares)
-            return [_packed(lengths, m) for lengths in shares]
+            return [micro_batch_work(lengths, _packed(lengths, m), m, padding) for lengths in shares]
         m = max(1, per // micro)
-        chunks = [lengths[: m * micro].reshape(m, micro) for lengths in shares]
-        return [(c.sum(axis=1), (c**2).sum(axis=1)) for c in chunks]
+        bins = np.arange(m * micro) // micro
+        return [micro_batch_work(lengths[: m * micro], bins, m, padding) for lengths in shares]
 
     def _arranged(self, prompts: np.ndarray, responses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The step's sequences in the order the trainer's DP ranks take them: verl dispatches consecutive equal runs
@@ -362,15 +363,31 @@ def short_long_short(share: np.ndarray, work: np.ndarray, ordered: bool) -> np.n
     return np.concatenate([rising[::2], rising[1::2][::-1]])
 
 
-def _packed(lengths: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens, squared lengths) of `m` micro-batches balanced by tokens, longest sequence first into the
+def _packed(lengths: np.ndarray, m: int) -> np.ndarray:
+    """The micro-batch of each sequence when `m` micro-batches are balanced by tokens, longest sequence first into the
     lightest micro-batch (verl balances its dynamic micro-batches by workload the same way)."""
-    tokens, squares = np.zeros(m), np.zeros(m)
-    for length in np.sort(lengths)[::-1]:
-        i = int(np.argmin(tokens))
-        tokens[i] += length
-        squares[i] += length * length
-    return tokens, squares
+    tokens = np.zeros(m)
+    bins = np.empty(len(lengths), dtype=np.int64)
+    for i in np.argsort(lengths, kind="stable")[::-1]:
+        bins[i] = int(np.argmin(tokens))
+        tokens[bins[i]] += lengths[i]
+    return bins
+
+
+def micro_batch_work(lengths: np.ndarray, bins: np.ndarray, m: int, padding: str) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, squared lengths) the model computes for each of `m` micro-batches, sequence i of `lengths` in
+    micro-batch bins[i]: the sequences' own, packed, or every sequence padded to its micro-batch's longest or to the
+    longest of them all, the rank's pass (`TrainLayout.padding`: a padded position runs every operator and, in a
+    row of that length, the attention's square)."""
+    if padding == "none":
+        return np.bincount(bins, lengths, m), np.bincount(bins, lengths**2, m)
+    if padding == "mini_batch":
+        longest = np.full(m, lengths.max())
+    else:
+        longest = np.zeros(m)
+        np.maximum.at(longest, bins, lengths)
+    rows = np.bincount(bins, minlength=m)
+    return rows * longest, rows * longest**2
 
 
 def simulated(ev: Evaluation) -> SimulationResult:

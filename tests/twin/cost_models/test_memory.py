@@ -286,3 +286,14 @@ def test_the_32k_moe_layout_that_ran_fits_and_the_one_that_ran_out_of_memory_doe
     assert simulate(ran)[0].fits
     result = simulate(failed)[0]
     assert not result.fits and max(result.memory_peak_gb, key=result.memory_peak_gb.get) == "update"
+
+
+def test_a_padded_micro_batch_holds_the_steps_longest_sequence_times_its_sequences():
+    """The real-weight DeepSeek-R1 run's log-prob micro-batch of 8, padded to its longest: the micro-batch that holds
+    the step's longest sequence (the 77.8-token prompt and the 3,072-token response cap) holds 8 x 3,149.8 tokens;
+    packed, the largest of the step's groups of 8 sums, less."""
+    ev = _case("c1-dsr1-a3-128-real-weights", "a3")
+    padded = ev.train_memory
+    packed = TrainMemory(ev.inv, ev.layout.train.model_copy(update={"padding": "none"}), 256, ev.sc, ev.profile)
+    assert padded._micro_batch_tokens(forward_only=True) == pytest.approx(8 * (77.8 + 3072), rel=1e-12)
+    assert packed._micro_batch_tokens(forward_only=True) < 8 * (77.8 + 3072)

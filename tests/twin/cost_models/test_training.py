@@ -296,3 +296,20 @@ def test_fsdp_replicas_in_lockstep_take_the_slowest_micro_batch():
         for m in range(2):
             alone = [float(tc.microbatch_time(s, t, t * t, "forward").total) for t in tokens[:, m]]
             assert times[s, m] == max(alone)
+
+
+def test_a_padded_micro_batch_runs_at_the_longest_of_its_sequences():
+    """The real-weight DeepSeek-R1 run (the recipe pads each micro-batch to its longest): its reference pass takes 8
+    sequences a micro-batch, each run at the longest of 8 draws, the 8/9 quantile of the responses' lognormal (mean
+    1576.6, sigma 0.6: exp(ln 1576.6 - 0.18 + 0.6 x 1.2206) = 2,739.2 tokens) beside the 77.8-token prompt; packed, at
+    the mean 1,654.4."""
+    import math
+    from statistics import NormalDist
+
+    tc = _train_cost("c1-dsr1-a3-128-real-weights")
+    longest = math.exp(math.log(1576.6) - 0.18 + 0.6 * NormalDist().inv_cdf(8 / 9))
+    assert longest == pytest.approx(2739.2, abs=0.1)
+    assert tc.computed_length(8, 1024) == pytest.approx(77.8 + longest, rel=1e-12)
+    packed = _train_cost("c1-dsr1-a3-128-real-weights", padding="none")
+    assert packed.computed_length(8, 1024) == pytest.approx(77.8 + 1576.6, rel=1e-12)
+    assert tc.pipeline_time(8, backward=False)[0] > packed.pipeline_time(8, backward=False)[0]

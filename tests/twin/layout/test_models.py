@@ -24,3 +24,11 @@ def test_a_critic_packs_by_tokens_at_the_layouts_budgets_else_at_verls_defaults(
 def test_a_single_captured_shape_needs_graph_mode() -> None:
     with pytest.raises(ValidationError, match="graph_shapes 'single' describes captured decode graphs"):
         RolloutLayout(graph_mode=False, graph_shapes="single")
+
+
+def test_padding_is_megatrons_and_the_critic_packs():
+    """verl's FSDP actor without use_remove_padding pads to the configured limits, which the twin does not model: one
+    clear error; a critic packs whatever the actor does (its use_remove_padding is its own, verl's default on)."""
+    with pytest.raises(ValidationError, match="padding 'micro_batch' is Megatron's"):
+        TrainLayout(engine="fsdp", padding="micro_batch")
+    assert TrainLayout(tp=2, padding="mini_batch").for_critic().padding == "none"

@@ -259,3 +259,18 @@ def test_dynamic_micro_batches_are_as_many_on_every_replica_as_the_busiest_needs
     replicas = sim._replicas(np.zeros_like(lengths), lengths, 1, False, ev.train_cost)
     assert [len(tokens) for tokens, _ in replicas] == [2] * len(replicas)
     assert replicas[0][0].tolist() == [24000.0, 24000.0] and replicas[1][0].tolist() == [8000.0, 8000.0]
+
+
+def test_a_padded_micro_batch_computes_every_sequence_at_its_longest():
+    """Four sequences of 100, 300, 200 and 400 tokens in two micro-batches (the first two, the last two): packed they
+    compute 400 and 600 tokens; padded to the micro-batch's longest 2 x 300 and 2 x 400; to the pass's longest 2 x 400
+    each, every row's attention over its padded length."""
+    from twin.sim.step import micro_batch_work
+
+    lengths, bins = np.array([100.0, 300.0, 200.0, 400.0]), np.array([0, 0, 1, 1])
+    expected = {"none": ([400, 600], [100**2 + 300**2, 200**2 + 400**2]),
+                "micro_batch": ([600, 800], [2 * 300**2, 2 * 400**2]),
+                "mini_batch": ([800, 800], [2 * 400**2, 2 * 400**2])}
+    for padding, (tokens, squares) in expected.items():
+        got = micro_batch_work(lengths, bins, 2, padding)
+        assert got[0].tolist() == tokens and got[1].tolist() == squares
