@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from twin.command_file import CommandFile
     from twin.plan import Plan
-    from twin.planner import Planner, PlanOutcome
+    from twin.planner import Planner, PlanOutcome, ProgressFactory
     from twin.profile import Profile
     from twin.scenario import Scenario
 
@@ -479,11 +479,11 @@ def _progress() -> Progress:
                     console=notes, transient=True, disable=not notes.is_terminal)
 
 
-def _ticker(bar: Progress, prefix: str = "") -> Callable[[str, int], Callable[[], None]]:
+def _ticker(bar: Progress, prefix: str = "") -> ProgressFactory:
     """What the planner reports progress to: a task per stage, advanced by the callable it returns."""
-    def progress(label: str, total: int) -> Callable[[], None]:
+    def progress(label: str, total: int) -> Callable[..., None]:
         task = bar.add_task(prefix + label, total=total)
-        return lambda: bar.advance(task)
+        return lambda steps=1: bar.advance(task, steps)
 
     return progress
 

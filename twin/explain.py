@@ -27,7 +27,7 @@ from twin.uncertainty import P90_OF_MEAN_ABS
 
 if TYPE_CHECKING:
     from twin.evaluate import Evaluation
-    from twin.planner import Planner, PlanOutcome
+    from twin.planner import Planner, PlanOutcome, ProgressFactory
 
 # layouts evaluated in full to place an explained layout; beyond, a rank range that says so. C1's recipe layout on
 # 128 A3 cards needs 235 (about 100 s with the simulation on a loaded 2-core host, benchmarks/plan_explain_speed.py)
@@ -214,7 +214,7 @@ def choose_knobs(planner: Planner, layout: Layout, util_open: bool) -> tuple[lis
 
 
 def place(planner: Planner, outcome: PlanOutcome, layout: Layout, key: float,
-          finalize: Callable[[Evaluation], SimulationResult], progress: Callable[[str, int], Callable[[], None]] | None,
+          finalize: Callable[[Evaluation], SimulationResult], progress: ProgressFactory | None,
           cap: int, deadline: float | None) -> tuple[int, int, int, str]:
     """The exact rank of a layout whose full evaluation ranks at `key`: every other layout whose screen bound is
     below `key` is evaluated in full unless one of its utilization steps already beats `key` (it is known to rank
@@ -255,7 +255,7 @@ def place(planner: Planner, outcome: PlanOutcome, layout: Layout, key: float,
 
 def explain_layout(planner: Planner, outcome: PlanOutcome, query: str,
                    finalize: Callable[[Evaluation], SimulationResult],
-                   progress: Callable[[str, int], Callable[[], None]] | None = None,
+                   progress: ProgressFactory | None = None,
                    cap: int = MAX_EXPLAIN_EVALUATIONS, deadline: float | None = None) -> Explanation:
     """Place the queried layout in the search: its exact rank among the fitting layouts (each at its best
     utilization step) and its stages beside the best plan's, or the rule or memory limit that rejects it."""

@@ -59,6 +59,8 @@ from twin.topology.clusters import ClusterKind, cluster_kind, sleep_frees_memory
 from twin.topology.routing import Cluster
 from twin.uncertainty import P95_ABS_OF_MEAN_ABS
 
+# what the planner reports progress to: a stage's label and total -> a callable that advances it (by one, or by n)
+ProgressFactory = Callable[[str, int], Callable[..., None]]
 MAX_NUM_SEQS = (32, 64, 128, 256)
 LOG_PROB_MICRO_BATCHES = (8, 4, 2, 1)
 FULL_RECOMPUTE = Recompute(granularity="full", method="uniform", layers=1)
@@ -502,7 +504,7 @@ def evaluate_candidate(planner: Planner, outcome: PlanOutcome, cand: Candidate,
     return done
 
 
-def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[], None]] | None = None,
+def search(planner: Planner, top: int, progress: ProgressFactory | None = None,
            finalize: Callable[[Evaluation], SimulationResult] | None = None,
            deadline: float | None = None) -> PlanOutcome:
     """Screen every pair at each of its utilization steps, then evaluate the best in full until none left can
@@ -528,8 +530,8 @@ def search(planner: Planner, top: int, progress: Callable[[str, int], Callable[[
             cands = planner.pair(t, r, index)
             fitting += bool(cands)
             heap.extend(cands)
-            if tick:
-                tick()
+        if tick:
+            tick(len(rollouts))  # once a training side: a bar advanced per pair costs a tenth of a second
     heapq.heapify(heap)
     summary = SearchSummary(train_layouts=n_train, rollout_layouts=n_rollout, pairs_evaluated=screened,
                             pairs_fitting=fitting, candidates=len(heap), rejected={}, wall_s=0.0)
@@ -598,7 +600,7 @@ def screen_front(searches: list[tuple[Planner, PlanOutcome]]) -> list[list[Candi
 
 
 def evaluate_front(searches: list[tuple[Planner, PlanOutcome]], finalize: Callable[[Evaluation], SimulationResult],
-                   progress: Callable[[str, int], Callable[[], None]] | None = None, cap: int = FRONT_EVALUATIONS,
+                   progress: ProgressFactory | None = None, cap: int = FRONT_EVALUATIONS,
                    deadline: float | None = None) -> None:
     """--pareto: evaluate in full the plan's own other utilization steps of each search, then the pending candidates
     on the joint screen front (`screen_front`), fastest first, at most `cap` per card count; where that or `deadline`

@@ -172,3 +172,20 @@ def test_block_recompute_is_the_fewest_layers_per_chunk_that_fit_and_beats_full_
     assert all(s is not None for s in sides)
     assert all(a.seconds < b.seconds and a.parts["update"] > b.parts["update"] for a, b in pairwise(sides))
     assert sides[-1].seconds > block.seconds == sides[0].seconds
+
+
+def test_each_search_stage_advances_its_progress_bar_no_further_than_its_total():
+    """The pairs' bar advances once a training side, by its rollout sides: screened to the end, it reaches its total."""
+    stages: dict[str, list[int]] = {}
+
+    def progress(label: str, total: int):
+        stages[label] = [total, 0]
+
+        def tick(steps: int = 1) -> None:
+            stages[label][1] += steps
+
+        return tick
+
+    outcome = search(Planner(default_scenario("tiny", "cpu", 2)), top=1, progress=progress)
+    assert stages["layout pairs"] == [outcome.summary.pairs_evaluated] * 2
+    assert all(done <= total for total, done in stages.values())
