@@ -79,11 +79,12 @@ class StepSimulation:
     # ---- training passes ----------------------------------------------------------------------------
     def _replicas(self, prompts: np.ndarray, responses: np.ndarray, micro: int, forward_only: bool, tc: TrainCost
                   ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per simulated DP replica, (tokens, squared lengths) of each of its micro-batches of the model `tc` costs (a
-        forward-only pass packs dynamic micro-batches at the log-prob budget, every replica into as many as the
-        replica that needs most: verl's rearrange_micro_batches takes the maximum over the ranks,
-        same_micro_num_in_dp). Replicas in lockstep (`TrainCost.lockstep_replicas`) are simulated a whole group at
-        a time, at least one group."""
+        """Per simulated DP replica, (tokens, squared lengths) the model `tc` costs computes for each of its
+        micro-batches, as its layout pads them (`micro_batch_work`). Dynamic micro-batches pack at the pass's budget
+        (a forward-only pass at the log-prob one), every replica into as many as the replica that needs most
+        (verl's rearrange_micro_batches takes the maximum over the ranks, same_micro_num_in_dp). Replicas in
+        lockstep (`TrainCost.lockstep_replicas`) are simulated a whole group at a time, at least one group of at
+        most MAX_LOCKSTEP_REPLICAS."""
         dp = self.ev.train_memory.dp
         per = max(1, len(responses) // dp)  # a replica given less than one sequence still runs one
         micro = min(micro, per)  # a micro-batch never holds more sequences than its replica has
