@@ -179,8 +179,8 @@ def simulate_cmd(
                                                      "narrower and wider, half of it shared by a prompt's responses "
                                                      "(prompt_share 0.5, or 0 where the scenario sets one), and "
                                                      "every response at the mean, and say how far the rollout, the "
-                                                     "update and the step move: sources rarely publish more than "
-                                                     "the mean length")] = False,
+                                                     "log-prob passes, the update and the step move: sources rarely "
+                                                     "publish more than the mean length")] = False,
 ) -> None:
     """Predict step time, stage times, per-device memory and reshard traffic of one scenario."""
     from twin.evaluate import Evaluation

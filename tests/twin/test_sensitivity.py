@@ -66,3 +66,14 @@ def test_responses_alike_within_a_prompt_stall_the_pipeline_less():
     assert mean.stages_s["update"] < shared.stages_s["update"] < base.stages_s["update"]
     note = spread_note(ev, base, 1, None)
     assert "prompt share 0.5: rollout " in note and f"update {shared.stages_s['update']:,.0f} s (" in note
+
+
+def test_the_note_gives_the_log_prob_passes_the_step_runs():
+    """The real-weight DeepSeek-R1 run skips the old-policy pass and runs the reference pass, its micro-batches of 8
+    padded to their longest: at the mean lengths the pass is shorter, and the note gives it, not the skipped one."""
+    ev = Evaluation(load_scenario(SCENARIOS / "c1-dsr1-a3-128-real-weights.yaml"))
+    base = simulate(ev)[0]
+    mean = simulate(ev.with_lengths(at_the_mean(ev.sc)))[0]
+    assert mean.stages_s["ref"] < base.stages_s["ref"] and base.stages_s["old_log_prob"] == 0
+    note = spread_note(ev, base, 1, None)
+    assert f"ref {mean.stages_s['ref']:,.0f} s (" in note and "old_log_prob" not in note
