@@ -113,8 +113,12 @@ def largest_sequences_tokens(wl: Workload, sequences: int, draws: int) -> float:
     return min(float(sequences * wl.max_seq_len), mean + z * spread)
 
 
+def longest_sequence(wl: Workload, prompts: int, responses: int) -> float:
+    """The longest prompt of `prompts` draws plus the longest response of `responses` (`expected_longest`)."""
+    return expected_longest(wl.prompt_len, prompts) + expected_longest(wl.response_len, responses)
+
+
 def tokens_per_step_of_longest(wl: Workload) -> float:
     """The TPS numerator of MindSpeed-RL's log_max_throughput (`Measured.tps_tokens: max`): every response
     counted at the step's longest prompt plus its longest response (global_batch prompts, responses answers)."""
-    return wl.responses * (expected_longest(wl.prompt_len, wl.global_batch)
-                           + expected_longest(wl.response_len, wl.responses))
+    return wl.responses * longest_sequence(wl, wl.global_batch, wl.responses)

@@ -30,7 +30,7 @@ from twin.layout.models import RolloutLayout, TrainLayout
 from twin.profile import Profile
 from twin.results import MemoryBreakdown
 from twin.scenario import Scenario
-from twin.workload import expected_longest, largest_sequences_tokens
+from twin.workload import largest_sequences_tokens, longest_sequence
 
 GB = 1e9
 BF16 = 2
@@ -229,7 +229,6 @@ class TrainMemory:
         passes = self.passes(forward_only)
         held = max(1, int(per))  # a rank given less than one sequence still runs one
         budget = lay.token_budget(forward_only)
-        longest = expected_longest(wl.prompt_len, wl.global_batch) + expected_longest(wl.response_len, wl.responses)
         if budget is None:
             group = min(sequences, held)
             packed = largest_sequences_tokens(wl, group, self.dp * passes * max(1, held // group))
@@ -238,7 +237,9 @@ class TrainMemory:
             vpp = lay.vpp if lay.engine == "megatron" else None
             group = held / dynamic_micro_batches(busiest, held, budget * lay.cp, vpp)
             packed = busiest * group / held
-        return packed if lay.padding == "none" else max(packed, group * longest)
+        if lay.padding == "none":
+            return packed
+        return max(packed, group * longest_sequence(wl, wl.global_batch, wl.responses))
 
     @cached_property
     def _pass_activations(self) -> dict[bool, tuple[float, float, float]]:

@@ -30,7 +30,7 @@ from twin.layout.ranks import train_group
 from twin.profile import Profile
 from twin.scenario import Scenario
 from twin.topology.routing import Cluster
-from twin.workload import expected_longest
+from twin.workload import longest_sequence
 
 PassKind = Literal["forward", "backward", "log_prob"]
 T = TypeVar("T")
@@ -500,8 +500,8 @@ class TrainCost:
     def microbatch(self, stage: int, sequences: float, backward: bool, length: float | None = None) -> PassTime:
         """One micro-batch of `sequences` sequences of `length` tokens (default: the mean) through one stage: forward
         and backward of a training pass, or a forward-only log-prob pass."""
-        mean = self.mean_seq if length is None else length
-        tokens, sq = sequences * mean, sequences * mean * mean
+        length = self.mean_seq if length is None else length
+        tokens, sq = sequences * length, sequences * length * length
         if not backward:
             return self.microbatch_time(stage, tokens, sq, "log_prob")
         f, b = self.microbatch_time(stage, tokens, sq, "forward"), self.microbatch_time(stage, tokens, sq, "backward")
@@ -511,11 +511,11 @@ class TrainCost:
         """The tokens each sequence of a micro-batch of `sequences` runs at, of a rank's pass of `pass_sequences`
         (`TrainLayout.padding`): its mean length packed, else the longest of the micro-batch or of the pass, each
         length (prompt, response) at the quantile where the longest of n draws falls (n / (n + 1))."""
-        wl, padding = self.sc.workload, self.lay.padding
+        padding = self.lay.padding
         if padding == "none":
             return self.mean_seq
         draws = max(1, round(sequences if padding == "micro_batch" else pass_sequences))
-        return expected_longest(wl.prompt_len, draws) + expected_longest(wl.response_len, draws)
+        return longest_sequence(self.sc.workload, draws, draws)
 
     def micro_batches(self, sequences: float, micro: int, forward_only: bool = False) -> int:
         """Micro-batches of `sequences` mean-length sequences on one DP rank: fixed `micro` sequences each,
