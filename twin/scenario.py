@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from statistics import NormalDist
 from typing import Annotated, Literal
 
 import yaml
@@ -12,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from twin.fileio import read_mapping, validated
 from twin.layout.models import Layout
+from twin.lognormal import clipped_moments, naive_mu
 from twin.optimizations import RECIPE_OPTIMIZATIONS, OptimizationId
 
 SCENARIO_SCHEMA = 1
@@ -24,7 +23,9 @@ MAX_PROMPTS = 1 << 20  # prompts per step; the recipes use 512 (C1)
 MAX_N = 1024  # responses per prompt; GRPO recipes use 5 to 64
 MAX_EPOCHS = 100  # PPO epochs per step; verl's default is 1, the PPO paper uses at most 10
 MAX_SIGMA = 4.0  # a lognormal shape beyond this puts almost all mass in a few sequences
-MEAN_TOLERANCE = 0.10  # clipped lengths may average at most 10 % off the declared mean (TPS uses the mean)
+# the cap at max may move a lognormal's average at most 10 % (the twin then draws around a location that restores the
+# declared mean): past that the cap, not the spread, would shape the lengths
+MEAN_TOLERANCE = 0.10
 MAX_SEED = 2**63 - 1  # numpy seeds are non-negative; 64-bit signed keeps them printable everywhere
 
 
@@ -57,20 +58,13 @@ class LengthDist(BaseModel):
         if self.prompt_share and self.dist != "lognormal":
             raise ValueError(f"prompt_share needs a lognormal distribution, not {self.dist!r}")
         if self.dist == "lognormal":
-            clipped = clipped_lognormal_mean(self.mean, self.sigma, self.max)
+            clipped = clipped_moments(naive_mu(self.mean, self.sigma), self.sigma, self.max)[0]
             if abs(clipped - self.mean) > MEAN_TOLERANCE * self.mean:
                 raise ValueError(f"lognormal sigma {self.sigma:g} is too wide for mean {self.mean:g} and max "
-                                 f"{self.max}: lengths clipped to [1, {self.max}] average {clipped:.0f}, more than "
-                                 f"{MEAN_TOLERANCE:.0%} off the declared mean; lower sigma or raise max")
+                                 f"{self.max}: clipped to [1, {self.max}], a lognormal of that mean averages "
+                                 f"{clipped:.0f}, more than {MEAN_TOLERANCE:.0%} off, so the cap would shape the "
+                                 "lengths; lower sigma or raise max")
         return self
-
-
-def clipped_lognormal_mean(mean: float, sigma: float, top: int) -> float:
-    """E[clip(X, 1, top)] for X lognormal with E[X] = mean and shape sigma (closed form)."""
-    cdf = NormalDist().cdf
-    mu = math.log(mean) - sigma**2 / 2
-    inside = mean * (cdf((math.log(top) - mu - sigma**2) / sigma) - cdf((-mu - sigma**2) / sigma))
-    return inside + top * (1 - cdf((math.log(top) - mu) / sigma)) + cdf(-mu / sigma)
 
 
 class Workload(BaseModel):

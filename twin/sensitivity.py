@@ -3,8 +3,8 @@ of the response lengths. A rollout ends with its longest response and runs its l
 responses leave, so a lognormal's sigma, rarely published, can move a rollout of few sequences a replica by a fifth
 (C10's rollout-TP ablation: -19 / +23 % at sigma 0.44 / 0.64 around its 0.54); uneven micro-batches in batch
 order stall a 1F1B pipeline, each waiting for the longest of the replicas in lockstep with it (the real-weight
-DeepSeek-R1 update: 281 s with every response at the mean, 375 s at sigma 0.6); and a micro-batch padded to its
-longest sequence runs every one at that length (that run's reference pass: 176 s at sigma 0.6). A 1F1B stage's
+DeepSeek-R1 update: 281 s with every response at the mean, 382 s at sigma 0.6); and a micro-batch padded to its
+longest sequence runs every one at that length (that run's reference pass: 177 s at sigma 0.6). A 1F1B stage's
 neighbouring micro-batches are a prompt's responses (verl keeps them side by side), so the stall and the padding
 follow the spread within a prompt, which sources do not publish: the note also simulates half the log-length
 variance shared by a prompt's responses (`prompt_share`)."""

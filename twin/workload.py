@@ -11,6 +11,7 @@ import numpy as np
 
 from twin.errors import TwinError
 from twin.fileio import read_text
+from twin.lognormal import clipped_moments, mu_for_clipped_mean
 from twin.scenario import LengthDist, Workload
 
 # Sequences drawn per simulated step at most (131,072: 16x the 8192 responses of the recipes' step). Past it
@@ -44,7 +45,9 @@ def _empirical(path: str) -> np.ndarray:
 
 
 def _lognormal_mu(dist: LengthDist) -> float:
-    return math.log(dist.mean) - dist.sigma**2 / 2  # so that the untruncated mean is dist.mean
+    """The location whose lengths, clipped to [1, max], average the declared mean (a run's published mean is that of
+    its clipped responses)."""
+    return mu_for_clipped_mean(dist.mean, dist.sigma, dist.max)
 
 
 def sample_batch(wl: Workload, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -79,7 +82,8 @@ def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator, group: in
 
 
 def length_quantile(dist: LengthDist, q: float) -> float:
-    """The q-quantile of the distribution (before truncation at max)."""
+    """The q-quantile of the distribution (before truncation at max; a lognormal's at the location that gives the
+    declared mean after it)."""
     if dist.dist == "fixed":
         return dist.mean
     if dist.dist == "lognormal":
@@ -95,11 +99,12 @@ def expected_longest(dist: LengthDist, draws: int) -> float:
 
 
 def length_std(dist: LengthDist) -> float:
-    """Standard deviation of the distribution (before truncation at max)."""
+    """Standard deviation of the lengths as drawn (a lognormal's clipped to [1, max])."""
     if dist.dist == "fixed":
         return 0.0
     if dist.dist == "lognormal":
-        return dist.mean * math.sqrt(math.expm1(dist.sigma**2))
+        mean, square = clipped_moments(_lognormal_mu(dist), dist.sigma, dist.max)
+        return math.sqrt(max(0.0, square - mean**2))
     return float(np.std(_empirical(str(dist.file))))
 
 

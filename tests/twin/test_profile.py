@@ -100,7 +100,7 @@ def test_a_profile_of_another_cluster_kind_is_refused_in_one_line():
 
     scenarios = Path(__file__).resolve().parents[2] / "scenarios"
     a3 = embedded_profile("a3")
-    with pytest.raises(TwinError, match="profile a3-fit-25 is for cluster kind a3, not h20"):
+    with pytest.raises(TwinError, match="profile a3-fit-26 is for cluster kind a3, not h20"):
         Evaluation(load_scenario(scenarios / "c8-grpo-dsv3-h20-96.yaml"), a3)
     with pytest.raises(TwinError, match="not h20"):
         SyncEvaluation(load_scenario(scenarios / "c9-qwen3-30b-a3b-h20-16-16-per-tensor.yaml"), a3)
@@ -108,4 +108,4 @@ def test_a_profile_of_another_cluster_kind_is_refused_in_one_line():
                           "--profile", str(Path(__file__).resolve().parents[2] / "twin" / "profiles" / "a3.yaml")],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1
-    assert out.stderr.startswith("twin: error: profile a3-fit-25 is for cluster kind a3, not h20")
+    assert out.stderr.startswith("twin: error: profile a3-fit-26 is for cluster kind a3, not h20")

@@ -9,6 +9,7 @@ from twin.cost_models.scheduling import dispatch_seconds
 from twin.cost_models.training import TrainCost
 from twin.evaluate import Evaluation
 from twin.layout.models import Recompute, TrainLayout
+from twin.lognormal import mu_for_clipped_mean
 from twin.profile import reference_profile
 from twin.scenario import load_scenario
 
@@ -301,14 +302,14 @@ def test_fsdp_replicas_in_lockstep_take_the_slowest_micro_batch():
 def test_a_padded_micro_batch_runs_at_the_longest_of_its_sequences():
     """The real-weight DeepSeek-R1 run (the recipe pads each micro-batch to its longest): its reference pass takes 8
     sequences a micro-batch, each run at the longest of 8 draws, the 8/9 quantile of the responses' lognormal (mean
-    1576.6, sigma 0.6: exp(ln 1576.6 - 0.18 + 0.6 x 1.2206) = 2,739.2 tokens) beside the 77.8-token prompt; packed, at
-    the mean 1,654.4."""
+    1576.6 after the cap at 3,072, sigma 0.6: its location ln 1576.6 - 0.18 + 0.0680, test_lognormal;
+    exp(that + 0.6 x 1.2206) = 2,931.9 tokens) beside the 77.8-token prompt; packed, at the mean 1,654.4."""
     import math
     from statistics import NormalDist
 
     tc = _train_cost("c1-dsr1-a3-128-real-weights")
-    longest = math.exp(math.log(1576.6) - 0.18 + 0.6 * NormalDist().inv_cdf(8 / 9))
-    assert longest == pytest.approx(2739.2, abs=0.1)
+    longest = math.exp(mu_for_clipped_mean(1576.6, 0.6, 3072) + 0.6 * NormalDist().inv_cdf(8 / 9))
+    assert longest == pytest.approx(2931.9, abs=0.1)
     assert tc.computed_length(8, 1024) == pytest.approx(77.8 + longest, rel=1e-12)
     packed = _train_cost("c1-dsr1-a3-128-real-weights", padding="none")
     assert packed.computed_length(8, 1024) == pytest.approx(77.8 + 1576.6, rel=1e-12)
