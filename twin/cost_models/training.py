@@ -510,12 +510,14 @@ class TrainCost:
     def computed_length(self, sequences: float, pass_sequences: float) -> float:
         """The tokens each sequence of a micro-batch of `sequences` runs at, of a rank's pass of `pass_sequences`
         (`TrainLayout.padding`): its mean length packed, else the longest of the micro-batch or of the pass, each
-        length (prompt, response) at the quantile where the longest of n draws falls (n / (n + 1))."""
+        length at the quantile where the longest of n draws falls (n / (n + 1)): n responses, and the prompts they
+        answer in batch order (a prompt's n responses side by side, as verl repeats them)."""
         padding = self.lay.padding
         if padding == "none":
             return self.mean_seq
+        wl = self.sc.workload
         draws = max(1, round(sequences if padding == "micro_batch" else pass_sequences))
-        return longest_sequence(self.sc.workload, draws, draws)
+        return longest_sequence(wl, min(wl.global_batch, -(-draws // wl.n)), draws)
 
     def micro_batches(self, sequences: float, micro: int, forward_only: bool = False) -> int:
         """Micro-batches of `sequences` mean-length sequences on one DP rank: fixed `micro` sequences each,

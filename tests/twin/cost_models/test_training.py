@@ -11,7 +11,8 @@ from twin.evaluate import Evaluation
 from twin.layout.models import Recompute, TrainLayout
 from twin.lognormal import mu_for_clipped_mean
 from twin.profile import reference_profile
-from twin.scenario import load_scenario
+from twin.scenario import LengthDist, load_scenario
+from twin.workload import expected_longest
 
 C8_32 = Path(__file__).resolve().parents[3] / "scenarios" / "c8-dapo-qwen25-math-7b-h20-32.yaml"
 
@@ -314,3 +315,22 @@ def test_a_padded_micro_batch_runs_at_the_longest_of_its_sequences():
     packed = _train_cost("c1-dsr1-a3-128-real-weights", padding="none")
     assert packed.computed_length(8, 1024) == pytest.approx(77.8 + 1576.6, rel=1e-12)
     assert tc.pipeline_time(8, backward=False)[0] > packed.pipeline_time(8, backward=False)[0]
+
+
+def test_a_padded_micro_batch_draws_the_prompts_its_responses_answer():
+    """Prompts lognormal (mean 300, sigma 0.5, at most 2,048: 4 sigma above, too far to move the mean) in the
+    real-weight run (16 responses a prompt, side by side in batch order): a micro-batch of 8 sequences answers one
+    prompt, so its longest prompt is the longest of one draw (the median, 300 x exp(-0.125) = 264.7 tokens); padded
+    to the rank's pass of 1,024 sequences, the longest of 64 prompts (the 64/65 quantile, z = 2.16004:
+    300 x exp(-0.125 + 0.5 x 2.16004) = 779.7)."""
+    sc = load_scenario(SCENARIOS / "c1-dsr1-a3-128-real-weights.yaml")
+    prompts = LengthDist(mean=300, max=2048, dist="lognormal", sigma=0.5)
+    sc = sc.model_copy(update={"workload": sc.workload.model_copy(update={"prompt_len": prompts})})
+    responses = sc.workload.response_len
+    assert sc.workload.n == 16
+    per_micro_batch = Evaluation(sc).train_cost.computed_length(8, 1024)
+    assert per_micro_batch == pytest.approx(264.7 + expected_longest(responses, 8), abs=0.1)
+    train = sc.layout.train.model_copy(update={"padding": "mini_batch"})
+    to_the_pass = Evaluation(sc.model_copy(update={"layout": sc.layout.model_copy(update={"train": train})}))
+    assert to_the_pass.train_cost.computed_length(8, 1024) == pytest.approx(
+        779.7 + expected_longest(responses, 1024), abs=0.1)
