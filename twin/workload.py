@@ -92,7 +92,7 @@ def length_quantile(dist: LengthDist, q: float) -> float:
     return float(np.quantile(values, q))
 
 
-def expected_longest(dist: LengthDist, draws: int) -> float:
+def expected_longest(dist: LengthDist, draws: float) -> float:
     """The longest of `draws` lengths, as the quantile n / (n + 1) (where the largest of n draws falls on
     average, in probability), truncated at max: for a batch's longest prompt or response."""
     return min(float(dist.max), length_quantile(dist, draws / (draws + 1)))

@@ -36,7 +36,7 @@ from twin.layout.ranks import rollout_group
 from twin.profile import Profile
 from twin.scenario import Scenario
 from twin.topology.routing import Cluster
-from twin.workload import length_quantile, length_std
+from twin.workload import expected_longest, length_std
 
 EOS_SYNCS_PER_STEP = 2  # cann-recipes-train: two DP end-of-sequence syncs per decode step (C2)
 
@@ -435,8 +435,6 @@ def eager_layer_kernels(cfg: ModelConfig, moe: bool, tp: int, ep: int) -> int:
 
 
 def response_tail(scenario: Scenario, draws: float) -> float:
-    """Expected longest response among `draws` responses (the phase ends when it ends)."""
+    """Expected longest response among `draws` responses (the phase ends when it ends): the mean for one or fewer."""
     dist = scenario.workload.response_len
-    if dist.dist == "fixed" or draws <= 1:
-        return dist.mean
-    return min(dist.max, length_quantile(dist, 1 - 1 / (draws + 1)))
+    return dist.mean if draws <= 1 else expected_longest(dist, draws)
