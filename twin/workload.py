@@ -99,13 +99,13 @@ def expected_longest(dist: LengthDist, draws: float) -> float:
 
 
 def length_std(dist: LengthDist) -> float:
-    """Standard deviation of the lengths as drawn (a lognormal's clipped to [1, max])."""
+    """Standard deviation of the lengths as drawn, clipped to [1, max]."""
     if dist.dist == "fixed":
         return 0.0
     if dist.dist == "lognormal":
         mean, square = clipped_moments(_lognormal_mu(dist), dist.sigma, dist.max)
         return math.sqrt(max(0.0, square - mean**2))
-    return float(np.std(_empirical(str(dist.file))))
+    return float(np.std(np.clip(_empirical(str(dist.file)), 1, dist.max)))
 
 
 def largest_sequences_tokens(wl: Workload, sequences: int, draws: int) -> float:

@@ -119,3 +119,13 @@ def test_clipped_lognormal_draws_average_the_declared_mean_and_spread():
     assert drawn.mean() == pytest.approx(1576.6, rel=2e-3)
     assert drawn.std() == pytest.approx(length_std(dist), rel=2e-3)
     assert length_std(dist) < 1576.6 * math.sqrt(math.expm1(0.36))  # the unclipped lognormal's spread
+
+
+def test_an_empirical_files_spread_is_that_of_its_clipped_draws(tmp_path):
+    """Lengths 10, 20 and 5,000 with max 100: drawn as 10, 20 and 100, whose standard deviation is 40.28 (the file's
+    own, 2,350.0, would have the twin pack groups of sequences as if some ran 5,000 tokens)."""
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text("10\n20\n5000\n")
+    dist = LengthDist(mean=40, max=100, dist="empirical", file=str(lengths))
+    assert length_std(dist) == pytest.approx(40.28, abs=0.01)
+    assert set(sample_lengths(dist, 300, np.random.default_rng(0))) == {10, 20, 100}
