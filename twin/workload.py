@@ -98,8 +98,10 @@ def expected_longest(dist: LengthDist, draws: float) -> float:
     return min(float(dist.max), length_quantile(dist, draws / (draws + 1)))
 
 
+@lru_cache(maxsize=64)
 def length_std(dist: LengthDist) -> float:
-    """Standard deviation of the lengths as drawn, clipped to [1, max]."""
+    """Standard deviation of the lengths as drawn, clipped to [1, max] (cached: the planner's memory screen asks it
+    of one workload for every layout it probes)."""
     if dist.dist == "fixed":
         return 0.0
     if dist.dist == "lognormal":
