@@ -94,7 +94,10 @@ def length_quantile(dist: LengthDist, q: float) -> float:
 
 def expected_longest(dist: LengthDist, draws: float) -> float:
     """The longest of `draws` lengths, as the quantile n / (n + 1) (where the largest of n draws falls on
-    average, in probability), truncated at max: for a batch's longest prompt or response."""
+    average, in probability), truncated at max: for a batch's longest prompt or response. One draw (or fewer) is
+    the draw itself, on average the mean (the quantile 1/2 would be the median, short of a skewed mean)."""
+    if draws <= 1:
+        return float(dist.mean)
     return min(float(dist.max), length_quantile(dist, draws / (draws + 1)))
 
 

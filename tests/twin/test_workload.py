@@ -30,6 +30,8 @@ def test_the_longest_of_n_draws_is_their_n_over_n_plus_1_quantile_truncated_at_m
     capped = LengthDist(mean=1024, max=2048, dist="lognormal", sigma=0.5)
     assert expected_longest(capped, 12_288) == 2048.0
     assert expected_longest(LengthDist(mean=256, max=1024), 384) == 256.0  # fixed lengths: every one the mean
+    # one draw is the draw itself, on average the mean, not the quantile 1/2 (the median, 1000 x e^-0.125 = 882.5)
+    assert expected_longest(wide, 1) == 1000.0
 
 
 def test_mindspeed_rls_longest_lengths_count_every_response():

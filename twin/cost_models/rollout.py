@@ -436,5 +436,4 @@ def eager_layer_kernels(cfg: ModelConfig, moe: bool, tp: int, ep: int) -> int:
 
 def response_tail(scenario: Scenario, draws: float) -> float:
     """Expected longest response among `draws` responses (the phase ends when it ends): the mean for one or fewer."""
-    dist = scenario.workload.response_len
-    return dist.mean if draws <= 1 else expected_longest(dist, draws)
+    return expected_longest(scenario.workload.response_len, draws)
