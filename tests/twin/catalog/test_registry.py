@@ -24,7 +24,16 @@ PUBLISHED = {
 
 
 def test_catalog_lists_every_published_model_and_the_tiny_cpu_models():
-    assert sorted([*PUBLISHED, "moonlight-16b-a3b", "tiny", "tiny-moe", "tiny-deepseek"]) == catalog_names()
+    by_hand = ["moonlight-16b-a3b", "qwen2.5-0.5b", "tiny", "tiny-moe", "tiny-deepseek"]
+    assert sorted([*PUBLISHED, *by_hand]) == catalog_names()
+
+
+def test_qwen25_half_b_count_by_hand():
+    # Qwen2.5-0.5B-Instruct (configs/qwen2.5-0.5b.json): q [896, 896] and k, v [2 x 64, 896] with biases, o [896, 896]
+    # without, gate, up and down [4864 x 896], two norms; the embedding [151936, 896] tied to the head
+    layer = (896 * 896 + 896) + 2 * (128 * 896 + 128) + 896 * 896 + 3 * 4864 * 896 + 2 * 896
+    assert layer == 14_912_384
+    assert load_model("qwen2.5-0.5b").total_params() == 151_936 * 896 + 24 * layer + 896 == 494_032_768
 
 
 def test_tiny_model_count_by_hand():
