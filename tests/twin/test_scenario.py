@@ -7,6 +7,7 @@ import yaml
 from pydantic import ValidationError
 
 from twin.errors import TwinError
+from twin.evaluate import Evaluation
 from twin.scenario import Scenario, load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,3 +73,19 @@ def test_balance_batch_is_verls_option_only():
     assert Scenario.model_validate(stated).layout.train.balance_batch is False
     with pytest.raises(ValidationError, match="balance_batch is verl's trainer option; framework mindspeed_rl"):
         Scenario.model_validate({**stated, "software": {"framework": "mindspeed_rl"}})
+
+
+DERIVED = [p for p in sorted((ROOT / "scenarios").glob("*.yaml"))
+           if (m := load_scenario(p).measured) is not None and m.lengths == "derived" and m.step_s and m.tps_per_device]
+
+
+@pytest.mark.parametrize("path", DERIVED, ids=lambda p: p.stem)
+def test_derived_lengths_are_the_runs_own_tokens_per_sequence(path):
+    """A case whose lengths are `derived` states mean prompt + response = tokens/s per device x step x devices /
+    sequences (verl's throughput counts both, over the step's responses), within the 0.1 token it is written to
+    (some cases cut the last digit, some round it)."""
+    sc = load_scenario(path)
+    wl, m = sc.workload, sc.measured
+    assert m.tps_tokens == "mean"
+    per_sequence = m.tps_per_device * m.step_s * Evaluation(sc).devices / wl.responses
+    assert wl.prompt_len.mean + wl.response_len.mean == pytest.approx(per_sequence, abs=0.1)

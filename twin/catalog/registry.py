@@ -29,8 +29,8 @@ CATALOG_SOURCES: dict[str, str] = {
     # hidden 2048, dense FFN 11264, 64 experts of 1408 top-6, 2 shared, MLA with KV rank 512 and no query LoRA,
     # vocabulary 163840 untied), written in the HuggingFace fields; its count is tested by hand
     "moonlight-16b-a3b": "moonshotai/Moonlight-16B-A3B-Instruct",
-    # not in models.md: Qwen2.5-1.5B-Instruct's architecture at 24 layers, hidden 896, 14 heads, FFN 4864 (its model
-    # card: 0.49B parameters, 24 layers, 14 query and 2 KV heads, tied embeddings); its count is tested by hand
+    # not in models.md: the architecture fields of its config.json (24 layers, hidden 896, 14 query and 2 KV heads,
+    # FFN 4864, tied embeddings; the model card's 0.49B parameters); its count is tested by hand
     "qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B-Instruct",
     # the project's own CPU test models: executor.cpu.assets.make_tiny_model writes these architectures
     "tiny": "ascend-rl-twin/tiny (executor/cpu/assets.py)",
