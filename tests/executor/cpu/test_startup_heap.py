@@ -1,12 +1,12 @@
 """startup_heap: verl's worker still registered, the heap frozen once its init_model returns; TransferQueue's storage
-units frozen once the driver's init has created them."""
+units frozen once the driver's init has created them; the driver's heap frozen before the trainer's fit."""
 
 from __future__ import annotations
 
 import gc
 from types import ModuleType
 
-from executor.cpu.startup_heap import freeze_after_init_model
+from executor.cpu.startup_heap import TRAINER_MODULE, freeze_after_init_model, freeze_before_fit
 
 
 def test_init_model_freezes_the_heap_after_it_returns_and_keeps_its_registration() -> None:
@@ -31,6 +31,37 @@ def test_init_model_freezes_the_heap_after_it_returns_and_keeps_its_registration
     finally:
         gc.unfreeze()
     assert getattr(ActorRolloutRefWorker.init_model, MAGIC_ATTR)["dispatch_mode"] is Dispatch.ONE_TO_ALL
+
+
+def test_fit_freezes_the_drivers_heap_before_its_first_step() -> None:
+    frozen_during: list[int] = []
+
+    class PPOTrainer:
+        def fit(self, agent_loop_manager: str) -> str:
+            frozen_during.append(gc.get_freeze_count())
+            return f"trained with {agent_loop_manager}"
+
+    module = ModuleType("trainer_base")
+    module.PPOTrainer = PPOTrainer
+    freeze_before_fit(module)
+    gc.unfreeze()
+    try:
+        assert PPOTrainer().fit("the agent loop") == "trained with the agent loop"
+        assert frozen_during[0] > 0  # the steps run with the start-up heap frozen
+    finally:
+        gc.unfreeze()
+    assert PPOTrainer.fit.__name__ == "fit"
+
+
+def test_the_patched_trainer_is_the_one_the_driver_runs() -> None:
+    """verl's V1 driver runs `fit` of the trainer class its registry names; every registered one inherits the patched
+    method from `PPOTrainer` in the module the plugin watches."""
+    import importlib
+
+    trainer_base = importlib.import_module(TRAINER_MODULE)
+    assert trainer_base.TRAINER_REGISTRY
+    for trainer in trainer_base.TRAINER_REGISTRY.values():
+        assert issubclass(trainer, trainer_base.PPOTrainer) and trainer.fit is trainer_base.PPOTrainer.fit
 
 
 STORAGE_PROBE = r"""
