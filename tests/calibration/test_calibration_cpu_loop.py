@@ -725,4 +725,8 @@ def test_the_runs_rollouts_are_timed_to_their_last_response_beside_the_twins_bus
     assert all(groups == prompts for _, _, groups in spans.values())
     assert all(e.requests == prompts * plan.scenario.workload.n for e in held.values())
     assert share.source.startswith("calibration overhead job") and 0.0 < share.value <= 1.0
-    assert all(0 < last - first < steps[step]["timing_s/gen"] for step, (first, last, _) in spans.items())
+    # the driver's poll sees a group once its TransferQueue writes land, and the worker stamps its end when the await
+    # returns to it, after any pause of its event loop: the span may pass verl's timer by that lag (CI at 087056c:
+    # step 5's span 22.18 s, its timer 22.14 s), never by a whole poll
+    poll = profile.params["rollout_poll_s"].value
+    assert all(0 < last - first < steps[step]["timing_s/gen"] + poll for step, (first, last, _) in spans.items())
