@@ -44,32 +44,32 @@ def collect_and_freeze(_actor: object = None) -> None:
     gc.freeze()
 
 
-def freeze_after_init_model(engine_workers: ModuleType) -> None:
-    """Patch `engine_workers.ActorRolloutRefWorker.init_model` to collect and freeze the heap after it returns."""
-    worker = engine_workers.ActorRolloutRefWorker
-    init_model = worker.init_model
+def _freeze_around(owner: Any, name: str, *, first: bool) -> None:
+    """Replace `owner.name` by a wrapper (its name and attributes kept, as `functools.wraps` copies them) that
+    collects and freezes the heap before the call (`first`) or after it returns."""
+    call = getattr(owner, name)
 
-    @functools.wraps(init_model)
-    def init_model_then_freeze(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = init_model(self, *args, **kwargs)
-        collect_and_freeze()
+    @functools.wraps(call)
+    def frozen_around(*args: Any, **kwargs: Any) -> Any:
+        if first:
+            collect_and_freeze()
+        result = call(*args, **kwargs)
+        if not first:
+            collect_and_freeze()
         return result
 
-    worker.init_model = init_model_then_freeze
+    setattr(owner, name, frozen_around)
+
+
+def freeze_after_init_model(engine_workers: ModuleType) -> None:
+    """Patch `engine_workers.ActorRolloutRefWorker.init_model` to collect and freeze the heap after it returns."""
+    _freeze_around(engine_workers.ActorRolloutRefWorker, "init_model", first=False)
 
 
 def freeze_before_fit(trainer_base: ModuleType) -> None:
     """Patch `trainer_base.PPOTrainer.fit` to collect and freeze the driver's heap before the first step (every
     worker, the agent loop and TransferQueue are up by then)."""
-    trainer = trainer_base.PPOTrainer
-    fit = trainer.fit
-
-    @functools.wraps(fit)
-    def freeze_then_fit(self: Any, *args: Any, **kwargs: Any) -> Any:
-        collect_and_freeze()
-        return fit(self, *args, **kwargs)
-
-    trainer.fit = freeze_then_fit
+    _freeze_around(trainer_base.PPOTrainer, "fit", first=True)
 
 
 def freeze_storage_after_init(transfer_queue: ModuleType) -> None:

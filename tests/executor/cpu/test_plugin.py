@@ -1,4 +1,4 @@
-"""The plugin inside a fresh verl process: platform, backend fix, engine registrations."""
+"""The plugin inside a fresh verl process: platform, backend fix, engine registrations, start-up heap freezes."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ init_model = ActorRolloutRefWorker.init_model
 out["init_model"] = [init_model.__code__.co_name, str(getattr(init_model, MAGIC_ATTR)["dispatch_mode"])]
 import transfer_queue
 out["tq_init"] = transfer_queue.init.__code__.co_name
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+out["fit"] = PPOTrainer.fit.__code__.co_name
 
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
@@ -59,6 +61,7 @@ def test_plugin_makes_verl_run_on_cpu(run_probe) -> None:
     assert not out["engine_loaded_early"], "the plugin must not import the engines itself"
     assert (out["engine"], out["value_engine"]) == ("FSDPEngineWithLMHead", "FSDPEngineWithValueHead")
     # the trainer's worker freezes its start-up heap after init_model, still registered as verl dispatches it
-    assert out["init_model"][0] == "init_model_then_freeze" and "ONE_TO_ALL" in out["init_model"][1]
+    assert out["init_model"][0] == "frozen_around" and "ONE_TO_ALL" in out["init_model"][1]
     assert out["tq_init"] == "init_then_freeze_storage"  # the driver's TransferQueue units freeze theirs too
+    assert out["fit"] == "frozen_around"  # and the driver its own before the trainer's first step
     assert out["all_reduce"] == [1.0, 1.0, 1.0] and out["pg_backend"] in ("gloo", "cpu:gloo")
